@@ -1,0 +1,128 @@
+/// \file
+/// The Fashion-MNIST training loop, written once as a template over the strategy.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <unistd.h>  // isatty
+
+#include "models.hpp"
+
+namespace fmnist {
+
+struct Config {
+  std::string model = "mlp";
+  int epochs = 1;
+  std::uint64_t seed = 0;
+  std::int64_t batch = 64;  ///< per replica
+  double lr = 0.05;
+  double momentum = 0.9;
+  std::string data_dir = strata::data::default_fashion_mnist_dir();
+  std::int64_t max_steps = -1;  ///< stop each epoch after this many steps (-1: whole epoch)
+  bool evaluate = true;
+  bool progress = true;
+};
+
+struct Report {
+  double test_accuracy = 0;
+  double examples_per_s = 0;
+  double final_loss = 0;
+  std::int64_t steps = 0;
+  std::vector<double> losses;          ///< the global mean loss of every step
+  std::vector<double> epoch_accuracy;  ///< test accuracy after each epoch
+};
+
+/// Test-set accuracy of `model`, evaluated without recording gradients.
+inline double evaluate(strata::nn::Module& model, const strata::data::TensorDataset& test) {
+  strata::NoGradGuard no_grad;
+  model.eval();
+  std::int64_t correct = 0;
+  strata::data::Pipeline p = strata::data::Pipeline(test).batch(1000);
+  for (const auto& b : p) correct += strata::count_correct(model(b.x), b.y);
+  model.train();
+  return static_cast<double>(correct) / static_cast<double>(test.size());
+}
+
+/// Rank 0's progress: redrawn in place on a terminal, a line every few seconds otherwise.
+class Progress {
+ public:
+  explicit Progress(bool on) : on_(on), tty_(on && isatty(fileno(stdout))) {}
+  void update(int epoch, int epochs, std::int64_t step, std::int64_t steps, double loss, double ex_per_s, double eta_s) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const bool last = step == steps;
+    if (!last && now - last_ < (tty_ ? std::chrono::milliseconds(200) : std::chrono::seconds(5))) return;
+    last_ = now;
+    std::printf("%sepoch %d/%d  step %lld/%lld  loss %.4f  %.0f examples/s  ETA %02d:%02d%s", tty_ ? "\r" : "",
+                epoch, epochs, static_cast<long long>(step), static_cast<long long>(steps), loss, ex_per_s,
+                static_cast<int>(eta_s) / 60, static_cast<int>(eta_s) % 60, tty_ ? "   " : "\n");
+    if (tty_ && last) std::printf("\n");
+    std::fflush(stdout);
+  }
+
+ private:
+  bool on_, tty_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+/// Trains cfg.model on Fashion-MNIST under `strategy`; the same code for every strategy.
+template <strata::Strategy S>
+Report train(S& strategy, const Config& cfg) {
+  using Clock = std::chrono::steady_clock;
+  strata::manual_seed(cfg.seed);
+  auto model = strategy.scope([&] { return make_model(cfg.model); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(model.parameters(), cfg.lr, {.momentum = cfg.momentum}); });
+  const std::int64_t global_batch = cfg.batch * strategy.num_replicas_in_sync();
+  auto pipeline = strata::data::Pipeline(strata::data::fashion_mnist_train(cfg.data_dir)).shuffle(cfg.seed).batch(global_batch);
+  if (cfg.max_steps >= 0) pipeline = pipeline.take(cfg.max_steps);
+  auto data = strategy.distribute(pipeline);
+  const strata::data::TensorDataset test = cfg.evaluate ? strata::data::fashion_mnist_test(cfg.data_dir)
+                                                        : strata::data::TensorDataset();
+  Report report;
+  report.losses.reserve(static_cast<std::size_t>(pipeline.num_batches() * cfg.epochs));
+  Progress progress(cfg.progress && strategy.is_chief());
+  double train_seconds = 0;
+  std::int64_t examples = 0;
+  for (int epoch = 0; epoch < cfg.epochs; ++epoch) {
+    const auto t0 = Clock::now();
+    std::int64_t step = 0;
+    for (auto& batch : data) {
+      auto losses = strategy.run(
+          [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+            auto loss = strata::nn::cross_entropy(model(b.x), b.y, strata::nn::Reduction::sum_over_global_batch,
+                                                  b.global_size);
+            opt.apply_gradients(ctx, strata::grad(loss, model.parameters()));
+            return loss;
+          },
+          batch);
+      const double loss = strategy.reduce(strata::ReduceOp::Sum, losses).item();
+      report.losses.push_back(loss);
+      examples += batch.global_size;
+      ++step;
+      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double rate = static_cast<double>(step * global_batch) / secs;
+      const double eta = secs / static_cast<double>(step) *
+                         static_cast<double>(data.num_batches() * (cfg.epochs - epoch) - step);
+      progress.update(epoch + 1, cfg.epochs, step, data.num_batches(), loss, rate, eta);
+    }
+    train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (cfg.evaluate) {
+      report.epoch_accuracy.push_back(evaluate(model, test));
+      if (strategy.is_chief())
+        std::printf("epoch %d/%d  test accuracy %.2f %%\n", epoch + 1, cfg.epochs, 100.0 * report.epoch_accuracy.back());
+    }
+  }
+  report.steps = static_cast<std::int64_t>(report.losses.size());
+  report.final_loss = report.losses.empty() ? NAN : report.losses.back();
+  report.test_accuracy = report.epoch_accuracy.empty() ? NAN : report.epoch_accuracy.back();
+  report.examples_per_s = train_seconds > 0 ? static_cast<double>(examples) / train_seconds : 0;
+  return report;
+}
+
+}  // namespace fmnist

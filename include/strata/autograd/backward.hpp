@@ -1,0 +1,130 @@
+/// \file
+/// The backward sweep: backward(root) differentiates root with respect to every leaf that
+/// requires gradients, writing each leaf's .grad() and firing its hooks as soon as that
+/// gradient is final; grad(loss, params) is the same sweep returning the parameters' gradients.
+///
+/// Gradients are written fresh by each pass (tf.GradientTape semantics), unless the pass is
+/// asked to accumulate into what earlier passes left (PyTorch semantics, for micro-batches).
+#pragma once
+
+#include <cstring>
+#include <span>
+
+#include <strata/autograd/tape.hpp>    // Tape, Node, grad_slot
+#include <strata/tensor/factory.hpp>   // ones
+
+namespace strata {
+
+/// Whether a backward pass overwrites leaf gradients or adds to them.
+enum class GradAccumulation : bool { overwrite, accumulate };
+
+namespace autograd::detail {
+
+inline void fire_hooks(const Tensor& leaf, std::uint64_t epoch) {
+  auto& ag = leaf.impl()->ag;
+  if (!ag.hooks) return;
+  if (ag.grad_epoch != epoch || !ag.grad.defined()) {  // no path reached this leaf: its gradient is zero
+    if (!ag.grad.defined()) ag.grad = Tensor::empty(leaf.shape(), leaf.dtype());
+    ag.grad.fill_(0.0);
+    ag.grad_epoch = epoch;
+  }
+  for (auto& h : *ag.hooks) h(ag.grad);
+}
+
+/// Marks every leaf gradient that already exists as written in `epoch`, so the sweep adds.
+inline void claim_existing_grads(Tape& tape, std::int32_t last, std::uint64_t epoch) {
+  for (std::int32_t i = 0; i <= last; ++i)
+    for (const Tensor& t : tape.nodes()[static_cast<std::size_t>(i)].in) {
+      if (!t.defined() || !t.requires_grad() || !t.is_leaf()) continue;
+      auto& ag = t.impl()->ag;
+      if (ag.grad.defined()) ag.grad_epoch = epoch;
+    }
+}
+
+}  // namespace autograd::detail
+
+/// Differentiates `root` (seeded with `seed`, or with ones when `seed` is undefined) with
+/// respect to every leaf that requires gradients, then clears this thread's tape.
+/// Returns the pass's epoch (leaves written by this pass carry it).
+inline std::uint64_t backward(const Tensor& root, const Tensor& seed = {},
+                              GradAccumulation mode = GradAccumulation::overwrite) {
+  using namespace autograd;
+  Tape& tape = Tape::current();
+  STRATA_CHECK(root.defined(), "backward() of an undefined tensor");
+  STRATA_CHECK(tracks_grad(root) && !root.is_leaf(),
+               "backward(): the tensor was not produced by a recorded operation on this thread (no input "
+               "requires gradients, recording was off, or its tape was already consumed by a backward pass)");
+  STRATA_CHECK(!seed.defined() || seed.shape() == root.shape(), "backward(): seed shape ", seed.shape(),
+               " differs from root shape ", root.shape());
+  const std::uint64_t epoch = autograd::detail::next_epoch();
+  const std::int32_t last = root.impl()->ag.node;
+  if (mode == GradAccumulation::accumulate) autograd::detail::claim_existing_grads(tape, last, epoch);
+  {
+    GradSlot s = grad_slot(root, epoch);
+    if (seed.defined())
+      s.dst.copy_(seed.dtype() == root.dtype() ? seed : to_dtype(seed, root.dtype()));
+    else
+      s.dst.fill_(1.0);
+  }
+  NoGradGuard no_grad;  // the backward functions themselves are never recorded
+  auto& nodes = tape.nodes();
+  try {
+    for (std::int32_t i = last; i >= 0; --i) {
+      Node& n = nodes[static_cast<std::size_t>(i)];
+      auto& oag = n.out.impl()->ag;
+      if (oag.grad_epoch == epoch && oag.grad.defined()) {
+        n.backward(n, epoch);
+        oag.grad = Tensor();  // an intermediate's gradient is dead once its node has run
+      }
+      // Fire the hooks of leaves whose first consumer this is: nothing earlier reads them.
+      for (std::size_t k = 0; k < n.in.size(); ++k) {
+        const Tensor& t = n.in[k];
+        if (!t.defined() || !t.requires_grad() || !t.is_leaf()) continue;
+        if (t.impl()->ag.first_use != i) continue;
+        bool seen = false;
+        for (std::size_t j = 0; j < k; ++j) seen = seen || same_tensor(n.in[j], t);
+        if (!seen) autograd::detail::fire_hooks(t, epoch);
+      }
+    }
+  } catch (...) {
+    tape.clear();
+    throw;
+  }
+  tape.clear();
+  return epoch;
+}
+
+/// The parameters whose gradients a backward pass produced; each gradient is params[i].grad().
+/// A view over the caller's parameter list: no copy, no allocation.
+struct Gradients {
+  std::span<const Tensor> params;
+  std::size_t size() const noexcept { return params.size(); }
+  Tensor operator[](std::size_t i) const noexcept { return params[i].grad(); }
+};
+
+/// Differentiates `loss` with respect to `params` (every one gets a gradient; those `loss`
+/// does not depend on get zeros) and returns them.
+///
+/// @code
+/// auto grads = strata::grad(loss, model.parameters());
+/// optimizer.apply_gradients(ctx, grads);
+/// @endcode
+inline Gradients grad(const Tensor& loss, std::span<const Tensor> params,
+                      GradAccumulation mode = GradAccumulation::overwrite) {
+  STRATA_CHECK(loss.numel() == 1, "grad(): the loss must have one element, got shape ", loss.shape());
+  for (const Tensor& p : params)
+    STRATA_CHECK(p.defined() && p.requires_grad() && p.is_leaf(), "grad(): every parameter must be a leaf tensor "
+                 "that requires gradients");
+  const std::uint64_t epoch = backward(loss, {}, mode);
+  for (const Tensor& p : params) {
+    auto& ag = p.impl()->ag;
+    if (ag.grad_epoch == epoch && ag.grad.defined()) continue;
+    if (mode == GradAccumulation::accumulate && ag.grad.defined()) continue;
+    if (!ag.grad.defined()) ag.grad = Tensor::empty(p.shape(), p.dtype());
+    ag.grad.fill_(0.0);
+    ag.grad_epoch = epoch;
+  }
+  return Gradients{params};
+}
+
+}  // namespace strata

@@ -1,0 +1,125 @@
+/// \file
+/// The define-by-run tape. Every differentiable operation whose inputs track gradients
+/// appends a Node (its output, inputs, saved tensors and a plain function pointer for its
+/// backward) to the tape of the calling thread. Threads never share a tape, so replicas on
+/// threads record independently. Recording order is a topological order, so backward is a
+/// single reverse sweep.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include <strata/autograd/grad_mode.hpp>  // GradMode
+#include <strata/tensor/tensor.hpp>       // Tensor
+
+namespace strata::autograd {
+
+struct Node;
+/// A node's backward: reads its output gradient, writes its inputs' gradients.
+using BackwardFn = void (*)(Node&, std::uint64_t grad_epoch);
+
+/// One recorded operation.
+struct Node {
+  BackwardFn backward = nullptr;
+  const char* name = "";
+  Tensor out;
+  std::array<Tensor, 3> in;
+  std::array<Tensor, 2> saved;
+  std::array<double, 2> f{};
+  std::array<std::int64_t, 6> i{};
+};
+
+namespace detail {
+/// A process-wide counter, so that epochs of different tapes and backward passes never collide.
+inline std::uint64_t next_epoch() noexcept {
+  static std::atomic<std::uint64_t> counter{0};
+  return ++counter;
+}
+}  // namespace detail
+
+/// The tape of the calling thread.
+class Tape {
+ public:
+  static Tape& current() noexcept {
+    thread_local Tape tape;
+    return tape;
+  }
+
+  std::uint64_t epoch() const noexcept { return epoch_; }
+  std::vector<Node>& nodes() noexcept { return nodes_; }
+  std::size_t size() const noexcept { return nodes_.size(); }
+
+  /// Drops every node (keeping the capacity, so the next step records without allocating).
+  void clear() noexcept {
+    nodes_.clear();
+    epoch_ = detail::next_epoch();
+  }
+
+ private:
+  Tape() { nodes_.reserve(256); }
+  std::vector<Node> nodes_;
+  std::uint64_t epoch_ = detail::next_epoch();
+};
+
+/// True if gradients flow into `t`: a leaf that requires them, or the output of a node on the
+/// calling thread's live tape.
+inline bool tracks_grad(const Tensor& t) noexcept {
+  if (!t.requires_grad()) return false;
+  const auto& ag = t.impl()->ag;
+  return ag.node < 0 || ag.node_epoch == Tape::current().epoch();
+}
+
+/// Appends a node for `out` if recording is on and any input tracks gradients; returns it (or
+/// nullptr when nothing was recorded, and the caller need not save anything).
+inline Node* record(const char* name, BackwardFn fn, const Tensor& out, const Tensor& a, const Tensor& b = {},
+                    const Tensor& c = {}) {
+  if (!GradMode::enabled()) return nullptr;
+  if (!tracks_grad(a) && !tracks_grad(b) && !tracks_grad(c)) return nullptr;
+  Tape& tape = Tape::current();
+  const auto idx = static_cast<std::int32_t>(tape.size());
+  Node& n = tape.nodes().emplace_back();
+  n.backward = fn;
+  n.name = name;
+  n.out = out;
+  n.in = {a, b, c};
+  auto& oag = out.impl()->ag;
+  oag.requires_grad = true;
+  oag.node = idx;
+  oag.node_epoch = tape.epoch();
+  for (const Tensor& t : n.in) {
+    if (!t.defined() || !t.requires_grad() || !t.is_leaf()) continue;
+    auto& ag = t.impl()->ag;
+    if (ag.first_use_epoch != tape.epoch()) {
+      ag.first_use = idx;
+      ag.first_use_epoch = tape.epoch();
+    }
+  }
+  return &n;
+}
+
+/// Where one input's gradient goes in the current backward pass: `dst` (shaped like the
+/// input) and whether to add to it (another path already wrote it) or overwrite it.
+struct GradSlot {
+  Tensor dst;
+  bool accumulate = false;
+  explicit operator bool() const noexcept { return dst.defined(); }
+};
+
+/// The slot for `t` in backward pass `epoch`, or an empty slot if `t` needs no gradient.
+/// A leaf keeps its gradient buffer across passes, so steady-state steps reuse it.
+inline GradSlot grad_slot(const Tensor& t, std::uint64_t epoch) {
+  if (!t.defined() || !tracks_grad(t)) return {};
+  auto& ag = t.impl()->ag;
+  if (ag.grad_epoch == epoch && ag.grad.defined()) return {ag.grad, true};
+  if (!ag.grad.defined() || !(ag.grad.shape() == t.shape()) || ag.grad.dtype() != t.dtype())
+    ag.grad = Tensor::empty(t.shape(), t.dtype());
+  ag.grad_epoch = epoch;
+  return {ag.grad, false};
+}
+
+/// The gradient flowing into node `n`'s output.
+inline const Tensor& grad_output(const Node& n) noexcept { return n.out.impl()->ag.grad; }
+
+}  // namespace strata::autograd

@@ -1,0 +1,274 @@
+/// \file
+/// Pipeline: a TensorDataset seen through seeded shuffling, sharding and batching, iterated
+/// one epoch per range-for. Each new iteration is the next epoch, reshuffled with a seed
+/// derived from (seed, epoch), so runs with the same seed see the same order. prefetch(k)
+/// assembles up to k batches ahead on a background thread, so the step never waits for data.
+///
+/// @code
+/// auto train = strata::data::Pipeline(strata::data::fashion_mnist_train()).shuffle(0).batch(64).prefetch(2);
+/// for (int epoch = 0; epoch < 3; ++epoch)
+///   for (const strata::data::Batch& b : train) step(b.x, b.y);
+/// @endcode
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <numeric>  // std::iota
+#include <thread>
+#include <vector>
+
+#include <strata/data/dataset.hpp>
+#include <strata/tensor/random.hpp>
+
+namespace strata::data {
+
+/// How one epoch is laid out: which examples, in which order, in batches of what size.
+struct PipelineOptions {
+  bool shuffle = false;
+  std::uint64_t seed = 0;
+  std::int64_t batch_size = 1;
+  bool drop_remainder = false;
+  std::int64_t num_shards = 1, shard_index = 0;
+  int prefetch = 0;
+  std::int64_t take_batches = -1;  ///< at most this many batches per epoch (-1: all)
+};
+
+namespace detail {
+
+/// The example order of epoch `epoch`: a seeded Fisher-Yates permutation (or the identity),
+/// then every num_shards-th element starting at shard_index.
+inline std::vector<std::int64_t> epoch_order(std::int64_t n, const PipelineOptions& o, std::int64_t epoch) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), std::int64_t{0});
+  if (o.shuffle) {
+    Generator gen(Generator::derive(o.seed, static_cast<std::uint64_t>(epoch)));
+    for (std::int64_t i = n - 1; i > 0; --i) {
+      const auto j = static_cast<std::int64_t>(gen.below(static_cast<std::uint64_t>(i + 1)));
+      std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(j)]);
+    }
+  }
+  if (o.num_shards > 1) {
+    std::vector<std::int64_t> mine;
+    mine.reserve(static_cast<std::size_t>(n / o.num_shards + 1));
+    for (std::int64_t i = o.shard_index; i < n; i += o.num_shards) mine.push_back(order[static_cast<std::size_t>(i)]);
+    order = std::move(mine);
+  }
+  return order;
+}
+
+/// Copies rows `idx` of `src` ([N, ...], contiguous) into a new tensor [idx.size(), ...].
+inline Tensor gather_rows(const Tensor& src, const std::int64_t* idx, std::int64_t count) {
+  Shape s = src.shape();
+  s[0] = count;
+  Tensor out = Tensor::empty(s, src.dtype());
+  const std::size_t row = src.dim(0) == 0 ? 0 : src.nbytes() / static_cast<std::size_t>(src.dim(0));
+  const auto* from = static_cast<const char*>(src.raw_data());
+  auto* to = static_cast<char*>(out.raw_data());
+  for (std::int64_t i = 0; i < count; ++i)
+    std::memcpy(to + static_cast<std::size_t>(i) * row, from + static_cast<std::size_t>(idx[i]) * row, row);
+  return out;
+}
+
+/// One epoch in flight: the order, and (with prefetch) the producer thread and its ring.
+class EpochState {
+ public:
+  EpochState(std::shared_ptr<const TensorDataset> ds, const PipelineOptions& o, std::int64_t epoch)
+      : ds_(std::move(ds)), o_(o), epoch_(epoch), order_(epoch_order(ds_->size(), o, epoch)) {
+    const auto n = static_cast<std::int64_t>(order_.size());
+    num_batches_ = o.drop_remainder ? n / o.batch_size : (n + o.batch_size - 1) / o.batch_size;
+    if (o.take_batches >= 0 && o.take_batches < num_batches_) num_batches_ = o.take_batches;
+    if (o.prefetch > 0) {
+      ring_.resize(static_cast<std::size_t>(o.prefetch));
+      producer_ = std::thread([this] { produce(); });
+    }
+  }
+  ~EpochState() {
+    if (producer_.joinable()) {
+      {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      producer_.join();
+    }
+  }
+  EpochState(const EpochState&) = delete;
+  EpochState& operator=(const EpochState&) = delete;
+
+  /// The next batch into `out`; false at the end of the epoch.
+  bool next(Batch& out) {
+    if (consumed_ >= num_batches_) return false;
+    if (!producer_.joinable()) {
+      out = make(consumed_++);
+      return true;
+    }
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return count_ > 0 || error_; });
+    if (error_) std::rethrow_exception(error_);
+    out = std::move(ring_[head_]);
+    head_ = (head_ + 1) % ring_.size();
+    --count_;
+    ++consumed_;
+    lock.unlock();
+    cv_.notify_all();
+    return true;
+  }
+
+  std::int64_t num_batches() const noexcept { return num_batches_; }
+
+ private:
+  Batch make(std::int64_t k) const {
+    const std::int64_t start = k * o_.batch_size;
+    const std::int64_t count = std::min<std::int64_t>(o_.batch_size, static_cast<std::int64_t>(order_.size()) - start);
+    Batch b;
+    b.x = gather_rows(ds_->x, order_.data() + start, count);
+    b.y = gather_rows(ds_->y, order_.data() + start, count);
+    b.size = count;
+    b.global_size = count;
+    b.epoch = epoch_;
+    b.index = k;
+    return b;
+  }
+  void produce() {
+    try {
+      for (std::int64_t k = 0; k < num_batches_; ++k) {
+        Batch b = make(k);
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return count_ < ring_.size() || stop_; });
+        if (stop_) return;
+        ring_[(head_ + count_) % ring_.size()] = std::move(b);
+        ++count_;
+        lock.unlock();
+        cv_.notify_all();
+      }
+    } catch (...) {
+      std::lock_guard lock(mu_);
+      error_ = std::current_exception();
+      cv_.notify_all();
+    }
+  }
+
+  std::shared_ptr<const TensorDataset> ds_;
+  PipelineOptions o_;
+  std::int64_t epoch_;
+  std::vector<std::int64_t> order_;
+  std::int64_t num_batches_ = 0, consumed_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Batch> ring_;
+  std::size_t head_ = 0, count_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread producer_;
+};
+
+}  // namespace detail
+
+/// A dataset with its epoch layout. Copies share the examples; options are per copy.
+class Pipeline {
+ public:
+  Pipeline() = default;
+  explicit Pipeline(TensorDataset ds) : ds_(std::make_shared<const TensorDataset>(std::move(ds))) {}
+
+  /// Reshuffles every epoch from a seed derived from (seed, epoch).
+  Pipeline shuffle(std::uint64_t seed) const {
+    Pipeline p = *this;
+    p.o_.shuffle = true;
+    p.o_.seed = seed;
+    return p;
+  }
+  /// Groups examples into batches of `size`; the last, partial batch is kept unless dropped.
+  Pipeline batch(std::int64_t size, bool drop_remainder = false) const {
+    STRATA_CHECK(size > 0, "batch size must be positive, got ", size);
+    Pipeline p = *this;
+    p.o_.batch_size = size;
+    p.o_.drop_remainder = drop_remainder;
+    return p;
+  }
+  /// Keeps every num_shards-th example (after shuffling) starting at `index`: one worker's share.
+  Pipeline shard(std::int64_t num_shards, std::int64_t index) const {
+    STRATA_CHECK(num_shards >= 1 && index >= 0 && index < num_shards, "shard(", num_shards, ", ", index,
+                 "): need 0 <= index < num_shards");
+    Pipeline p = *this;
+    p.o_.num_shards = num_shards;
+    p.o_.shard_index = index;
+    return p;
+  }
+  /// Assembles up to `depth` batches ahead on a background thread (0: on the caller's thread).
+  Pipeline prefetch(int depth = 2) const {
+    STRATA_CHECK(depth >= 0, "prefetch depth must be non-negative, got ", depth);
+    Pipeline p = *this;
+    p.o_.prefetch = depth;
+    return p;
+  }
+  /// At most `batches` batches per epoch.
+  Pipeline take(std::int64_t batches) const {
+    STRATA_CHECK(batches >= 0, "take(", batches, "): must be non-negative");
+    Pipeline p = *this;
+    p.o_.take_batches = batches;
+    return p;
+  }
+
+  /// The epoch the next iteration will produce (each iteration advances it).
+  std::int64_t epoch() const noexcept { return next_epoch_; }
+  /// Sets the next epoch, e.g. to resume.
+  void set_epoch(std::int64_t e) {
+    STRATA_CHECK(e >= 0, "epoch must be non-negative, got ", e);
+    next_epoch_ = e;
+  }
+  const PipelineOptions& options() const noexcept { return o_; }
+  const TensorDataset& dataset() const { return *ds_; }
+
+  /// Examples per epoch in this shard.
+  std::int64_t size() const noexcept {
+    const std::int64_t n = ds_ ? ds_->size() : 0;
+    return o_.shard_index < n ? (n - o_.shard_index + o_.num_shards - 1) / o_.num_shards : 0;
+  }
+  /// Batches per epoch.
+  std::int64_t num_batches() const noexcept {
+    const std::int64_t n = size();
+    std::int64_t b = o_.drop_remainder ? n / o_.batch_size : (n + o_.batch_size - 1) / o_.batch_size;
+    if (o_.take_batches >= 0 && o_.take_batches < b) b = o_.take_batches;
+    return b;
+  }
+
+  struct Sentinel {};
+  /// Walks one epoch's batches.
+  class Iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    explicit Iterator(std::shared_ptr<detail::EpochState> st) : st_(std::move(st)) { ++*this; }
+    const Batch& operator*() const noexcept { return cur_; }
+    const Batch* operator->() const noexcept { return &cur_; }
+    Iterator& operator++() {
+      if (st_ && !st_->next(cur_)) st_.reset();
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const Iterator& it, Sentinel) noexcept { return !it.st_; }
+
+   private:
+    std::shared_ptr<detail::EpochState> st_;
+    Batch cur_;
+  };
+
+  /// Starts the next epoch.
+  Iterator begin() {
+    STRATA_CHECK(ds_ != nullptr, "iterating an empty Pipeline");
+    return Iterator(std::make_shared<detail::EpochState>(ds_, o_, next_epoch_++));
+  }
+  Sentinel end() const noexcept { return {}; }
+
+ private:
+  std::shared_ptr<const TensorDataset> ds_;
+  PipelineOptions o_;
+  std::int64_t next_epoch_ = 0;
+};
+
+}  // namespace strata::data

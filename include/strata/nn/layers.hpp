@@ -1,0 +1,110 @@
+/// \file
+/// The standard layers: Linear, Conv2d, MaxPool2d, ReLU, Dropout, Flatten.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <strata/nn/init.hpp>    // default_generator, kaiming_uniform_
+#include <strata/nn/module.hpp>  // Module
+#include <strata/ops/conv.hpp>   // conv2d, max_pool2d
+#include <strata/ops/dropout.hpp>
+#include <strata/ops/elementwise.hpp>
+#include <strata/ops/linalg.hpp>  // linear
+#include <strata/ops/shape_ops.hpp>
+
+namespace strata::nn {
+
+/// y = x W^T + b, W [out, in]. Initialised like torch.nn.Linear: U(-1/sqrt(in), 1/sqrt(in)).
+class Linear : public Module {
+ public:
+  Linear(std::int64_t in, std::int64_t out, bool bias = true, Generator& gen = default_generator(),
+         DType dtype = DType::f32) {
+    STRATA_CHECK(in > 0 && out > 0, "Linear(", in, ", ", out, "): features must be positive");
+    Tensor w = Tensor::empty({out, in}, dtype);
+    init::kaiming_uniform_(w, gen, std::sqrt(5.0));
+    weight_ = register_parameter("weight", w);
+    if (bias) {
+      Tensor b = Tensor::empty({out}, dtype);
+      init::uniform_(b, 1.0 / std::sqrt(static_cast<double>(in)), gen);
+      bias_ = register_parameter("bias", b);
+    }
+  }
+  Tensor forward(const Tensor& x) override { return linear(x, weight_, bias_); }
+  bool fuses_activation() const override { return true; }
+  Tensor forward_fused(const Tensor& x, Activation act) override { return linear(x, weight_, bias_, act); }
+  const Tensor& weight() const noexcept { return weight_; }
+  const Tensor& bias() const noexcept { return bias_; }
+
+ private:
+  Tensor weight_, bias_;
+};
+
+/// 2-D convolution over NCHW with a square kernel. Initialised like torch.nn.Conv2d.
+class Conv2d : public Module {
+ public:
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel, std::int64_t stride = 1,
+         std::int64_t padding = 0, bool bias = true, Generator& gen = default_generator(), DType dtype = DType::f32)
+      : stride_(stride), padding_(padding) {
+    STRATA_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0, "Conv2d(", in_channels, ", ", out_channels, ", ",
+                 kernel, "): sizes must be positive");
+    Tensor w = Tensor::empty({out_channels, in_channels, kernel, kernel}, dtype);
+    init::kaiming_uniform_(w, gen, std::sqrt(5.0));
+    weight_ = register_parameter("weight", w);
+    if (bias) {
+      Tensor b = Tensor::empty({out_channels}, dtype);
+      init::uniform_(b, 1.0 / std::sqrt(static_cast<double>(in_channels * kernel * kernel)), gen);
+      bias_ = register_parameter("bias", b);
+    }
+  }
+  Tensor forward(const Tensor& x) override { return conv2d(x, weight_, bias_, stride_, padding_); }
+  bool fuses_activation() const override { return true; }
+  Tensor forward_fused(const Tensor& x, Activation act) override {
+    return conv2d(x, weight_, bias_, stride_, padding_, act);
+  }
+  const Tensor& weight() const noexcept { return weight_; }
+  const Tensor& bias() const noexcept { return bias_; }
+
+ private:
+  Tensor weight_, bias_;
+  std::int64_t stride_, padding_;
+};
+
+/// max(x, 0).
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+};
+
+/// 2-D max pooling; the stride defaults to the window.
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0)
+      : kernel_(kernel), stride_(stride == 0 ? kernel : stride), padding_(padding) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel_, stride_, padding_); }
+
+ private:
+  std::int64_t kernel_, stride_, padding_;
+};
+
+/// [N, ...] -> [N, prod(...)].
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return flatten(x); }
+};
+
+/// Inverted dropout with its own generator, seeded from the default one at construction.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5, Generator& seed_from = default_generator()) : p_(p), gen_(seed_from.next()) {
+    STRATA_CHECK(p >= 0.0 && p < 1.0, "Dropout probability must be in [0, 1), got ", p);
+  }
+  Tensor forward(const Tensor& x) override { return dropout(x, p_, gen_, is_training()); }
+  Generator& generator() noexcept { return gen_; }
+
+ private:
+  double p_;
+  Generator gen_;
+};
+
+}  // namespace strata::nn

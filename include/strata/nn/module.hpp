@@ -1,0 +1,93 @@
+/// \file
+/// Module: the base of every layer. It owns named parameters and child modules, lists them
+/// in registration order (PyTorch's naming: "0.weight", "fc.bias"), and switches between
+/// training and evaluation.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <strata/ops/linalg.hpp>  // Activation
+#include <strata/tensor/tensor.hpp>
+
+namespace strata::nn {
+
+/// A layer or a composition of layers.
+class Module {
+ public:
+  Module() = default;
+  Module(Module&&) = default;
+  Module& operator=(Module&&) = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  virtual ~Module() = default;
+
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  /// True if forward_fused() can apply an activation in its own output pass.
+  virtual bool fuses_activation() const { return false; }
+  /// forward() followed by `act`, fused where the layer supports it.
+  virtual Tensor forward_fused(const Tensor& x, Activation act);
+
+  /// Every parameter of this module and its children, in registration order. The list is
+  /// built once and reused, so calling this in the training step does not allocate.
+  const std::vector<Tensor>& parameters() const {
+    if (!params_valid_) {
+      params_cache_.clear();
+      for (auto& [name, t] : named_parameters()) params_cache_.push_back(t);
+      params_valid_ = true;
+    }
+    return params_cache_;
+  }
+  /// (name, parameter) pairs; a child's names are prefixed with the child's name and a dot.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const {
+    std::vector<std::pair<std::string, Tensor>> out = params_;
+    for (const auto& [cname, child] : children_)
+      for (auto& [pname, t] : child->named_parameters()) out.emplace_back(cname + "." + pname, t);
+    return out;
+  }
+  /// Training mode (dropout active) or evaluation mode; applies to every child.
+  void train(bool on = true) {
+    training_ = on;
+    for (auto& [name, child] : children_) child->train(on);
+  }
+  void eval() { train(false); }
+  bool is_training() const noexcept { return training_; }
+
+ protected:
+  /// Adds `t` as a parameter named `name`; it is marked as requiring gradients.
+  Tensor register_parameter(std::string name, Tensor t) {
+    t.requires_grad_(true);
+    params_.emplace_back(std::move(name), t);
+    params_valid_ = false;
+    return t;
+  }
+  /// Adds an owned child module.
+  Module& register_module(std::string name, std::unique_ptr<Module> m) {
+    children_.emplace_back(std::move(name), std::move(m));
+    params_valid_ = false;
+    return *children_.back().second;
+  }
+  const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const { return children_; }
+
+ private:
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  mutable std::vector<Tensor> params_cache_;
+  mutable bool params_valid_ = false;
+  bool training_ = true;
+};
+
+}  // namespace strata::nn
+
+#include <strata/ops/elementwise.hpp>  // relu
+
+namespace strata::nn {
+inline Tensor Module::forward_fused(const Tensor& x, Activation act) {
+  Tensor y = forward(x);
+  return act == Activation::relu ? relu(y) : y;
+}
+}  // namespace strata::nn

@@ -1,0 +1,145 @@
+/// \file
+/// Differentiable 2-D convolution (NCHW, im2col + one GEMM per batch, optional fused bias and
+/// ReLU) and 2-D max pooling.
+#pragma once
+
+#include <cstdint>
+
+#include <strata/kernels/cpu/conv.hpp>  // im2col, col2im
+#include <strata/kernels/cpu/pool.hpp>  // max_pool2d_forward/backward
+#include <strata/ops/linalg.hpp>        // Activation, ops::detail::gemm
+
+namespace strata {
+
+namespace ops::detail {
+
+inline kernels::cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, std::int64_t stride, std::int64_t pad) {
+  return {x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(2), w.dim(3), stride, pad};
+}
+
+inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
+  const Tensor& g = autograd::grad_output(n);
+  const Tensor &x = n.in[0], &cols = n.saved[0], &w = n.saved[1];
+  const auto geo = conv_geometry(x, w, n.i[1], n.i[2]);
+  const std::int64_t N = geo.n, OC = w.dim(0), P = geo.oh() * geo.ow(), R = geo.rows(), C = geo.cols();
+  strata::detail::visit_floating(g.dtype(), "conv2d", [&](auto tag) {
+    using T = decltype(tag);
+    T* gp = g.template data<T>();
+    if (static_cast<Activation>(n.i[0]) == Activation::relu) relu_mask_inplace<T>(g.numel(), n.out.template data<T>(), gp);
+    // gT [OC, N*P]: the output gradient in the column order of the GEMM.
+    Tensor gt = Tensor::empty({OC, C}, g.dtype());
+    T* gtp = gt.template data<T>();
+    for (std::int64_t b = 0; b < N; ++b)
+      for (std::int64_t oc = 0; oc < OC; ++oc) {
+        const T* src = gp + (b * OC + oc) * P;
+        T* dst = gtp + oc * C + b * P;
+        for (std::int64_t p = 0; p < P; ++p) dst[p] = src[p];
+      }
+    if (auto s = autograd::grad_slot(n.in[2], epoch)) {  // db = row sums of gT
+      T* d = s.dst.template data<T>();
+      for (std::int64_t oc = 0; oc < OC; ++oc) {
+        T acc = 0;
+        const T* row = gtp + oc * C;
+        for (std::int64_t c = 0; c < C; ++c) acc += row[c];
+        d[oc] = s.accumulate ? d[oc] + acc : acc;
+      }
+    }
+    if (auto s = autograd::grad_slot(n.in[1], epoch))  // dW [OC, R] = gT cols^T
+      gemm<T>(false, true, OC, R, C, gtp, cols.template data<T>(), s.dst.template data<T>(), s.accumulate);
+    if (auto s = autograd::grad_slot(n.in[0], epoch)) {  // dcols [R, C] = W^T gT, then col2im
+      Tensor dcols = Tensor::empty({R, C}, g.dtype());
+      gemm<T>(true, false, R, C, OC, w.template data<T>(), gtp, dcols.template data<T>(), false);
+      kernels::cpu::col2im<T>(geo, dcols.template data<T>(), s.dst.template data<T>(), s.accumulate);
+    }
+  });
+}
+
+inline void max_pool2d_backward(autograd::Node& n, std::uint64_t epoch) {
+  auto s = autograd::grad_slot(n.in[0], epoch);
+  if (!s) return;
+  const Tensor& x = n.in[0];
+  const kernels::cpu::PoolGeometry geo{x.dim(0) * x.dim(1), x.dim(2), x.dim(3), n.i[0], n.i[1], n.i[2]};
+  strata::detail::visit_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::max_pool2d_backward<T>(geo, autograd::grad_output(n).template data<T>(),
+                                         n.saved[0].template data<std::int32_t>(), s.dst.template data<T>(),
+                                         s.accumulate);
+  });
+}
+
+}  // namespace ops::detail
+
+/// 2-D convolution: x [N, C, H, W], w [OC, C, KH, KW], optional b [OC]; square stride and
+/// zero padding; `act` fused into the output pass. Returns [N, OC, OH, OW].
+inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std::int64_t stride = 1,
+                     std::int64_t padding = 0, Activation act = Activation::none) {
+  STRATA_CHECK(x.defined() && w.defined(), "conv2d: undefined operand");
+  STRATA_CHECK(x.ndim() == 4 && w.ndim() == 4, "conv2d needs x [N, C, H, W] and weight [OC, C, KH, KW], got ",
+               x.shape(), " and ", w.shape());
+  STRATA_CHECK(x.dim(1) == w.dim(1), "conv2d: input has ", x.dim(1), " channels, weight expects ", w.dim(1));
+  STRATA_CHECK(x.dtype() == w.dtype(), "conv2d: dtypes differ (", x.dtype(), " vs ", w.dtype(), ")");
+  STRATA_CHECK(stride >= 1 && padding >= 0, "conv2d: stride ", stride, " and padding ", padding, " are invalid");
+  STRATA_CHECK(!b.defined() || (b.ndim() == 1 && b.dim(0) == w.dim(0)), "conv2d: bias shape ", b.shape(),
+               " does not match ", w.dim(0), " output channels");
+  STRATA_CHECK(x.dim(2) + 2 * padding >= w.dim(2) && x.dim(3) + 2 * padding >= w.dim(3), "conv2d: kernel ",
+               w.shape(), " larger than the padded input ", x.shape());
+  Tensor xc = x.contiguous(), wc = w.contiguous();
+  Tensor bc = b.defined() ? b.contiguous() : Tensor();
+  const auto geo = ops::detail::conv_geometry(xc, wc, stride, padding);
+  const std::int64_t N = geo.n, OC = wc.dim(0), P = geo.oh() * geo.ow(), R = geo.rows(), C = geo.cols();
+  Tensor cols = Tensor::empty({R, C}, x.dtype());
+  Tensor out = Tensor::empty({N, OC, geo.oh(), geo.ow()}, x.dtype());
+  strata::detail::visit_floating(x.dtype(), "conv2d", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::im2col<T>(geo, xc.template data<T>(), cols.template data<T>());
+    Tensor tmp = Tensor::empty({OC, C}, x.dtype());
+    T* tp = tmp.template data<T>();
+    ops::detail::gemm<T>(false, false, OC, C, R, wc.template data<T>(), cols.template data<T>(), tp, false);
+    T* y = out.template data<T>();
+    const T* bp = bc.defined() ? bc.template data<T>() : nullptr;
+    const bool relu = act == Activation::relu;
+    for (std::int64_t i = 0; i < N; ++i)  // [OC, N*P] -> [N, OC, P], with bias and activation
+      for (std::int64_t oc = 0; oc < OC; ++oc) {
+        const T* src = tp + oc * C + i * P;
+        T* dst = y + (i * OC + oc) * P;
+        const T bias = bp ? bp[oc] : T(0);
+        if (relu)
+          for (std::int64_t p = 0; p < P; ++p) dst[p] = src[p] + bias > T(0) ? src[p] + bias : T(0);
+        else
+          for (std::int64_t p = 0; p < P; ++p) dst[p] = src[p] + bias;
+      }
+  });
+  if (auto* n = autograd::record("conv2d", &ops::detail::conv2d_backward, out, x, w, b)) {
+    n->saved = {cols, wc};
+    n->i[0] = static_cast<std::int64_t>(act);
+    n->i[1] = stride;
+    n->i[2] = padding;
+  }
+  return out;
+}
+
+/// 2-D max pooling over x [N, C, H, W] with a square window; stride defaults to the window.
+inline Tensor max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0) {
+  STRATA_CHECK(x.defined() && x.ndim() == 4, "max_pool2d needs x [N, C, H, W], got ", x.shape());
+  if (stride == 0) stride = kernel;
+  STRATA_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && 2 * padding <= kernel, "max_pool2d: kernel ", kernel,
+               ", stride ", stride, ", padding ", padding, " are invalid");
+  STRATA_CHECK(x.dim(2) + 2 * padding >= kernel && x.dim(3) + 2 * padding >= kernel, "max_pool2d: window ", kernel,
+               " larger than the input ", x.shape());
+  Tensor xc = x.contiguous();
+  const kernels::cpu::PoolGeometry geo{x.dim(0) * x.dim(1), x.dim(2), x.dim(3), kernel, stride, padding};
+  Tensor out = Tensor::empty({x.dim(0), x.dim(1), geo.oh(), geo.ow()}, x.dtype());
+  Tensor arg = Tensor::empty(out.shape(), DType::i32);
+  strata::detail::visit_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::max_pool2d_forward<T>(geo, xc.template data<T>(), out.template data<T>(),
+                                        arg.template data<std::int32_t>());
+  });
+  if (auto* n = autograd::record("max_pool2d", &ops::detail::max_pool2d_backward, out, x)) {
+    n->saved[0] = arg;
+    n->i = {kernel, stride, padding, 0, 0, 0};
+  }
+  return out;
+}
+
+}  // namespace strata

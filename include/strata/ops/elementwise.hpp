@@ -1,0 +1,243 @@
+/// \file
+/// Differentiable elementwise operations: binary arithmetic with NumPy broadcasting, scalar
+/// arithmetic, and unary functions (relu, exp, log, tanh, sigmoid).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <strata/autograd/tape.hpp>     // record, grad_slot
+#include <strata/ops/detail/strided.hpp>  // for_each_strided
+#include <strata/tensor/tensor.hpp>
+
+namespace strata {
+
+namespace ops::detail {
+
+using autograd::GradSlot;
+using autograd::Node;
+
+/// Writes sum-to-shape of value(i) into `slot`: value is evaluated over `out_shape` and
+/// summed over the axes along which the slot's tensor was broadcast.
+template <class T, class V>
+void write_reduced(GradSlot& slot, const Shape& out_shape, const std::array<Shape, 3>& operand_strides, V&& value) {
+  T* d = slot.dst.template data<T>();
+  const Shape& ds = slot.dst.shape();
+  if (ds == out_shape) {  // no reduction: one pass
+    std::int64_t i = 0;
+    if (slot.accumulate)
+      strata::detail::for_each_strided<3>(out_shape, operand_strides, [&](const auto& o) { d[i++] += value(o); });
+    else
+      strata::detail::for_each_strided<3>(out_shape, operand_strides, [&](const auto& o) { d[i++] = value(o); });
+    return;
+  }
+  if (!slot.accumulate) slot.dst.fill_(0.0);
+  const Shape dst_strides = strata::detail::broadcast_strides(ds, contiguous_strides(ds), out_shape);
+  const std::array<Shape, 4> st{operand_strides[0], operand_strides[1], operand_strides[2], dst_strides};
+  strata::detail::for_each_strided<4>(out_shape, st, [&](const auto& o) {
+    d[o[3]] += value(std::array<std::int64_t, 3>{o[0], o[1], o[2]});
+  });
+}
+
+enum class BinaryKind : std::int64_t { add, sub, mul, div };
+
+template <class T>
+T apply(BinaryKind k, T a, T b) noexcept {
+  switch (k) {
+    case BinaryKind::add: return a + b;
+    case BinaryKind::sub: return a - b;
+    case BinaryKind::mul: return a * b;
+    case BinaryKind::div: return a / b;
+  }
+  return a;
+}
+
+inline void binary_backward(Node& n, std::uint64_t epoch) {
+  const Tensor& g = autograd::grad_output(n);
+  const Tensor &a = n.in[0], &b = n.in[1];
+  const auto kind = static_cast<BinaryKind>(n.i[0]);
+  const Shape& os = n.out.shape();
+  strata::detail::visit_floating(g.dtype(), n.name, [&](auto tag) {
+    using T = decltype(tag);
+    const T* gp = g.data<T>();
+    const T* ap = a.data<T>();
+    const T* bp = b.data<T>();
+    const std::array<Shape, 3> st{contiguous_strides(os), strata::detail::broadcast_strides(a, os),
+                                  strata::detail::broadcast_strides(b, os)};
+    if (auto s = autograd::grad_slot(a, epoch)) {
+      write_reduced<T>(s, os, st, [&](const auto& o) -> T {
+        switch (kind) {
+          case BinaryKind::add:
+          case BinaryKind::sub: return gp[o[0]];
+          case BinaryKind::mul: return gp[o[0]] * bp[o[2]];
+          case BinaryKind::div: return gp[o[0]] / bp[o[2]];
+        }
+        return T(0);
+      });
+    }
+    if (auto s = autograd::grad_slot(b, epoch)) {
+      write_reduced<T>(s, os, st, [&](const auto& o) -> T {
+        switch (kind) {
+          case BinaryKind::add: return gp[o[0]];
+          case BinaryKind::sub: return -gp[o[0]];
+          case BinaryKind::mul: return gp[o[0]] * ap[o[1]];
+          case BinaryKind::div: return -gp[o[0]] * ap[o[1]] / (bp[o[2]] * bp[o[2]]);
+        }
+        return T(0);
+      });
+    }
+  });
+}
+
+inline Tensor binary(const char* name, BinaryKind kind, const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(a.defined() && b.defined(), name, ": undefined operand");
+  STRATA_CHECK(a.dtype() == b.dtype(), name, ": dtypes differ (", a.dtype(), " vs ", b.dtype(), ")");
+  const Shape os = broadcast_shapes(a.shape(), b.shape());
+  Tensor out = Tensor::empty(os, a.dtype());
+  strata::detail::visit_dtype(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* ap = static_cast<const T*>(a.raw_data());
+    const T* bp = static_cast<const T*>(b.raw_data());
+    T* op = static_cast<T*>(out.raw_data());
+    const std::int64_t n = out.numel();
+    if (a.shape() == os && b.shape() == os && a.is_contiguous() && b.is_contiguous()) {
+      switch (kind) {  // the common case, kept free of per-element dispatch so it vectorises
+        case BinaryKind::add: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] + bp[i]; break;
+        case BinaryKind::sub: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] - bp[i]; break;
+        case BinaryKind::mul: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] * bp[i]; break;
+        case BinaryKind::div: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] / bp[i]; break;
+      }
+      return;
+    }
+    const std::array<Shape, 3> st{contiguous_strides(os), strata::detail::broadcast_strides(a, os),
+                                  strata::detail::broadcast_strides(b, os)};
+    strata::detail::for_each_strided<3>(os, st, [&](const auto& o) { op[o[0]] = apply(kind, ap[o[1]], bp[o[2]]); });
+  });
+  if (is_floating(a.dtype())) {
+    if (Node* node = autograd::record(name, &binary_backward, out, a, b)) node->i[0] = static_cast<std::int64_t>(kind);
+  }
+  return out;
+}
+
+/// A unary operation: forward value y = fwd(x, s) and local derivative dydx(x, y, s).
+struct UnaryOp {
+  enum Kind : std::int64_t { neg, relu, exp, log, tanh, sigmoid, add_scalar, mul_scalar, pow_scalar };
+  template <class T>
+  static T fwd(std::int64_t k, T x, T s) noexcept {
+    switch (k) {
+      case neg: return -x;
+      case relu: return x > T(0) ? x : T(0);
+      case exp: return std::exp(x);
+      case log: return std::log(x);
+      case tanh: return std::tanh(x);
+      case sigmoid: return T(1) / (T(1) + std::exp(-x));
+      case add_scalar: return x + s;
+      case mul_scalar: return x * s;
+      case pow_scalar: return std::pow(x, s);
+    }
+    return x;
+  }
+  template <class T>
+  static T dydx(std::int64_t k, T x, T y, T s) noexcept {
+    switch (k) {
+      case neg: return T(-1);
+      case relu: return y > T(0) ? T(1) : T(0);
+      case exp: return y;
+      case log: return T(1) / x;
+      case tanh: return T(1) - y * y;
+      case sigmoid: return y * (T(1) - y);
+      case add_scalar: return T(1);
+      case mul_scalar: return s;
+      case pow_scalar: return s * std::pow(x, s - T(1));
+    }
+    return T(0);
+  }
+};
+
+inline void unary_backward(Node& n, std::uint64_t epoch) {
+  auto s = autograd::grad_slot(n.in[0], epoch);
+  if (!s) return;
+  const std::int64_t k = n.i[0];
+  strata::detail::visit_floating(n.out.dtype(), n.name, [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = autograd::grad_output(n).template data<T>();
+    const T* x = n.saved[0].template data<T>();
+    const T* y = n.out.template data<T>();
+    T* d = s.dst.template data<T>();
+    const T sc = static_cast<T>(n.f[0]);
+    const std::int64_t cnt = n.out.numel();
+    if (k == UnaryOp::relu) {  // hot in every network: a branch-free pass
+      if (s.accumulate)
+        for (std::int64_t i = 0; i < cnt; ++i) d[i] += y[i] > T(0) ? g[i] : T(0);
+      else
+        for (std::int64_t i = 0; i < cnt; ++i) d[i] = y[i] > T(0) ? g[i] : T(0);
+      return;
+    }
+    for (std::int64_t i = 0; i < cnt; ++i) {
+      const T v = g[i] * UnaryOp::dydx<T>(k, x[i], y[i], sc);
+      d[i] = s.accumulate ? d[i] + v : v;
+    }
+  });
+}
+
+inline Tensor unary(const char* name, std::int64_t kind, const Tensor& x, double scalar = 0) {
+  STRATA_CHECK(x.defined(), name, ": undefined operand");
+  Tensor in = x.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  strata::detail::visit_floating(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = in.data<T>();
+    T* o = out.data<T>();
+    const T s = static_cast<T>(scalar);
+    const std::int64_t n = out.numel();
+    if (kind == UnaryOp::relu)
+      for (std::int64_t i = 0; i < n; ++i) o[i] = p[i] > T(0) ? p[i] : T(0);
+    else
+      for (std::int64_t i = 0; i < n; ++i) o[i] = UnaryOp::fwd<T>(kind, p[i], s);
+  });
+  if (Node* node = autograd::record(name, &unary_backward, out, x)) {
+    node->i[0] = kind;
+    node->f[0] = scalar;
+    node->saved[0] = in;
+  }
+  return out;
+}
+
+}  // namespace ops::detail
+
+/// a + b, broadcasting.
+inline Tensor add(const Tensor& a, const Tensor& b) { return ops::detail::binary("add", ops::detail::BinaryKind::add, a, b); }
+/// a - b, broadcasting.
+inline Tensor sub(const Tensor& a, const Tensor& b) { return ops::detail::binary("sub", ops::detail::BinaryKind::sub, a, b); }
+/// a * b (elementwise), broadcasting.
+inline Tensor mul(const Tensor& a, const Tensor& b) { return ops::detail::binary("mul", ops::detail::BinaryKind::mul, a, b); }
+/// a / b (elementwise), broadcasting.
+inline Tensor div(const Tensor& a, const Tensor& b) { return ops::detail::binary("div", ops::detail::BinaryKind::div, a, b); }
+
+inline Tensor neg(const Tensor& x) { return ops::detail::unary("neg", ops::detail::UnaryOp::neg, x); }
+/// max(x, 0).
+inline Tensor relu(const Tensor& x) { return ops::detail::unary("relu", ops::detail::UnaryOp::relu, x); }
+inline Tensor exp(const Tensor& x) { return ops::detail::unary("exp", ops::detail::UnaryOp::exp, x); }
+inline Tensor log(const Tensor& x) { return ops::detail::unary("log", ops::detail::UnaryOp::log, x); }
+inline Tensor tanh(const Tensor& x) { return ops::detail::unary("tanh", ops::detail::UnaryOp::tanh, x); }
+inline Tensor sigmoid(const Tensor& x) { return ops::detail::unary("sigmoid", ops::detail::UnaryOp::sigmoid, x); }
+/// x + s.
+inline Tensor add(const Tensor& x, double s) { return ops::detail::unary("add_scalar", ops::detail::UnaryOp::add_scalar, x, s); }
+/// x * s.
+inline Tensor mul(const Tensor& x, double s) { return ops::detail::unary("mul_scalar", ops::detail::UnaryOp::mul_scalar, x, s); }
+/// x ^ s (elementwise).
+inline Tensor pow(const Tensor& x, double s) { return ops::detail::unary("pow_scalar", ops::detail::UnaryOp::pow_scalar, x, s); }
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+inline Tensor operator+(const Tensor& x, double s) { return add(x, s); }
+inline Tensor operator-(const Tensor& x, double s) { return add(x, -s); }
+inline Tensor operator*(const Tensor& x, double s) { return mul(x, s); }
+inline Tensor operator/(const Tensor& x, double s) { return mul(x, 1.0 / s); }
+inline Tensor operator*(double s, const Tensor& x) { return mul(x, s); }
+inline Tensor operator+(double s, const Tensor& x) { return add(x, s); }
+
+}  // namespace strata

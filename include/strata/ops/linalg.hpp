@@ -1,0 +1,137 @@
+/// \file
+/// Differentiable matrix products: matmul, and linear (x W^T + b) with an optional fused
+/// ReLU, so a Linear+ReLU pair costs one GEMM and one pass over its output.
+#pragma once
+
+#include <cstdint>
+
+#include <strata/autograd/tape.hpp>
+#include <strata/kernels/cpu/gemm.hpp>  // kernels::cpu::gemm
+#include <strata/tensor/tensor.hpp>
+
+namespace strata {
+
+/// An activation that an operation applies to its output in the same pass.
+enum class Activation : std::int64_t { none, relu };
+
+namespace ops::detail {
+
+template <class T>
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c, bool accumulate) {
+  kernels::cpu::GemmArgs<T> g;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = a;
+  g.lda = ta ? m : k;
+  g.b = b;
+  g.ldb = tb ? k : n;
+  g.c = c;
+  g.ldc = n;
+  g.alpha = T(1);
+  g.beta = accumulate ? T(1) : T(0);
+  kernels::cpu::gemm(g);
+}
+
+/// g *= (y > 0), in place: the ReLU part of a fused backward.
+template <class T>
+void relu_mask_inplace(std::int64_t n, const T* y, T* g) {
+  for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > T(0) ? g[i] : T(0);
+}
+
+inline void matmul_backward(autograd::Node& n, std::uint64_t epoch) {
+  const Tensor& g = autograd::grad_output(n);
+  const Tensor &a = n.saved[0], &b = n.saved[1];
+  const std::int64_t M = a.dim(0), K = a.dim(1), N = b.dim(1);
+  strata::detail::visit_floating(g.dtype(), "matmul", [&](auto tag) {
+    using T = decltype(tag);
+    if (auto s = autograd::grad_slot(n.in[0], epoch))  // dA = G B^T
+      gemm<T>(false, true, M, K, N, g.template data<T>(), b.template data<T>(), s.dst.template data<T>(), s.accumulate);
+    if (auto s = autograd::grad_slot(n.in[1], epoch))  // dB = A^T G
+      gemm<T>(true, false, K, N, M, a.template data<T>(), g.template data<T>(), s.dst.template data<T>(), s.accumulate);
+  });
+}
+
+inline void linear_backward(autograd::Node& n, std::uint64_t epoch) {
+  const Tensor& g = autograd::grad_output(n);
+  const Tensor &x = n.saved[0], &w = n.saved[1];
+  const std::int64_t N = x.dim(0), I = x.dim(1), O = w.dim(0);
+  strata::detail::visit_floating(g.dtype(), "linear", [&](auto tag) {
+    using T = decltype(tag);
+    T* gp = g.template data<T>();
+    if (static_cast<Activation>(n.i[0]) == Activation::relu) relu_mask_inplace<T>(N * O, n.out.template data<T>(), gp);
+    if (auto s = autograd::grad_slot(n.in[1], epoch))  // dW = G^T X
+      gemm<T>(true, false, O, I, N, gp, x.template data<T>(), s.dst.template data<T>(), s.accumulate);
+    if (auto s = autograd::grad_slot(n.in[2], epoch)) {  // db = column sums of G
+      T* d = s.dst.template data<T>();
+      if (!s.accumulate)
+        for (std::int64_t o = 0; o < O; ++o) d[o] = T(0);
+      for (std::int64_t r = 0; r < N; ++r) {
+        const T* row = gp + r * O;
+        for (std::int64_t o = 0; o < O; ++o) d[o] += row[o];
+      }
+    }
+    if (auto s = autograd::grad_slot(n.in[0], epoch))  // dX = G W
+      gemm<T>(false, false, N, I, O, gp, w.template data<T>(), s.dst.template data<T>(), s.accumulate);
+  });
+}
+
+}  // namespace ops::detail
+
+/// The matrix product of 2-D tensors a [M, K] and b [K, N].
+inline Tensor matmul(const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(a.defined() && b.defined(), "matmul: undefined operand");
+  STRATA_CHECK(a.ndim() == 2 && b.ndim() == 2, "matmul needs 2-D operands, got ", a.shape(), " and ", b.shape());
+  STRATA_CHECK(a.dim(1) == b.dim(0), "matmul: inner extents differ: ", a.shape(), " x ", b.shape());
+  STRATA_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ (", a.dtype(), " vs ", b.dtype(), ")");
+  Tensor ac = a.contiguous(), bc = b.contiguous();
+  Tensor out = Tensor::empty({a.dim(0), b.dim(1)}, a.dtype());
+  strata::detail::visit_floating(a.dtype(), "matmul", [&](auto tag) {
+    using T = decltype(tag);
+    ops::detail::gemm<T>(false, false, a.dim(0), b.dim(1), a.dim(1), ac.template data<T>(), bc.template data<T>(),
+                         out.template data<T>(), false);
+  });
+  if (auto* n = autograd::record("matmul", &ops::detail::matmul_backward, out, a, b)) n->saved = {ac, bc};
+  return out;
+}
+
+/// x [N, I] W^T [I, O] + b [O], then `act`; W is [O, I] (PyTorch's layout), b may be undefined.
+inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {}, Activation act = Activation::none) {
+  STRATA_CHECK(x.defined() && w.defined(), "linear: undefined operand");
+  STRATA_CHECK(x.ndim() == 2 && w.ndim() == 2, "linear needs x [N, in] and weight [out, in], got ", x.shape(), " and ",
+               w.shape());
+  STRATA_CHECK(x.dim(1) == w.dim(1), "linear: input has ", x.dim(1), " features, weight expects ", w.dim(1));
+  STRATA_CHECK(x.dtype() == w.dtype(), "linear: dtypes differ (", x.dtype(), " vs ", w.dtype(), ")");
+  STRATA_CHECK(!b.defined() || (b.ndim() == 1 && b.dim(0) == w.dim(0)), "linear: bias shape ", b.shape(),
+               " does not match ", w.dim(0), " outputs");
+  const std::int64_t N = x.dim(0), I = x.dim(1), O = w.dim(0);
+  Tensor xc = x.contiguous(), wc = w.contiguous();
+  Tensor bc = b.defined() ? b.contiguous() : Tensor();
+  Tensor out = Tensor::empty({N, O}, x.dtype());
+  strata::detail::visit_floating(x.dtype(), "linear", [&](auto tag) {
+    using T = decltype(tag);
+    T* y = out.template data<T>();
+    ops::detail::gemm<T>(false, true, N, O, I, xc.template data<T>(), wc.template data<T>(), y, false);
+    const T* bp = bc.defined() ? bc.template data<T>() : nullptr;
+    const bool relu = act == Activation::relu;
+    if (!bp && !relu) return;
+    for (std::int64_t r = 0; r < N; ++r) {  // bias and activation in one pass
+      T* row = y + r * O;
+      if (bp && relu)
+        for (std::int64_t o = 0; o < O; ++o) row[o] = row[o] + bp[o] > T(0) ? row[o] + bp[o] : T(0);
+      else if (bp)
+        for (std::int64_t o = 0; o < O; ++o) row[o] += bp[o];
+      else
+        for (std::int64_t o = 0; o < O; ++o) row[o] = row[o] > T(0) ? row[o] : T(0);
+    }
+  });
+  if (auto* n = autograd::record("linear", &ops::detail::linear_backward, out, x, w, b)) {
+    n->saved = {xc, wc};
+    n->i[0] = static_cast<std::int64_t>(act);
+  }
+  return out;
+}
+
+}  // namespace strata

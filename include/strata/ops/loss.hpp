@@ -1,0 +1,100 @@
+/// \file
+/// Differentiable log-softmax and the fused softmax + cross-entropy primitive.
+#pragma once
+
+#include <cstdint>
+
+#include <strata/autograd/tape.hpp>
+#include <strata/kernels/cpu/softmax.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata {
+
+namespace ops::detail {
+
+inline void log_softmax_backward(autograd::Node& n, std::uint64_t epoch) {
+  auto s = autograd::grad_slot(n.in[0], epoch);
+  if (!s) return;
+  const std::int64_t rows = n.out.dim(0), cols = n.out.dim(1);
+  strata::detail::visit_floating(n.out.dtype(), "log_softmax", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::log_softmax_backward<T>(rows, cols, n.out.template data<T>(),
+                                          autograd::grad_output(n).template data<T>(), s.dst.template data<T>(),
+                                          s.accumulate);
+  });
+}
+
+template <class F>
+decltype(auto) visit_label(DType t, F&& f) {
+  if (t == DType::i64) return f(std::int64_t{});
+  if (t == DType::i32) return f(std::int32_t{});
+  STRATA_THROW(::strata::invalid_argument, "strata.dtype", "labels must be int32 or int64, got ", name_of(t));
+}
+
+inline void softmax_xent_backward(autograd::Node& n, std::uint64_t epoch) {
+  auto s = autograd::grad_slot(n.in[0], epoch);
+  if (!s) return;
+  const Tensor &prob = n.saved[0], &labels = n.saved[1];
+  const std::int64_t rows = prob.dim(0), cols = prob.dim(1);
+  strata::detail::visit_floating(prob.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    const T scale = static_cast<T>(n.f[0] * autograd::grad_output(n).item());
+    visit_label(labels.dtype(), [&](auto ltag) {
+      using L = decltype(ltag);
+      kernels::cpu::softmax_xent_backward<T, L>(rows, cols, prob.template data<T>(), labels.template data<L>(), scale,
+                                                s.dst.template data<T>(), s.accumulate);
+    });
+  });
+}
+
+}  // namespace ops::detail
+
+/// Row-wise log-softmax of a 2-D tensor [N, C].
+inline Tensor log_softmax(const Tensor& x) {
+  STRATA_CHECK(x.defined() && x.ndim() == 2, "log_softmax needs a 2-D tensor [N, C], got ", x.shape());
+  STRATA_CHECK(x.dim(1) > 0, "log_softmax over zero classes");
+  Tensor xc = x.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  strata::detail::visit_floating(x.dtype(), "log_softmax", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::log_softmax_forward<T>(x.dim(0), x.dim(1), xc.template data<T>(), out.template data<T>());
+  });
+  autograd::record("log_softmax", &ops::detail::log_softmax_backward, out, x);
+  return out;
+}
+
+/// scale * sum over rows of (logsumexp(logits[r]) - logits[r, labels[r]]), as a 0-d tensor:
+/// softmax and cross-entropy fused, stable for any logit magnitude. Labels are int32/int64
+/// class indices in [0, C).
+inline Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double scale) {
+  STRATA_CHECK(logits.defined() && logits.ndim() == 2, "cross_entropy needs logits [N, C], got ", logits.shape());
+  STRATA_CHECK(labels.defined() && labels.ndim() == 1 && labels.dim(0) == logits.dim(0), "cross_entropy: labels shape ",
+               labels.shape(), " does not match logits ", logits.shape());
+  const std::int64_t rows = logits.dim(0), cols = logits.dim(1);
+  Tensor xc = logits.contiguous(), lc = labels.contiguous();
+  ops::detail::visit_label(lc.dtype(), [&](auto ltag) {
+    using L = decltype(ltag);
+    const L* l = lc.template data<L>();
+    for (std::int64_t r = 0; r < rows; ++r)
+      STRATA_CHECK(l[r] >= 0 && static_cast<std::int64_t>(l[r]) < cols, "cross_entropy: label ", +l[r], " at row ", r,
+                   " is outside [0, ", cols, ")");
+  });
+  Tensor prob = Tensor::empty(logits.shape(), logits.dtype());
+  Tensor out = Tensor::empty({}, logits.dtype());
+  strata::detail::visit_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    ops::detail::visit_label(lc.dtype(), [&](auto ltag) {
+      using L = decltype(ltag);
+      const double total = kernels::cpu::softmax_xent_forward<T, L>(rows, cols, xc.template data<T>(),
+                                                                    lc.template data<L>(), prob.template data<T>());
+      *out.template data<T>() = static_cast<T>(total * scale);
+    });
+  });
+  if (auto* n = autograd::record("cross_entropy", &ops::detail::softmax_xent_backward, out, logits)) {
+    n->saved = {prob, lc};
+    n->f[0] = scale;
+  }
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,109 @@
+/// \file
+/// Differentiable reductions: sum and mean over all axes or over a set of axes.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include <strata/autograd/tape.hpp>
+#include <strata/ops/detail/strided.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata {
+
+namespace ops::detail {
+
+/// The shape after reducing the axes in `mask`, keeping them as extent 1.
+inline Shape reduced_shape_keepdim(const Shape& s, std::uint32_t mask) {
+  Shape out = s;
+  for (int i = 0; i < s.ndim(); ++i)
+    if (mask & (1u << i)) out[i] = 1;
+  return out;
+}
+inline Shape drop_axes(const Shape& s, std::uint32_t mask) {
+  Shape out;
+  for (int i = 0; i < s.ndim(); ++i)
+    if (!(mask & (1u << i))) out.push_back(s[i]);
+  return out;
+}
+
+inline void sum_backward(autograd::Node& n, std::uint64_t epoch) {
+  auto s = autograd::grad_slot(n.in[0], epoch);
+  if (!s) return;
+  const auto mask = static_cast<std::uint32_t>(n.i[0]);
+  const double scale = n.f[0];
+  const Shape& xs = n.in[0].shape();
+  const Shape keep = reduced_shape_keepdim(xs, mask);
+  strata::detail::visit_floating(n.out.dtype(), "sum", [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = autograd::grad_output(n).template data<T>();
+    T* d = s.dst.template data<T>();
+    const T sc = static_cast<T>(scale);
+    const std::array<Shape, 2> st{contiguous_strides(xs),
+                                  strata::detail::broadcast_strides(keep, contiguous_strides(keep), xs)};
+    strata::detail::for_each_strided<2>(xs, st, [&](const auto& o) {
+      d[o[0]] = s.accumulate ? d[o[0]] + sc * g[o[1]] : sc * g[o[1]];
+    });
+  });
+}
+
+inline Tensor sum_impl(const char* name, const Tensor& x, std::uint32_t mask, bool keepdim, double scale) {
+  STRATA_CHECK(x.defined(), name, ": undefined operand");
+  const Shape& xs = x.shape();
+  const Shape keep = reduced_shape_keepdim(xs, mask);
+  Tensor out = Tensor::empty(keepdim ? keep : drop_axes(xs, mask), x.dtype());
+  strata::detail::visit_floating(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(x.raw_data());
+    T* o = out.data<T>();
+    if (keep.numel() == 1) {  // full reduction: accumulate in double for accuracy
+      double acc = 0;
+      strata::detail::for_each_strided<1>(xs, {x.strides()}, [&](const auto& off) { acc += p[off[0]]; });
+      o[0] = static_cast<T>(acc * scale);
+      return;
+    }
+    for (std::int64_t i = 0; i < out.numel(); ++i) o[i] = T(0);
+    const std::array<Shape, 2> st{x.strides(), strata::detail::broadcast_strides(keep, contiguous_strides(keep), xs)};
+    strata::detail::for_each_strided<2>(xs, st, [&](const auto& off) { o[off[1]] += p[off[0]]; });
+    if (scale != 1.0)
+      for (std::int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<T>(o[i] * scale);
+  });
+  if (auto* node = autograd::record(name, &sum_backward, out, x)) {
+    node->i[0] = mask;
+    node->f[0] = scale;
+  }
+  return out;
+}
+
+inline std::uint32_t axes_mask(const Shape& s, std::initializer_list<int> axes) {
+  std::uint32_t m = 0;
+  for (int a : axes) m |= 1u << s.normalize_axis(a);
+  return m;
+}
+
+}  // namespace ops::detail
+
+/// Sum of all elements (a 0-d tensor).
+inline Tensor sum(const Tensor& x) {
+  return ops::detail::sum_impl("sum", x, (1u << x.ndim()) - 1, false, 1.0);
+}
+/// Sum over `axes` (negative counts from the end); `keepdim` keeps them with extent 1.
+inline Tensor sum(const Tensor& x, std::initializer_list<int> axes, bool keepdim = false) {
+  return ops::detail::sum_impl("sum", x, ops::detail::axes_mask(x.shape(), axes), keepdim, 1.0);
+}
+/// Mean of all elements.
+inline Tensor mean(const Tensor& x) {
+  STRATA_CHECK(x.numel() > 0, "mean of an empty tensor");
+  return ops::detail::sum_impl("mean", x, (1u << x.ndim()) - 1, false, 1.0 / static_cast<double>(x.numel()));
+}
+/// Mean over `axes`.
+inline Tensor mean(const Tensor& x, std::initializer_list<int> axes, bool keepdim = false) {
+  const auto mask = ops::detail::axes_mask(x.shape(), axes);
+  std::int64_t count = 1;
+  for (int i = 0; i < x.ndim(); ++i)
+    if (mask & (1u << i)) count *= x.shape()[i];
+  STRATA_CHECK(count > 0, "mean over empty axes");
+  return ops::detail::sum_impl("mean", x, mask, keepdim, 1.0 / static_cast<double>(count));
+}
+
+}  // namespace strata

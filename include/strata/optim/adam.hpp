@@ -1,0 +1,54 @@
+/// \file
+/// Adam and AdamW (torch.optim.Adam / AdamW updates), fused into one pass per parameter.
+#pragma once
+
+#include <strata/kernels/cpu/optim_step.hpp>  // adam_step
+#include <strata/optim/optimizer.hpp>
+
+namespace strata::optim {
+
+struct AdamOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+};
+
+/// Adam; weight decay is added to the gradient (L2), as in torch.optim.Adam.
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, double lr = 1e-3, AdamOptions o = {}) : Adam(std::move(params), lr, o, false) {}
+
+  std::vector<std::pair<std::string, Tensor>> state() const override {
+    auto out = detail::named_slots("exp_avg", m_);
+    for (auto& e : detail::named_slots("exp_avg_sq", v_)) out.push_back(std::move(e));
+    return out;
+  }
+
+ protected:
+  Adam(std::vector<Tensor> params, double lr, AdamOptions o, bool decoupled)
+      : Optimizer(std::move(params), lr), o_(o), decoupled_(decoupled) {
+    STRATA_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "Adam betas must be in [0, 1)");
+    STRATA_CHECK(o.eps >= 0 && o.weight_decay >= 0, "Adam eps and weight decay must be non-negative");
+  }
+  void update(std::size_t i, Tensor& p, const Tensor& g) override {
+    Tensor m = state_for(m_, i), v = state_for(v_, i);
+    kernels::cpu::AdamParams kp{lr(), o_.beta1, o_.beta2, o_.eps, o_.weight_decay, decoupled_, steps() + 1};
+    strata::detail::visit_floating(p.dtype(), "Adam", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::adam_step<T>(p.numel(), p.template data<T>(), g.template data<T>(), m.template data<T>(),
+                                 v.template data<T>(), kp);
+    });
+  }
+
+ private:
+  AdamOptions o_;
+  bool decoupled_;
+  std::vector<Tensor> m_, v_;
+};
+
+/// AdamW: decoupled weight decay (p *= 1 - lr * wd before the Adam update); wd defaults to 0.01.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, double lr = 1e-3, AdamOptions o = {.weight_decay = 0.01})
+      : Adam(std::move(params), lr, o, true) {}
+};
+
+}  // namespace strata::optim

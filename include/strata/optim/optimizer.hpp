@@ -1,0 +1,102 @@
+/// \file
+/// What every optimizer shares: its parameter list, learning rate, step counter, named state
+/// (for checkpoints), and apply_gradients, which first lets a replica context aggregate the
+/// gradients across replicas and then updates.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <strata/autograd/backward.hpp>  // Gradients
+#include <strata/tensor/factory.hpp>     // zeros
+
+namespace strata::optim {
+
+/// Anything that can aggregate gradients across replicas in place (a replica context).
+template <class C>
+concept GradientAggregator = requires(C& c, Gradients g) { c.all_reduce_gradients(g); };
+
+/// The shared part of SGD, Adam and AdamW.
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+    STRATA_CHECK(lr >= 0.0, "learning rate must be non-negative, got ", lr);
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      STRATA_CHECK(params_[i].defined() && params_[i].requires_grad() && params_[i].is_leaf(), "parameter ", i,
+                   " is not a leaf tensor that requires gradients");
+  }
+  virtual ~Optimizer() = default;
+  Optimizer(Optimizer&&) = default;
+  Optimizer& operator=(Optimizer&&) = default;
+
+  double lr() const noexcept { return lr_; }
+  void set_lr(double lr) {
+    STRATA_CHECK(lr >= 0.0, "learning rate must be non-negative, got ", lr);
+    lr_ = lr;
+  }
+  std::int64_t steps() const noexcept { return steps_; }
+  const std::vector<Tensor>& params() const noexcept { return params_; }
+
+  /// Updates every parameter from its .grad(); parameters without a gradient are skipped.
+  void step() {
+    NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const Tensor g = params_[i].grad();
+      if (!g.defined()) continue;
+      update(i, params_[i], g);
+    }
+    ++steps_;
+  }
+
+  /// Aggregates `grads` through `ctx` (the sum over all replicas in sync), then steps.
+  template <GradientAggregator Ctx>
+  void apply_gradients(Ctx& ctx, Gradients grads) {
+    check_matches(grads);
+    ctx.all_reduce_gradients(grads);
+    step();
+  }
+  /// Steps with `grads` as they are (one replica, nothing to aggregate).
+  void apply_gradients(Gradients grads) {
+    check_matches(grads);
+    step();
+  }
+
+  /// Named state tensors (buffers per parameter), for checkpoints.
+  virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
+
+ protected:
+  virtual void update(std::size_t i, Tensor& p, const Tensor& g) = 0;
+
+  /// A zero state tensor shaped like parameter i, created on first use.
+  Tensor& state_for(std::vector<Tensor>& slots, std::size_t i) {
+    if (slots.size() != params_.size()) slots.resize(params_.size());
+    if (!slots[i].defined()) slots[i] = zeros(params_[i].shape(), params_[i].dtype());
+    return slots[i];
+  }
+
+ private:
+  void check_matches(const Gradients& g) const {
+    STRATA_CHECK_EQ(g.size(), params_.size(), "apply_gradients: gradients for a different parameter list");
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      STRATA_CHECK(same_tensor(g.params[i], params_[i]), "apply_gradients: gradient ", i,
+                   " belongs to another parameter than the optimizer's");
+  }
+
+  std::vector<Tensor> params_;
+  double lr_;
+  std::int64_t steps_ = 0;
+};
+
+namespace detail {
+inline std::vector<std::pair<std::string, Tensor>> named_slots(const char* prefix, const std::vector<Tensor>& slots) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    if (slots[i].defined()) out.emplace_back(std::string(prefix) + "." + std::to_string(i), slots[i]);
+  return out;
+}
+}  // namespace detail
+
+}  // namespace strata::optim

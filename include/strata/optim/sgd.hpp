@@ -1,0 +1,55 @@
+/// \file
+/// Stochastic gradient descent with momentum, dampening, Nesterov and weight decay
+/// (torch.optim.SGD's update), fused into one pass per parameter.
+#pragma once
+
+#include <strata/kernels/cpu/optim_step.hpp>  // sgd_step
+#include <strata/optim/optimizer.hpp>
+
+namespace strata::optim {
+
+struct SgdOptions {
+  double momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+
+/// @code
+/// strata::optim::Sgd opt(model.parameters(), 0.05, {.momentum = 0.9});
+/// opt.apply_gradients(strata::grad(loss, model.parameters()));
+/// @endcode
+class Sgd : public Optimizer {
+ public:
+  Sgd(std::vector<Tensor> params, double lr, SgdOptions o = {}) : Optimizer(std::move(params), lr), o_(o) {
+    STRATA_CHECK(o.momentum >= 0 && o.weight_decay >= 0, "SGD momentum and weight decay must be non-negative");
+    STRATA_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "Nesterov momentum needs momentum > 0 and no "
+                 "dampening");
+  }
+  /// Shorthand for Sgd(params, lr, {.momentum = momentum}).
+  Sgd(std::vector<Tensor> params, double lr, double momentum) : Sgd(std::move(params), lr, SgdOptions{momentum}) {}
+
+  std::vector<std::pair<std::string, Tensor>> state() const override {
+    return detail::named_slots("momentum_buffer", bufs_);
+  }
+  const SgdOptions& options() const noexcept { return o_; }
+
+ protected:
+  void update(std::size_t i, Tensor& p, const Tensor& g) override {
+    kernels::cpu::SgdParams kp{lr(), o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov, false};
+    Tensor buf;
+    if (o_.momentum != 0) {
+      kp.first_step = bufs_.size() != params().size() || !bufs_[i].defined();
+      buf = state_for(bufs_, i);
+    }
+    strata::detail::visit_floating(p.dtype(), "SGD", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::sgd_step<T>(p.numel(), p.template data<T>(), g.template data<T>(),
+                                buf.defined() ? buf.template data<T>() : nullptr, kp);
+    });
+  }
+
+ private:
+  SgdOptions o_;
+  std::vector<Tensor> bufs_;
+};
+
+}  // namespace strata::optim

@@ -1,0 +1,40 @@
+/// \file
+/// The umbrella header: the tensor and autograd core, nn, optim, data, and the strategies.
+/// Nothing here needs MPI, Gloo, NCCL or CUDA; those are opt-in headers.
+#pragma once
+
+#include <strata/config.hpp>
+#include <strata/version.hpp>
+#include <strata/support/error.hpp>
+#include <strata/support/check.hpp>
+#include <strata/tensor/tensor.hpp>
+#include <strata/tensor/factory.hpp>
+#include <strata/tensor/random.hpp>
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/autograd/backward.hpp>
+#include <strata/autograd/gradcheck.hpp>
+#include <strata/ops/elementwise.hpp>
+#include <strata/ops/reduce.hpp>
+#include <strata/ops/shape_ops.hpp>
+#include <strata/ops/linalg.hpp>
+#include <strata/ops/conv.hpp>
+#include <strata/ops/loss.hpp>
+#include <strata/ops/dropout.hpp>
+#include <strata/ops/metrics.hpp>
+#include <strata/nn/init.hpp>
+#include <strata/nn/module.hpp>
+#include <strata/nn/layers.hpp>
+#include <strata/nn/sequential.hpp>
+#include <strata/nn/loss.hpp>
+#include <strata/optim/optimizer.hpp>
+#include <strata/optim/sgd.hpp>
+#include <strata/optim/adam.hpp>
+#include <strata/data/idx.hpp>
+#include <strata/data/dataset.hpp>
+#include <strata/data/fashion_mnist.hpp>
+#include <strata/data/pipeline.hpp>
+#include <strata/collective/reduce_op.hpp>
+#include <strata/strategy/per_replica.hpp>
+#include <strata/strategy/replica_context.hpp>
+#include <strata/strategy/strategy.hpp>
+#include <strata/strategy/one_device.hpp>

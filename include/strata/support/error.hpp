@@ -1,0 +1,50 @@
+/// \file
+/// The exception hierarchy. Every error strata raises derives from strata::error and its
+/// message starts with a stable id in brackets, e.g. "[strata.data] ...".
+///
+/// Recoverable conditions (io_error, data_error, timeout) are separate from misuse
+/// (invalid_argument): a caller may retry the first kind, never the second.
+#pragma once
+
+#include <stdexcept>  // std::runtime_error
+#include <string>
+
+namespace strata {
+
+/// Base of every strata exception.
+class error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A caller broke a precondition: bad shape, bad dtype, bad argument value.
+class invalid_argument : public error {
+ public:
+  using error::error;
+};
+
+/// A file could not be opened, read or written.
+class io_error : public error {
+ public:
+  using error::error;
+};
+
+/// A data file exists but its content is malformed (bad magic, truncated, mismatched counts).
+class data_error : public error {
+ public:
+  using error::error;
+};
+
+/// A wait exceeded its deadline.
+class timeout_error : public error {
+ public:
+  using error::error;
+};
+
+/// An internal invariant failed: a bug in strata.
+class internal_error : public error {
+ public:
+  using error::error;
+};
+
+}  // namespace strata

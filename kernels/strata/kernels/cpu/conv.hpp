@@ -1,0 +1,84 @@
+/// \file
+/// im2col / col2im for 2-D convolution over NCHW tensors. The column matrix has one row per
+/// (channel, kh, kw) and one column per (image, oh, ow), so a whole batch is one GEMM.
+#pragma once
+
+#include <algorithm>  // std::fill_n
+#include <cstdint>
+
+namespace strata::kernels::cpu {
+
+/// Geometry of a 2-D convolution.
+struct ConvGeometry {
+  std::int64_t n, c, h, w;      // input
+  std::int64_t kh, kw;          // kernel
+  std::int64_t stride, pad;
+  std::int64_t oh() const noexcept { return (h + 2 * pad - kh) / stride + 1; }
+  std::int64_t ow() const noexcept { return (w + 2 * pad - kw) / stride + 1; }
+  std::int64_t rows() const noexcept { return c * kh * kw; }
+  std::int64_t cols() const noexcept { return n * oh() * ow(); }
+};
+
+/// cols[(c,i,j), (n,y,x)] = x[n, c, y*s - p + i, x*s - p + j] (0 outside the image).
+template <class T>
+void im2col(const ConvGeometry& g, const T* x, T* cols) {
+  const std::int64_t OH = g.oh(), OW = g.ow(), ncols = g.cols();
+  for (std::int64_t c = 0; c < g.c; ++c)
+    for (std::int64_t i = 0; i < g.kh; ++i)
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        T* row = cols + ((c * g.kh + i) * g.kw + j) * ncols;
+        for (std::int64_t n = 0; n < g.n; ++n) {
+          const T* img = x + (n * g.c + c) * g.h * g.w;
+          for (std::int64_t y = 0; y < OH; ++y) {
+            T* out = row + (n * OH + y) * OW;
+            const std::int64_t iy = y * g.stride - g.pad + i;
+            if (iy < 0 || iy >= g.h) {
+              std::fill_n(out, OW, T(0));
+              continue;
+            }
+            const T* src = img + iy * g.w;
+            if (g.stride == 1) {
+              // Columns whose input x falls inside the row form one contiguous run.
+              const std::int64_t x0 = std::max<std::int64_t>(0, g.pad - j);
+              const std::int64_t x1 = std::min<std::int64_t>(OW, g.w + g.pad - j);
+              for (std::int64_t ox = 0; ox < x0 && ox < OW; ++ox) out[ox] = T(0);
+              for (std::int64_t ox = x0; ox < x1; ++ox) out[ox] = src[ox - g.pad + j];
+              for (std::int64_t ox = std::max(x1, x0); ox < OW; ++ox) out[ox] = T(0);
+            } else {
+              for (std::int64_t ox = 0; ox < OW; ++ox) {
+                const std::int64_t ix = ox * g.stride - g.pad + j;
+                out[ox] = (ix >= 0 && ix < g.w) ? src[ix] : T(0);
+              }
+            }
+          }
+        }
+      }
+}
+
+/// The adjoint of im2col: dx[n, c, y, x] = sum of the column entries that read it. Overwrites dx
+/// unless `accumulate`.
+template <class T>
+void col2im(const ConvGeometry& g, const T* cols, T* dx, bool accumulate) {
+  const std::int64_t OH = g.oh(), OW = g.ow(), ncols = g.cols();
+  if (!accumulate) std::fill_n(dx, g.n * g.c * g.h * g.w, T(0));
+  for (std::int64_t c = 0; c < g.c; ++c)
+    for (std::int64_t i = 0; i < g.kh; ++i)
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        const T* row = cols + ((c * g.kh + i) * g.kw + j) * ncols;
+        for (std::int64_t n = 0; n < g.n; ++n) {
+          T* img = dx + (n * g.c + c) * g.h * g.w;
+          for (std::int64_t y = 0; y < OH; ++y) {
+            const std::int64_t iy = y * g.stride - g.pad + i;
+            if (iy < 0 || iy >= g.h) continue;
+            const T* in = row + (n * OH + y) * OW;
+            T* dst = img + iy * g.w;
+            for (std::int64_t ox = 0; ox < OW; ++ox) {
+              const std::int64_t ix = ox * g.stride - g.pad + j;
+              if (ix >= 0 && ix < g.w) dst[ix] += in[ox];
+            }
+          }
+        }
+      }
+}
+
+}  // namespace strata::kernels::cpu

@@ -1,0 +1,151 @@
+/// \file
+/// Row-major GEMM: C = alpha * op(A) * op(B) + beta * C, where op(X) is X or X^T.
+/// gemm() uses CBLAS (OpenBLAS) when the build has it and the built-in blocked kernel
+/// otherwise; both are callable directly so tests can hold them against each other.
+#pragma once
+
+#include <algorithm>  // std::min
+#include <cstdint>
+#include <type_traits>  // std::is_same_v
+#include <vector>
+
+#include <strata/config.hpp>  // STRATA_HAS_BLAS, STRATA_RESTRICT
+
+#if STRATA_HAS_BLAS
+#include <cblas.h>
+#endif
+
+namespace strata::kernels::cpu {
+
+/// Operand layout of one GEMM call; lda/ldb/ldc are row strides in elements.
+template <class T>
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  std::int64_t m = 0, n = 0, k = 0;
+  T alpha = 1;
+  const T* a = nullptr;
+  std::int64_t lda = 0;
+  const T* b = nullptr;
+  std::int64_t ldb = 0;
+  T beta = 0;
+  T* c = nullptr;
+  std::int64_t ldc = 0;
+};
+
+namespace detail {
+
+// Register block of the micro-kernel: MR rows of A times NR columns of B, 32 bytes of B per row.
+template <class T> inline constexpr int kMR = 4;
+template <class T> inline constexpr int kNR = 32 / sizeof(T) * 2;
+inline constexpr std::int64_t kMC = 64, kKC = 256, kNC = 512;
+
+template <class T>
+inline void micro_kernel(std::int64_t kc, const T* STRATA_RESTRICT ap, const T* STRATA_RESTRICT bp, T* c,
+                         std::int64_t ldc, T alpha, int mr, int nr) {
+  constexpr int MR = kMR<T>, NR = kNR<T>;
+  T acc[MR][NR] = {};
+  for (std::int64_t p = 0; p < kc; ++p) {
+    const T* a = ap + p * MR;
+    const T* b = bp + p * NR;
+    for (int i = 0; i < MR; ++i) {
+      const T ai = a[i];
+      for (int j = 0; j < NR; ++j) acc[i][j] += ai * b[j];
+    }
+  }
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) c[i * ldc + j] += alpha * acc[i][j];
+}
+
+}  // namespace detail
+
+/// The built-in blocked GEMM: packs panels of A and B into cache-sized buffers and runs an
+/// MR x NR register-blocked micro-kernel over them.
+template <class T>
+void gemm_builtin(const GemmArgs<T>& g) {
+  using namespace detail;
+  constexpr int MR = kMR<T>, NR = kNR<T>;
+  // Scale C by beta once; beta == 0 overwrites, so NaNs already in C do not survive.
+  for (std::int64_t i = 0; i < g.m; ++i) {
+    T* row = g.c + i * g.ldc;
+    if (g.beta == T(0))
+      for (std::int64_t j = 0; j < g.n; ++j) row[j] = T(0);
+    else if (g.beta != T(1))
+      for (std::int64_t j = 0; j < g.n; ++j) row[j] *= g.beta;
+  }
+  if (g.k == 0 || g.alpha == T(0)) return;
+  auto A = [&](std::int64_t i, std::int64_t p) { return g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p]; };
+  auto B = [&](std::int64_t p, std::int64_t j) { return g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j]; };
+  thread_local std::vector<T> apack, bpack;
+  apack.resize(static_cast<std::size_t>(kMC * kKC));
+  bpack.resize(static_cast<std::size_t>(kKC * (kNC + NR)));
+  for (std::int64_t jc = 0; jc < g.n; jc += kNC) {
+    const std::int64_t nc = std::min(kNC, g.n - jc);
+    for (std::int64_t pc = 0; pc < g.k; pc += kKC) {
+      const std::int64_t kc = std::min(kKC, g.k - pc);
+      // Pack B[pc:pc+kc, jc:jc+nc] as column panels of width NR, zero-padded.
+      for (std::int64_t jr = 0; jr < nc; jr += NR) {
+        T* dst = bpack.data() + jr * kc;
+        const int nr = static_cast<int>(std::min<std::int64_t>(NR, nc - jr));
+        for (std::int64_t p = 0; p < kc; ++p)
+          for (int j = 0; j < NR; ++j) dst[p * NR + j] = j < nr ? B(pc + p, jc + jr + j) : T(0);
+      }
+      for (std::int64_t ic = 0; ic < g.m; ic += kMC) {
+        const std::int64_t mc = std::min(kMC, g.m - ic);
+        for (std::int64_t ir = 0; ir < mc; ir += MR) {
+          T* dst = apack.data() + ir * kc;
+          const int mr = static_cast<int>(std::min<std::int64_t>(MR, mc - ir));
+          for (std::int64_t p = 0; p < kc; ++p)
+            for (int i = 0; i < MR; ++i) dst[p * MR + i] = i < mr ? A(ic + ir + i, pc + p) : T(0);
+        }
+        for (std::int64_t jr = 0; jr < nc; jr += NR) {
+          const int nr = static_cast<int>(std::min<std::int64_t>(NR, nc - jr));
+          for (std::int64_t ir = 0; ir < mc; ir += MR) {
+            const int mr = static_cast<int>(std::min<std::int64_t>(MR, mc - ir));
+            micro_kernel<T>(kc, apack.data() + ir * kc, bpack.data() + jr * kc,
+                            g.c + (ic + ir) * g.ldc + jc + jr, g.ldc, g.alpha, mr, nr);
+          }
+        }
+      }
+    }
+  }
+}
+
+#if STRATA_HAS_BLAS
+/// GEMM through CBLAS.
+template <class T>
+void gemm_blas(const GemmArgs<T>& g) {
+  if (g.m == 0 || g.n == 0) return;
+  const auto ta = g.trans_a ? CblasTrans : CblasNoTrans;
+  const auto tb = g.trans_b ? CblasTrans : CblasNoTrans;
+  const auto M = static_cast<blasint>(g.m), N = static_cast<blasint>(g.n), K = static_cast<blasint>(g.k);
+  // CBLAS rejects a leading dimension of 0 even when the matrix is empty.
+  const auto lda = static_cast<blasint>(std::max<std::int64_t>(g.lda, 1));
+  const auto ldb = static_cast<blasint>(std::max<std::int64_t>(g.ldb, 1));
+  const auto ldc = static_cast<blasint>(std::max<std::int64_t>(g.ldc, 1));
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, g.alpha, g.a, lda, g.b, ldb, g.beta, g.c, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, g.alpha, g.a, lda, g.b, ldb, g.beta, g.c, ldc);
+}
+#endif
+
+/// GEMM through the fastest implementation this build has.
+template <class T>
+void gemm(const GemmArgs<T>& g) {
+#if STRATA_HAS_BLAS
+  gemm_blas(g);
+#else
+  gemm_builtin(g);
+#endif
+}
+
+/// Sets the number of threads the BLAS library may use (no effect on the built-in kernel).
+inline void set_blas_threads(int n) {
+#if STRATA_HAS_BLAS
+  openblas_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
+
+}  // namespace strata::kernels::cpu

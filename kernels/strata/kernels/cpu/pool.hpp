@@ -1,0 +1,64 @@
+/// \file
+/// 2-D max pooling over NCHW, forward (keeping the argmax) and backward (scatter to it).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+namespace strata::kernels::cpu {
+
+struct PoolGeometry {
+  std::int64_t planes, h, w;  // planes = N * C
+  std::int64_t k, stride, pad;
+  std::int64_t oh() const noexcept { return (h + 2 * pad - k) / stride + 1; }
+  std::int64_t ow() const noexcept { return (w + 2 * pad - k) / stride + 1; }
+};
+
+/// y = max over each window; `argmax` receives the flat index (within its plane) of the winner.
+template <class T>
+void max_pool2d_forward(const PoolGeometry& g, const T* x, T* y, std::int32_t* argmax) {
+  const std::int64_t OH = g.oh(), OW = g.ow();
+  for (std::int64_t p = 0; p < g.planes; ++p) {
+    const T* in = x + p * g.h * g.w;
+    for (std::int64_t oy = 0; oy < OH; ++oy)
+      for (std::int64_t ox = 0; ox < OW; ++ox) {
+        T best = -std::numeric_limits<T>::infinity();
+        std::int32_t arg = -1;
+        for (std::int64_t i = 0; i < g.k; ++i) {
+          const std::int64_t iy = oy * g.stride - g.pad + i;
+          if (iy < 0 || iy >= g.h) continue;
+          for (std::int64_t j = 0; j < g.k; ++j) {
+            const std::int64_t ix = ox * g.stride - g.pad + j;
+            if (ix < 0 || ix >= g.w) continue;
+            const T v = in[iy * g.w + ix];
+            // NaN propagates: a NaN input wins its window.
+            if (arg < 0 || v > best || v != v) {
+              best = v;
+              arg = static_cast<std::int32_t>(iy * g.w + ix);
+              if (v != v) break;
+            }
+          }
+        }
+        const std::int64_t o = (p * OH + oy) * OW + ox;
+        y[o] = best;
+        argmax[o] = arg;
+      }
+  }
+}
+
+/// dx[argmax] += dy; dx is overwritten first unless `accumulate`.
+template <class T>
+void max_pool2d_backward(const PoolGeometry& g, const T* dy, const std::int32_t* argmax, T* dx, bool accumulate) {
+  const std::int64_t OH = g.oh(), OW = g.ow(), plane = g.h * g.w;
+  if (!accumulate)
+    for (std::int64_t i = 0; i < g.planes * plane; ++i) dx[i] = T(0);
+  for (std::int64_t p = 0; p < g.planes; ++p) {
+    T* d = dx + p * plane;
+    const T* gy = dy + p * OH * OW;
+    const std::int32_t* a = argmax + p * OH * OW;
+    for (std::int64_t o = 0; o < OH * OW; ++o)
+      if (a[o] >= 0) d[a[o]] += gy[o];
+  }
+}
+
+}  // namespace strata::kernels::cpu

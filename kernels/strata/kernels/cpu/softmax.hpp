@@ -1,0 +1,78 @@
+/// \file
+/// Row-wise log-softmax and the fused softmax + cross-entropy, numerically stable (the row
+/// maximum is subtracted before exponentiating).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace strata::kernels::cpu {
+
+/// y[r, :] = x[r, :] - max - log(sum(exp(x[r, :] - max))).
+template <class T>
+void log_softmax_forward(std::int64_t rows, std::int64_t cols, const T* x, T* y) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    T mx = xr[0];
+    for (std::int64_t c = 1; c < cols; ++c) mx = xr[c] > mx ? xr[c] : mx;
+    T s = 0;
+    for (std::int64_t c = 0; c < cols; ++c) s += std::exp(xr[c] - mx);
+    const T lse = mx + std::log(s);
+    for (std::int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - lse;
+  }
+}
+
+/// dx = dy - exp(y) * sum(dy) per row.
+template <class T>
+void log_softmax_backward(std::int64_t rows, std::int64_t cols, const T* y, const T* dy, T* dx, bool accumulate) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* yr = y + r * cols;
+    const T* gr = dy + r * cols;
+    T* dr = dx + r * cols;
+    T s = 0;
+    for (std::int64_t c = 0; c < cols; ++c) s += gr[c];
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const T v = gr[c] - std::exp(yr[c]) * s;
+      dr[c] = accumulate ? dr[c] + v : v;
+    }
+  }
+}
+
+/// Per-row loss[r] = logsumexp(x[r]) - x[r, label[r]]; `prob` receives softmax(x) for the
+/// backward pass. Returns the sum of the row losses (accumulated in double).
+template <class T, class Label>
+double softmax_xent_forward(std::int64_t rows, std::int64_t cols, const T* x, const Label* label, T* prob) {
+  double total = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* pr = prob + r * cols;
+    T mx = xr[0];
+    for (std::int64_t c = 1; c < cols; ++c) mx = xr[c] > mx ? xr[c] : mx;
+    T s = 0;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      pr[c] = std::exp(xr[c] - mx);
+      s += pr[c];
+    }
+    const T inv = T(1) / s;
+    for (std::int64_t c = 0; c < cols; ++c) pr[c] *= inv;
+    total += static_cast<double>(mx + std::log(s) - xr[label[r]]);
+  }
+  return total;
+}
+
+/// dx[r, c] = scale * (prob[r, c] - [c == label[r]]).
+template <class T, class Label>
+void softmax_xent_backward(std::int64_t rows, std::int64_t cols, const T* prob, const Label* label, T scale, T* dx,
+                           bool accumulate) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* pr = prob + r * cols;
+    T* dr = dx + r * cols;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const T v = scale * (pr[c] - (c == static_cast<std::int64_t>(label[r]) ? T(1) : T(0)));
+      dr[c] = accumulate ? dr[c] + v : v;
+    }
+  }
+}
+
+}  // namespace strata::kernels::cpu

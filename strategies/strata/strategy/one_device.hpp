@@ -1,0 +1,106 @@
+/// \file
+/// OneDeviceStrategy: one replica on one device. Variables, compute and input all live on
+/// that device; reductions are identities. The basis for "the same loop on 1 or N devices".
+#pragma once
+
+#include <type_traits>
+#include <utility>
+
+#include <strata/data/pipeline.hpp>
+#include <strata/strategy/per_replica.hpp>
+#include <strata/strategy/replica_context.hpp>
+#include <strata/strategy/strategy.hpp>
+#include <strata/tensor/device.hpp>
+
+namespace strata {
+
+/// One replica on one device (tf.distribute.OneDeviceStrategy).
+///
+/// @code
+/// strata::OneDeviceStrategy strategy;               // cpu
+/// auto model = strategy.scope([] { return make_mlp(); });
+/// for (auto& batch : strategy.distribute(pipeline))
+///   strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) { ...; return loss; }, batch);
+/// @endcode
+class OneDeviceStrategy {
+ public:
+  static constexpr const char* name = "one_device";
+
+  explicit OneDeviceStrategy(Device device = Device::cpu()) : device_(device) {
+    STRATA_CHECK(device.kind == DeviceKind::cpu, "OneDeviceStrategy on ", device, " needs a CUDA build (-Dcuda=enabled)");
+  }
+
+  int num_replicas_in_sync() const noexcept { return 1; }
+  bool is_chief() const noexcept { return true; }
+  Device device() const noexcept { return device_; }
+
+  /// Calls `factory` and returns what it makes: its variables live on this strategy's device.
+  template <class F>
+    requires std::invocable<F&>
+  std::invoke_result_t<F&> scope(F&& factory) {
+    return factory();
+  }
+
+  /// The input pipeline, prefetching at least two batches ahead; its batches are global batches.
+  data::Pipeline distribute(const data::Pipeline& p) const {
+    return p.options().prefetch > 0 ? p : p.prefetch(2);
+  }
+
+  /// Runs fn(ctx, batch) as the single replica and returns its result.
+  template <class F>
+    requires std::invocable<F&, ReplicaContext&, const data::Batch&>
+  auto run(F&& fn, const data::Batch& batch) {
+    using R = std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>;
+    Context ctx;
+    if constexpr (std::is_void_v<R>) {
+      fn(ctx, batch);
+    } else {
+      PerReplica<R> out(1);
+      out[0] = fn(ctx, batch);
+      return out;
+    }
+  }
+  /// Runs fn(ctx) as the single replica.
+  template <class F>
+    requires std::invocable<F&, ReplicaContext&>
+  auto run(F&& fn) {
+    using R = std::invoke_result_t<F&, ReplicaContext&>;
+    Context ctx;
+    if constexpr (std::is_void_v<R>) {
+      fn(ctx);
+    } else {
+      PerReplica<R> out(1);
+      out[0] = fn(ctx);
+      return out;
+    }
+  }
+
+  /// The reduction over the one replica: its own value.
+  Tensor reduce(ReduceOp, const PerReplica<Tensor>& v) const {
+    STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
+    return v[0];
+  }
+  double reduce(ReduceOp, const PerReplica<double>& v) const {
+    STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
+    return v[0];
+  }
+
+ private:
+  /// Reductions over one replica are identities.
+  class Context final : public ReplicaContext {
+   public:
+    int replica_id_in_sync_group() const noexcept override { return 0; }
+    int num_replicas_in_sync() const noexcept override { return 1; }
+    void all_reduce(ReduceOp, Tensor&) override {}
+    void all_reduce_gradients(Gradients) override {}
+  };
+
+  Device device_;
+};
+
+template <>
+inline constexpr bool enable_strategy<OneDeviceStrategy> = true;
+
+static_assert(Strategy<OneDeviceStrategy>);
+
+}  // namespace strata

@@ -1,0 +1,199 @@
+#include "doctest.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#if STRATA_HAS_ZLIB
+#include <zlib.h>
+#endif
+
+#include <strata/strata.hpp>
+
+namespace fs = std::filesystem;
+using strata::data::Pipeline;
+using strata::data::TensorDataset;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("strata-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  std::string write(const std::string& name, const std::vector<std::uint8_t>& bytes) const {
+    std::ofstream(path / name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                       static_cast<std::streamsize>(bytes.size()));
+    return (path / name).string();
+  }
+};
+
+std::vector<std::uint8_t> idx(std::vector<std::uint32_t> dims, std::size_t data_bytes) {
+  std::vector<std::uint8_t> b{0, 0, 0x08, static_cast<std::uint8_t>(dims.size())};
+  for (auto d : dims)
+    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<std::uint8_t>(d >> s));
+  for (std::size_t i = 0; i < data_bytes; ++i) b.push_back(static_cast<std::uint8_t>(i % 251));
+  return b;
+}
+
+void check_data_error(const std::string& path, const std::string& expected) {
+  try {
+    strata::data::read_idx(path);
+    FAIL("no error for ", path);
+  } catch (const strata::error& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find(path) != std::string::npos);  // names the file
+    CHECK(msg.find(expected) != std::string::npos);
+  }
+}
+
+TensorDataset counting(std::int64_t n) {
+  std::vector<double> xs, ys;
+  for (std::int64_t i = 0; i < n; ++i) {
+    xs.push_back(static_cast<double>(i));
+    xs.push_back(static_cast<double>(-i));
+    ys.push_back(static_cast<double>(i));
+  }
+  return TensorDataset(strata::from_vector<double>({n, 2}, xs, strata::DType::f32),
+                       strata::from_vector<double>({n}, ys, strata::DType::i64));
+}
+
+std::vector<std::int64_t> epoch_labels(Pipeline& p) {
+  std::vector<std::int64_t> out;
+  for (const auto& b : p)
+    for (auto v : b.y.to_vector<std::int64_t>()) out.push_back(v);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Data.Idx.ReadsValidFiles") {
+  TempDir d;
+  auto a = strata::data::read_idx(d.write("ok", idx({3, 2, 2}, 12)));
+  CHECK(a.dims == std::vector<std::int64_t>{3, 2, 2});
+  CHECK(a.bytes.size() == 12);
+  CHECK(a.bytes[5] == 5);
+}
+
+TEST_CASE("Data.Idx.RejectsBadFilesByName") {
+  TempDir d;
+  check_data_error((d.path / "missing").string(), "cannot open");
+  check_data_error(d.write("empty", {}), "empty file");
+  auto bad = idx({3}, 3);
+  bad[0] = 0x42;
+  check_data_error(d.write("magic", bad), "bad magic");
+  check_data_error(d.write("truncated", idx({10, 4}, 39)), "truncated");
+  check_data_error(d.write("trailing", idx({2}, 3)), "trailing data");
+  check_data_error(d.write("header", {0, 0, 8, 3, 0, 0}), "truncated header");
+  check_data_error(d.path.string(), "directory");
+  CHECK_THROWS_AS(strata::data::read_idx((d.path / "missing").string()), strata::io_error);
+  CHECK_THROWS_AS(strata::data::read_idx(d.write("empty2", {})), strata::data_error);
+}
+
+#if STRATA_HAS_ZLIB
+TEST_CASE("Data.Idx.ReadsGzipAndRejectsTruncatedGzip") {
+  TempDir d;
+  const auto raw = idx({4, 3}, 12);
+  const std::string gz = (d.path / "a.gz").string();
+  gzFile f = gzopen(gz.c_str(), "wb");
+  gzwrite(f, raw.data(), static_cast<unsigned>(raw.size()));
+  gzclose(f);
+  CHECK(strata::data::read_idx(gz).dims == std::vector<std::int64_t>{4, 3});
+  std::ifstream in(gz, std::ios::binary);
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
+  bytes.resize(bytes.size() / 2);
+  check_data_error(d.write("cut.gz", bytes), "truncated gzip");
+}
+#endif
+
+TEST_CASE("Data.FashionMnistLayout.CountMismatchIsNamed") {
+  TempDir d;
+  d.write("train-images-idx3-ubyte", idx({5, 2, 2}, 20));
+  d.write("train-labels-idx1-ubyte", idx({4}, 4));
+  CHECK_THROWS_WITH_AS(strata::data::fashion_mnist_train(d.path.string()), doctest::Contains("count mismatch"),
+                       strata::data_error);
+  d.write("t10k-images-idx3-ubyte", idx({2, 2, 2}, 8));
+  d.write("t10k-labels-idx1-ubyte", idx({2}, 2));
+  auto t = strata::data::fashion_mnist_test(d.path.string());
+  CHECK(t.x.shape() == strata::Shape{2, 1, 2, 2});
+  CHECK(t.x.to_vector<float>()[3] == doctest::Approx(3.0f / 255.0f));
+  CHECK_THROWS_AS(strata::data::fashion_mnist_test((d.path / "nowhere").string()), strata::io_error);
+}
+
+#ifdef STRATA_TEST_FASHION_MNIST_DIR
+TEST_CASE("Data.FashionMnist.RealFiles") {
+  auto train = strata::data::fashion_mnist_train(STRATA_TEST_FASHION_MNIST_DIR);
+  auto test = strata::data::fashion_mnist_test(STRATA_TEST_FASHION_MNIST_DIR);
+  CHECK(train.size() == 60000);
+  CHECK(test.size() == 10000);
+  CHECK(train.x.shape() == strata::Shape{60000, 1, 28, 28});
+  const auto labels = test.y.to_vector<std::int64_t>();
+  CHECK(*std::min_element(labels.begin(), labels.end()) == 0);
+  CHECK(*std::max_element(labels.begin(), labels.end()) == 9);
+  const auto px = test.x.to_vector<float>();
+  CHECK(*std::max_element(px.begin(), px.end()) <= 1.0f);
+}
+#endif
+
+TEST_CASE("Data.Pipeline.ShuffleIsASeededPermutationPerEpoch") {
+  Pipeline p = Pipeline(counting(100)).shuffle(5).batch(7);
+  Pipeline q = Pipeline(counting(100)).shuffle(5).batch(7);
+  const auto e0 = epoch_labels(p), e1 = epoch_labels(p);
+  CHECK(e0 == epoch_labels(q));  // same seed, same epoch: same order
+  CHECK(e0 != e1);               // reshuffled each epoch
+  auto sorted = e0;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::int64_t i = 0; i < 100; ++i) CHECK(sorted[static_cast<std::size_t>(i)] == i);
+  p.set_epoch(1);
+  CHECK(epoch_labels(p) == e1);  // resume at an epoch
+}
+
+TEST_CASE("Data.Pipeline.BatchesAndRemainder") {
+  Pipeline keep = Pipeline(counting(10)).batch(4);
+  std::vector<std::int64_t> sizes;
+  for (const auto& b : keep) {
+    sizes.push_back(b.size);
+    CHECK(b.x.dim(0) == b.size);
+    CHECK(b.x.to_vector<float>()[1] == -b.x.to_vector<float>()[0]);  // rows stay whole
+  }
+  CHECK(sizes == std::vector<std::int64_t>{4, 4, 2});
+  CHECK(keep.num_batches() == 3);
+  Pipeline drop = Pipeline(counting(10)).batch(4, true);
+  CHECK(epoch_labels(drop).size() == 8);
+  CHECK(drop.num_batches() == 2);
+  CHECK(Pipeline(counting(10)).batch(4).take(1).num_batches() == 1);
+}
+
+TEST_CASE("Data.Pipeline.ShardsAreDisjointAndComplete") {
+  std::multiset<std::int64_t> all;
+  for (int i = 0; i < 3; ++i) {
+    Pipeline s = Pipeline(counting(50)).shuffle(9).shard(3, i).batch(4);
+    CHECK(s.size() == (i < 2 ? 17 : 16));
+    for (auto v : epoch_labels(s)) all.insert(v);
+  }
+  CHECK(all.size() == 50);
+  CHECK(std::set<std::int64_t>(all.begin(), all.end()).size() == 50);
+  CHECK_THROWS_AS(Pipeline(counting(5)).shard(2, 2), strata::invalid_argument);
+}
+
+TEST_CASE("Data.Pipeline.PrefetchYieldsTheSameBatches") {
+  Pipeline plain = Pipeline(counting(1000)).shuffle(1).batch(32);
+  Pipeline ahead = plain.prefetch(3);
+  for (int epoch = 0; epoch < 2; ++epoch) CHECK(epoch_labels(plain) == epoch_labels(ahead));
+  // Leaving an epoch early stops its producer thread cleanly.
+  for (const auto& b : ahead) {
+    CHECK(b.index == 0);
+    break;
+  }
+}

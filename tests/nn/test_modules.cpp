@@ -1,0 +1,79 @@
+#include "doctest.hpp"
+
+#include <cmath>
+
+#include <strata/strata.hpp>
+
+using strata::Tensor;
+namespace nn = strata::nn;
+
+TEST_CASE("NN.Sequential.NamesParametersLikePyTorch") {
+  nn::Sequential net(nn::Conv2d(1, 4, 3), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(36, 10));
+  std::vector<std::string> names;
+  for (auto& [n, t] : net.named_parameters()) names.push_back(n);
+  CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "4.weight", "4.bias"});
+  CHECK(net.parameters().size() == 4);
+  CHECK(&net.parameters() == &net.parameters());  // cached, not rebuilt per call
+  CHECK(net(strata::zeros({2, 1, 8, 8})).shape() == strata::Shape{2, 10});
+}
+
+TEST_CASE("NN.Linear.InitialisedWithinPyTorchBounds") {
+  strata::manual_seed(7);
+  nn::Linear a(100, 50);
+  const double bound = 1.0 / std::sqrt(100.0);
+  double lo = 1, hi = -1;
+  for (double v : a.weight().to_vector<double>()) lo = std::min(lo, v), hi = std::max(hi, v);
+  CHECK(lo >= -bound);
+  CHECK(hi <= bound);
+  CHECK(hi - lo > 1.8 * bound);  // fills the range
+  strata::manual_seed(7);
+  nn::Linear b(100, 50);
+  CHECK(a.weight().to_vector<float>() == b.weight().to_vector<float>());  // seeded
+}
+
+TEST_CASE("NN.Sequential.FusedLinearReluEqualsUnfused") {
+  strata::manual_seed(3);
+  nn::Sequential fused(nn::Linear(6, 5), nn::ReLU(), nn::Linear(5, 2));
+  strata::Generator g(4);
+  Tensor x = strata::uniform({7, 6}, -1, 1, g);
+  const auto& p = fused.parameters();
+  // The same computation written op by op, with no fusion.
+  auto unfused = [&] { return strata::linear(strata::relu(strata::linear(x, p[0], p[1])), p[2], p[3]); };
+  Tensor y1 = fused(x);
+  Tensor y2 = unfused();
+  CHECK(y1.to_vector<float>() == y2.to_vector<float>());
+  strata::Tensor labels = strata::from_vector<std::int64_t>({7}, {0, 1, 0, 1, 1, 0, 0});
+  auto g1 = strata::grad(nn::cross_entropy(fused(x), labels), p);
+  std::vector<std::vector<float>> first;
+  for (std::size_t i = 0; i < p.size(); ++i) first.push_back(g1[i].to_vector<float>());
+  auto g2 = strata::grad(nn::cross_entropy(unfused(), labels), p);
+  for (std::size_t i = 0; i < p.size(); ++i) CHECK(g2[i].to_vector<float>() == first[i]);
+}
+
+TEST_CASE("NN.Dropout.TrainingAndEvaluation") {
+  nn::Dropout d(0.25);
+  Tensor x = strata::ones({10000});
+  const auto y = d(x).to_vector<double>();
+  int zeros = 0;
+  for (double v : y) {
+    CHECK((v == 0.0 || v == doctest::Approx(1 / 0.75)));
+    zeros += v == 0.0;
+  }
+  CHECK(zeros > 2200);
+  CHECK(zeros < 2800);
+  d.eval();
+  CHECK(d(x).to_vector<double>() == x.to_vector<double>());
+  CHECK_THROWS_AS(nn::Dropout(1.0), strata::invalid_argument);
+}
+
+TEST_CASE("NN.Loss.ReductionsScaleTheSum") {
+  Tensor logits = strata::from_vector<double>({2, 3}, {1, 2, 3, 0, 0, 5}, strata::DType::f64);
+  Tensor y = strata::from_vector<std::int64_t>({2}, {2, 1});
+  const double sum = nn::cross_entropy(logits, y, nn::Reduction::sum).item();
+  CHECK(nn::cross_entropy(logits, y).item() == doctest::Approx(sum / 2));
+  CHECK(nn::cross_entropy(logits, y, nn::Reduction::sum_over_global_batch, 8).item() == doctest::Approx(sum / 8));
+  CHECK_THROWS_AS(nn::cross_entropy(logits, y, nn::Reduction::sum_over_global_batch), strata::invalid_argument);
+  const double row0 = std::log(std::exp(1) + std::exp(2) + std::exp(3)) - 3;
+  const double row1 = std::log(2 + std::exp(5)) - 0;
+  CHECK(sum == doctest::Approx(row0 + row1));
+}
