@@ -65,3 +65,12 @@ TEST_CASE("Kernels.MaxPool2d.MatchesWindowMaximum") {
         CHECK(y[static_cast<std::size_t>(p * 9 + i * 3 + j)] == m);
       }
 }
+
+TEST_CASE("Kernels.MaxPool2d.PropagatesNaN") {
+  auto x = strata::from_vector<double>({1, 1, 2, 4}, {1, NAN, 5, 2, 3, 4, 0, 1}, strata::DType::f32);
+  const auto y = strata::max_pool2d(x, 2).to_vector<double>();
+  CHECK(std::isnan(y[0]));
+  CHECK(y[1] == 5);
+  const auto z = strata::max_pool2d(x, 3, 1, 1).to_vector<double>();  // the generic path
+  CHECK(std::isnan(z[0]));
+}

@@ -24,26 +24,16 @@ inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
   const std::int64_t N = geo.n, OC = w.dim(0), P = geo.oh() * geo.ow(), R = geo.rows(), C = geo.cols();
   strata::detail::visit_floating(g.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    T* gp = g.template data<T>();
-    if (static_cast<Activation>(n.i[0]) == Activation::relu) relu_mask_inplace<T>(g.numel(), n.out.template data<T>(), gp);
-    // gT [OC, N*P]: the output gradient in the column order of the GEMM.
+    // gT [OC, N*P]: the (ReLU-masked) output gradient in the GEMM's column order, and the
+    // bias gradient, in one pass.
     Tensor gt = Tensor::empty({OC, C}, g.dtype());
+    Tensor db = Tensor::empty({OC}, g.dtype());
     T* gtp = gt.template data<T>();
-    for (std::int64_t b = 0; b < N; ++b)
-      for (std::int64_t oc = 0; oc < OC; ++oc) {
-        const T* src = gp + (b * OC + oc) * P;
-        T* dst = gtp + oc * C + b * P;
-        for (std::int64_t p = 0; p < P; ++p) dst[p] = src[p];
-      }
-    if (auto s = autograd::grad_slot(n.in[2], epoch)) {  // db = row sums of gT
-      T* d = s.dst.template data<T>();
-      for (std::int64_t oc = 0; oc < OC; ++oc) {
-        T acc = 0;
-        const T* row = gtp + oc * C;
-        for (std::int64_t c = 0; c < C; ++c) acc += row[c];
-        d[oc] = s.accumulate ? d[oc] + acc : acc;
-      }
-    }
+    const bool relu = static_cast<Activation>(n.i[0]) == Activation::relu;
+    kernels::cpu::conv_output_grad<T>(N, OC, P, g.template data<T>(), relu ? n.out.template data<T>() : nullptr, gtp,
+                                      db.template data<T>());
+    if (auto s = autograd::grad_slot(n.in[2], epoch))
+      kernels::cpu::copy_or_add<T>(OC, db.template data<T>(), s.dst.template data<T>(), s.accumulate);
     if (auto s = autograd::grad_slot(n.in[1], epoch))  // dW [OC, R] = gT cols^T
       gemm<T>(false, true, OC, R, C, gtp, cols.template data<T>(), s.dst.template data<T>(), s.accumulate);
     if (auto s = autograd::grad_slot(n.in[0], epoch)) {  // dcols [R, C] = W^T gT, then col2im
@@ -97,17 +87,8 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
     ops::detail::gemm<T>(false, false, OC, C, R, wc.template data<T>(), cols.template data<T>(), tp, false);
     T* y = out.template data<T>();
     const T* bp = bc.defined() ? bc.template data<T>() : nullptr;
-    const bool relu = act == Activation::relu;
-    for (std::int64_t i = 0; i < N; ++i)  // [OC, N*P] -> [N, OC, P], with bias and activation
-      for (std::int64_t oc = 0; oc < OC; ++oc) {
-        const T* src = tp + oc * C + i * P;
-        T* dst = y + (i * OC + oc) * P;
-        const T bias = bp ? bp[oc] : T(0);
-        if (relu)
-          for (std::int64_t p = 0; p < P; ++p) dst[p] = src[p] + bias > T(0) ? src[p] + bias : T(0);
-        else
-          for (std::int64_t p = 0; p < P; ++p) dst[p] = src[p] + bias;
-      }
+    for (std::int64_t i = 0; i < N; ++i)  // [OC, N*P] -> [N, OC, P] with bias and activation, one pass
+      kernels::cpu::row_bias_act_rows<T>(OC, P, tp + i * P, C, bp, act == Activation::relu, y + i * OC * P, P);
   });
   if (auto* n = autograd::record("conv2d", &ops::detail::conv2d_backward, out, x, w, b)) {
     n->saved = {cols, wc};

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include <strata/autograd/tape.hpp>     // record, grad_slot
+#include <strata/kernels/cpu/elementwise.hpp>  // relu passes
 #include <strata/ops/detail/strided.hpp>  // for_each_strided
 #include <strata/tensor/tensor.hpp>
 
@@ -166,11 +167,8 @@ inline void unary_backward(Node& n, std::uint64_t epoch) {
     T* d = s.dst.template data<T>();
     const T sc = static_cast<T>(n.f[0]);
     const std::int64_t cnt = n.out.numel();
-    if (k == UnaryOp::relu) {  // hot in every network: a branch-free pass
-      if (s.accumulate)
-        for (std::int64_t i = 0; i < cnt; ++i) d[i] += y[i] > T(0) ? g[i] : T(0);
-      else
-        for (std::int64_t i = 0; i < cnt; ++i) d[i] = y[i] > T(0) ? g[i] : T(0);
+    if (k == UnaryOp::relu) {  // hot in every network: a vectorised pass
+      kernels::cpu::relu_backward<T>(cnt, y, g, d, s.accumulate);
       return;
     }
     for (std::int64_t i = 0; i < cnt; ++i) {
@@ -191,7 +189,7 @@ inline Tensor unary(const char* name, std::int64_t kind, const Tensor& x, double
     const T s = static_cast<T>(scalar);
     const std::int64_t n = out.numel();
     if (kind == UnaryOp::relu)
-      for (std::int64_t i = 0; i < n; ++i) o[i] = p[i] > T(0) ? p[i] : T(0);
+      kernels::cpu::bias_act_rows<T>(1, n, p, n, nullptr, true, o, n);
     else
       for (std::int64_t i = 0; i < n; ++i) o[i] = UnaryOp::fwd<T>(kind, p[i], s);
   });

@@ -6,7 +6,8 @@
 #include <cstdint>
 
 #include <strata/autograd/tape.hpp>
-#include <strata/kernels/cpu/gemm.hpp>  // kernels::cpu::gemm
+#include <strata/kernels/cpu/elementwise.hpp>  // bias_act_inplace, relu_mask_inplace, column_sums
+#include <strata/kernels/cpu/gemm.hpp>         // kernels::cpu::gemm
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -35,12 +36,6 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
   kernels::cpu::gemm(g);
 }
 
-/// g *= (y > 0), in place: the ReLU part of a fused backward.
-template <class T>
-void relu_mask_inplace(std::int64_t n, const T* y, T* g) {
-  for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > T(0) ? g[i] : T(0);
-}
-
 inline void matmul_backward(autograd::Node& n, std::uint64_t epoch) {
   const Tensor& g = autograd::grad_output(n);
   const Tensor &a = n.saved[0], &b = n.saved[1];
@@ -61,18 +56,11 @@ inline void linear_backward(autograd::Node& n, std::uint64_t epoch) {
   strata::detail::visit_floating(g.dtype(), "linear", [&](auto tag) {
     using T = decltype(tag);
     T* gp = g.template data<T>();
-    if (static_cast<Activation>(n.i[0]) == Activation::relu) relu_mask_inplace<T>(N * O, n.out.template data<T>(), gp);
+    if (static_cast<Activation>(n.i[0]) == Activation::relu) kernels::cpu::relu_mask_inplace<T>(N * O, n.out.template data<T>(), gp);
     if (auto s = autograd::grad_slot(n.in[1], epoch))  // dW = G^T X
       gemm<T>(true, false, O, I, N, gp, x.template data<T>(), s.dst.template data<T>(), s.accumulate);
-    if (auto s = autograd::grad_slot(n.in[2], epoch)) {  // db = column sums of G
-      T* d = s.dst.template data<T>();
-      if (!s.accumulate)
-        for (std::int64_t o = 0; o < O; ++o) d[o] = T(0);
-      for (std::int64_t r = 0; r < N; ++r) {
-        const T* row = gp + r * O;
-        for (std::int64_t o = 0; o < O; ++o) d[o] += row[o];
-      }
-    }
+    if (auto s = autograd::grad_slot(n.in[2], epoch))  // db = column sums of G
+      kernels::cpu::column_sums<T>(N, O, gp, s.dst.template data<T>(), s.accumulate);
     if (auto s = autograd::grad_slot(n.in[0], epoch))  // dX = G W
       gemm<T>(false, false, N, I, O, gp, w.template data<T>(), s.dst.template data<T>(), s.accumulate);
   });
@@ -115,17 +103,7 @@ inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {}, Act
     T* y = out.template data<T>();
     ops::detail::gemm<T>(false, true, N, O, I, xc.template data<T>(), wc.template data<T>(), y, false);
     const T* bp = bc.defined() ? bc.template data<T>() : nullptr;
-    const bool relu = act == Activation::relu;
-    if (!bp && !relu) return;
-    for (std::int64_t r = 0; r < N; ++r) {  // bias and activation in one pass
-      T* row = y + r * O;
-      if (bp && relu)
-        for (std::int64_t o = 0; o < O; ++o) row[o] = row[o] + bp[o] > T(0) ? row[o] + bp[o] : T(0);
-      else if (bp)
-        for (std::int64_t o = 0; o < O; ++o) row[o] += bp[o];
-      else
-        for (std::int64_t o = 0; o < O; ++o) row[o] = row[o] > T(0) ? row[o] : T(0);
-    }
+    kernels::cpu::bias_act_inplace<T>(N, O, y, bp, act == Activation::relu);  // one pass
   });
   if (auto* n = autograd::record("linear", &ops::detail::linear_backward, out, x, w, b)) {
     n->saved = {xc, wc};

@@ -6,6 +6,8 @@
 #include <algorithm>  // std::fill_n
 #include <cstdint>
 
+#include <strata/config.hpp>  // STRATA_RESTRICT
+
 namespace strata::kernels::cpu {
 
 /// Geometry of a 2-D convolution.
@@ -21,7 +23,7 @@ struct ConvGeometry {
 
 /// cols[(c,i,j), (n,y,x)] = x[n, c, y*s - p + i, x*s - p + j] (0 outside the image).
 template <class T>
-void im2col(const ConvGeometry& g, const T* x, T* cols) {
+void im2col(const ConvGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT cols) {
   const std::int64_t OH = g.oh(), OW = g.ow(), ncols = g.cols();
   for (std::int64_t c = 0; c < g.c; ++c)
     for (std::int64_t i = 0; i < g.kh; ++i)
@@ -58,23 +60,31 @@ void im2col(const ConvGeometry& g, const T* x, T* cols) {
 /// The adjoint of im2col: dx[n, c, y, x] = sum of the column entries that read it. Overwrites dx
 /// unless `accumulate`.
 template <class T>
-void col2im(const ConvGeometry& g, const T* cols, T* dx, bool accumulate) {
+void col2im(const ConvGeometry g, const T* STRATA_RESTRICT cols, T* STRATA_RESTRICT dx, bool accumulate) {
   const std::int64_t OH = g.oh(), OW = g.ow(), ncols = g.cols();
   if (!accumulate) std::fill_n(dx, g.n * g.c * g.h * g.w, T(0));
   for (std::int64_t c = 0; c < g.c; ++c)
     for (std::int64_t i = 0; i < g.kh; ++i)
       for (std::int64_t j = 0; j < g.kw; ++j) {
         const T* row = cols + ((c * g.kh + i) * g.kw + j) * ncols;
+        // Output columns whose input x lies inside the row (stride 1: one contiguous run).
+        const std::int64_t x0 = std::max<std::int64_t>(0, g.pad - j);
+        const std::int64_t x1 = std::min<std::int64_t>(OW, g.w + g.pad - j);
         for (std::int64_t n = 0; n < g.n; ++n) {
           T* img = dx + (n * g.c + c) * g.h * g.w;
           for (std::int64_t y = 0; y < OH; ++y) {
             const std::int64_t iy = y * g.stride - g.pad + i;
             if (iy < 0 || iy >= g.h) continue;
-            const T* in = row + (n * OH + y) * OW;
-            T* dst = img + iy * g.w;
-            for (std::int64_t ox = 0; ox < OW; ++ox) {
-              const std::int64_t ix = ox * g.stride - g.pad + j;
-              if (ix >= 0 && ix < g.w) dst[ix] += in[ox];
+            const T* STRATA_RESTRICT in = row + (n * OH + y) * OW;
+            T* STRATA_RESTRICT dst = img + iy * g.w;
+            if (g.stride == 1) {
+              T* STRATA_RESTRICT d = dst - g.pad + j;
+              for (std::int64_t ox = x0; ox < x1; ++ox) d[ox] += in[ox];
+            } else {
+              for (std::int64_t ox = 0; ox < OW; ++ox) {
+                const std::int64_t ix = ox * g.stride - g.pad + j;
+                if (ix >= 0 && ix < g.w) dst[ix] += in[ox];
+              }
             }
           }
         }
