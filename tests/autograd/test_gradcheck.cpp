@@ -72,6 +72,11 @@ TEST_CASE("Autograd.Gradcheck.ConvAndPool") {
   expect_gradients_match("conv2d stride 2 pad 1 relu", [](const Inputs& v) {
     return strata::conv2d(v[0], v[1], v[2], 2, 1, strata::Activation::relu);
   }, conv);
+  // 16x16 = 256 output pixels per image: the per-image GEMM path.
+  const Inputs big{var({2, 1, 18, 18}, 38), var({2, 1, 3, 3}, 39), var({2}, 40)};
+  expect_gradients_match("conv2d per-image GEMMs, relu", [](const Inputs& v) {
+    return strata::conv2d(v[0], v[1], v[2], 1, 0, strata::Activation::relu);
+  }, big);
   expect_gradients_match("max_pool2d", [](const Inputs& v) { return strata::max_pool2d(v[0], 2); }, {var({2, 2, 4, 6}, 31)});
   expect_gradients_match("max_pool2d 3/2 pad 1", [](const Inputs& v) { return strata::max_pool2d(v[0], 3, 2, 1); },
                          {var({1, 2, 5, 5}, 32)});

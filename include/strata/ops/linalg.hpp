@@ -17,23 +17,18 @@ enum class Activation : std::int64_t { none, relu };
 
 namespace ops::detail {
 
+/// C (+)= op(A) op(B) with explicit row strides; `accumulate` adds to C instead of overwriting it.
+template <class T>
+void gemm_strided(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
+                  const T* b, std::int64_t ldb, T* c, std::int64_t ldc, bool accumulate) {
+  kernels::cpu::GemmArgs<T> g{ta, tb, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc};
+  kernels::cpu::gemm(g);
+}
+
+/// The same on contiguous operands.
 template <class T>
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c, bool accumulate) {
-  kernels::cpu::GemmArgs<T> g;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.a = a;
-  g.lda = ta ? m : k;
-  g.b = b;
-  g.ldb = tb ? k : n;
-  g.c = c;
-  g.ldc = n;
-  g.alpha = T(1);
-  g.beta = accumulate ? T(1) : T(0);
-  kernels::cpu::gemm(g);
+  gemm_strided<T>(ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, c, n, accumulate);
 }
 
 inline void matmul_backward(autograd::Node& n, std::uint64_t epoch) {

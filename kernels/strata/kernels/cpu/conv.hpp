@@ -25,6 +25,19 @@ struct ConvGeometry {
 template <class T>
 void im2col(const ConvGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT cols) {
   const std::int64_t OH = g.oh(), OW = g.ow(), ncols = g.cols();
+  if (g.stride == 1 && g.pad == 0) {  // every window inside the image: plain row copies
+    for (std::int64_t c = 0; c < g.c; ++c)
+      for (std::int64_t i = 0; i < g.kh; ++i)
+        for (std::int64_t j = 0; j < g.kw; ++j) {
+          T* STRATA_RESTRICT out = cols + ((c * g.kh + i) * g.kw + j) * ncols;
+          for (std::int64_t n = 0; n < g.n; ++n) {
+            const T* STRATA_RESTRICT src = x + ((n * g.c + c) * g.h + i) * g.w + j;
+            for (std::int64_t y = 0; y < OH; ++y, out += OW, src += g.w)
+              for (std::int64_t ox = 0; ox < OW; ++ox) out[ox] = src[ox];
+          }
+        }
+    return;
+  }
   for (std::int64_t c = 0; c < g.c; ++c)
     for (std::int64_t i = 0; i < g.kh; ++i)
       for (std::int64_t j = 0; j < g.kw; ++j) {
@@ -63,6 +76,19 @@ template <class T>
 void col2im(const ConvGeometry g, const T* STRATA_RESTRICT cols, T* STRATA_RESTRICT dx, bool accumulate) {
   const std::int64_t OH = g.oh(), OW = g.ow(), ncols = g.cols();
   if (!accumulate) std::fill_n(dx, g.n * g.c * g.h * g.w, T(0));
+  if (g.stride == 1 && g.pad == 0) {  // every window inside the image: plain row additions
+    for (std::int64_t c = 0; c < g.c; ++c)
+      for (std::int64_t i = 0; i < g.kh; ++i)
+        for (std::int64_t j = 0; j < g.kw; ++j) {
+          const T* STRATA_RESTRICT in = cols + ((c * g.kh + i) * g.kw + j) * ncols;
+          for (std::int64_t n = 0; n < g.n; ++n) {
+            T* STRATA_RESTRICT dst = dx + ((n * g.c + c) * g.h + i) * g.w + j;
+            for (std::int64_t y = 0; y < OH; ++y, in += OW, dst += g.w)
+              for (std::int64_t ox = 0; ox < OW; ++ox) dst[ox] += in[ox];
+          }
+        }
+    return;
+  }
   for (std::int64_t c = 0; c < g.c; ++c)
     for (std::int64_t i = 0; i < g.kh; ++i)
       for (std::int64_t j = 0; j < g.kw; ++j) {

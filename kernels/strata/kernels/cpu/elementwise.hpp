@@ -50,6 +50,23 @@ void row_bias_act_rows(std::int64_t rows, std::int64_t cols, const T* STRATA_RES
   }
 }
 
+/// y[r, c] = act(y[r, c] + bias[r]) in place (one bias per row); bias may be null.
+template <class T>
+void row_bias_act_inplace(std::int64_t rows, std::int64_t cols, T* STRATA_RESTRICT y, const T* STRATA_RESTRICT bias,
+                          bool relu) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* STRATA_RESTRICT d = y + r * cols;
+    const T b = bias ? bias[r] : T(0);
+    if (relu)
+      for_each_blocked(cols, [&](std::int64_t c) {
+        const T v = d[c] + b;
+        d[c] = v > T(0) ? v : T(0);
+      });
+    else
+      for_each_blocked(cols, [&](std::int64_t c) { d[c] += b; });
+  }
+}
+
 /// y[r, c] = act(y[r, c] + bias[c]) in place.
 template <class T>
 void bias_act_inplace(std::int64_t rows, std::int64_t cols, T* STRATA_RESTRICT y, const T* STRATA_RESTRICT bias,
