@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fashion_mnist/models.hpp"
+#include "fashion_mnist/step.hpp"
 
 int main(int argc, char** argv) try {
   std::string model_name = "mlp", dir = strata::data::default_fashion_mnist_dir();
@@ -38,15 +39,7 @@ int main(int argc, char** argv) try {
   using Clock = std::chrono::steady_clock;
   for (auto& b : data) {
     const auto t0 = Clock::now();
-    auto losses = strategy.run(
-        [&](strata::ReplicaContext& ctx, const strata::data::Batch& bb) {
-          auto loss = strata::nn::cross_entropy(model(bb.x), bb.y, strata::nn::Reduction::sum_over_global_batch,
-                                                bb.global_size);
-          opt.apply_gradients(ctx, strata::grad(loss, model.parameters()));
-          return loss;
-        },
-        b);
-    (void)strategy.reduce(strata::ReduceOp::Sum, losses).item();
+    (void)fmnist::train_step(strategy, model, opt, b);
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   std::vector<double> timed(ms.begin() + std::min<long>(warmup, static_cast<long>(ms.size())), ms.end());

@@ -13,6 +13,7 @@
 #include <unistd.h>  // isatty
 
 #include "models.hpp"
+#include "step.hpp"
 
 namespace fmnist {
 
@@ -93,15 +94,7 @@ Report train(S& strategy, const Config& cfg) {
     const auto t0 = Clock::now();
     std::int64_t step = 0;
     for (auto& batch : data) {
-      auto losses = strategy.run(
-          [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
-            auto loss = strata::nn::cross_entropy(model(b.x), b.y, strata::nn::Reduction::sum_over_global_batch,
-                                                  b.global_size);
-            opt.apply_gradients(ctx, strata::grad(loss, model.parameters()));
-            return loss;
-          },
-          batch);
-      const double loss = strategy.reduce(strata::ReduceOp::Sum, losses).item();
+      const double loss = train_step(strategy, model, opt, batch);
       report.losses.push_back(loss);
       examples += batch.global_size;
       ++step;

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "fashion_mnist/models.hpp"
+#include "fashion_mnist/step.hpp"
 
 namespace {
 std::atomic<bool> counting{false};
@@ -52,15 +53,7 @@ long steady_state_allocations(strata::nn::Sequential model, strata::Shape exampl
   int step = 0;
   for (auto& batch : data) {
     if (step == 8) counting = true;  // warm-up: caches, momentum buffers, tape capacity
-    auto losses = strategy.run(
-        [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
-          auto loss = strata::nn::cross_entropy(model(b.x), b.y, strata::nn::Reduction::sum_over_global_batch,
-                                                b.global_size);
-          opt.apply_gradients(ctx, strata::grad(loss, model.parameters()));
-          return loss;
-        },
-        batch);
-    (void)strategy.reduce(strata::ReduceOp::Sum, losses).item();
+    (void)fmnist::train_step(strategy, model, opt, batch);
     if (++step == 38) counting = false;
   }
   counting = false;
