@@ -41,6 +41,13 @@ class timeout_error : public error {
   using error::error;
 };
 
+/// A collective operation failed: a peer died, the group was aborted, or ranks disagreed on
+/// what they were calling. The message names the collective, its sequence number and ranks.
+class collective_error : public error {
+ public:
+  using error::error;
+};
+
 /// An internal invariant failed: a bug in strata.
 class internal_error : public error {
  public:

@@ -1,0 +1,73 @@
+/// \file
+/// Type-erased reductions for the collective algorithms: dst op= src over `count` elements of
+/// a runtime dtype. fp16/bf16 are accumulated in float32 by the callers (see Accumulator).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include <strata/collective/reduce_op.hpp>
+#include <strata/config.hpp>               // STRATA_RESTRICT
+#include <strata/kernels/cpu/blocked.hpp>  // for_each_blocked
+#include <strata/support/check.hpp>
+#include <strata/tensor/dtype.hpp>
+#include <strata/tensor/half.hpp>
+
+namespace strata::collective::detail {
+
+/// acc[i] = acc[i] op src[i]; Mean accumulates as Sum (the caller divides once at the end).
+template <class T>
+void combine(ReduceOp op, std::size_t n, T* STRATA_RESTRICT acc, const T* STRATA_RESTRICT src) {
+  const auto m = static_cast<std::int64_t>(n);
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: kernels::cpu::for_each_blocked(m, [&](std::int64_t i) { acc[i] += src[i]; }); break;
+    case ReduceOp::Prod: kernels::cpu::for_each_blocked(m, [&](std::int64_t i) { acc[i] *= src[i]; }); break;
+    case ReduceOp::Min:
+      kernels::cpu::for_each_blocked(m, [&](std::int64_t i) { acc[i] = src[i] < acc[i] ? src[i] : acc[i]; });
+      break;
+    case ReduceOp::Max:
+      kernels::cpu::for_each_blocked(m, [&](std::int64_t i) { acc[i] = src[i] > acc[i] ? src[i] : acc[i]; });
+      break;
+  }
+}
+
+/// acc[i] /= divisor (Mean's last step; integer types divide with truncation).
+template <class T>
+void divide(std::size_t n, T* acc, int divisor) {
+  const T d = static_cast<T>(divisor);
+  for (std::size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] / d);
+}
+
+/// Calls f(Storage{}, Accum{}): the element type in memory and the type reductions run in.
+template <class F>
+decltype(auto) visit_collective_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f(float{}, float{});
+    case DType::f64: return f(double{}, double{});
+    case DType::i32: return f(std::int32_t{}, std::int32_t{});
+    case DType::i64: return f(std::int64_t{}, std::int64_t{});
+    case DType::f16: return f(Half{}, float{});
+    case DType::bf16: return f(BFloat16{}, float{});
+    default: break;
+  }
+  STRATA_THROW(::strata::invalid_argument, "strata.collective", "collectives do not reduce ", name_of(t), " buffers");
+}
+
+/// Converting loads and stores between the storage and accumulation types.
+template <class S, class A>
+inline void load(std::size_t n, const S* src, A* dst) {
+  if constexpr (std::is_same_v<S, A>)
+    std::copy_n(src, n, dst);
+  else
+    for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<A>(src[i]);
+}
+template <class A, class S>
+inline void store(std::size_t n, const A* src, S* dst) {
+  if constexpr (std::is_same_v<S, A>)
+    std::copy_n(src, n, dst);
+  else
+    for (std::size_t i = 0; i < n; ++i) dst[i] = S(src[i]);
+}
+
+}  // namespace strata::collective::detail

@@ -1,0 +1,490 @@
+/// \file
+/// collective::InProcess — the ranks are threads of one process. Each rank publishes its
+/// buffer pointers in a shared slot; after a barrier, rank r reduces chunk r of every
+/// rank's buffer and writes the result into every rank's buffer (a fused reduce-scatter and
+/// all-gather, no copy through a staging buffer, no lock on the data path); a second
+/// barrier keeps buffers alive until all ranks are done. Barriers spin briefly, then back
+/// off to sleeping, and honour the group's deadline and abort flag.
+///
+/// @code
+/// strata::collective::InProcess::launch(4, [](strata::collective::InProcess& c) {
+///   std::vector<float> g(1000, float(c.rank()));
+///   c.allreduce(std::span(g), strata::ReduceOp::Sum);   // every element is 0+1+2+3
+/// });
+/// @endcode
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/collective/collective.hpp>
+#include <strata/collective/detail/reduce.hpp>
+#include <strata/collective/options.hpp>
+#include <strata/support/error.hpp>
+
+namespace strata::collective {
+
+namespace detail {
+
+/// One rank's published state; a cache line each, so ranks do not false-share.
+struct alignas(64) RankSlot {
+  std::atomic<std::uint64_t> arrived{0};  ///< the last barrier phase this rank reached
+  const void* send = nullptr;
+  void* recv = nullptr;
+  Fingerprint fp;
+};
+
+/// The state the threads of one group share.
+class InProcessGroup {
+ public:
+  InProcessGroup(int size, Options o) : size_(size), options_(o), slots_(static_cast<std::size_t>(size)) {}
+  int size() const noexcept { return size_; }
+  const Options& options() const noexcept { return options_; }
+  RankSlot& slot(int r) noexcept { return slots_[static_cast<std::size_t>(r)]; }
+
+  void abort(const std::string& reason) {
+    {
+      std::lock_guard lock(mu_);
+      if (aborted_.load()) return;
+      reason_ = reason;
+    }
+    aborted_.store(true, std::memory_order_release);
+  }
+  bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+
+  /// Barrier state: arrivals since the group was made, and the last phase whose barrier
+  /// completed, or kDead once one was cancelled. Completing and cancelling a phase are one
+  /// compare-and-swap on `committed`, so either every rank passes the barrier or none does:
+  /// no rank can leave (timeout, abort) while another is already reading its buffers.
+  static constexpr std::uint64_t kDead = ~std::uint64_t{0};
+  std::atomic<std::uint64_t> arrivals{0};
+  std::atomic<std::uint64_t> committed{0};
+  std::string reason() const {
+    std::lock_guard lock(mu_);
+    return reason_;
+  }
+
+ private:
+  int size_;
+  Options options_;
+  std::vector<RankSlot> slots_;
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex mu_;
+  std::string reason_;
+};
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace detail
+
+/// Completion state of an asynchronous collective.
+class Work {
+ public:
+  Work() = default;
+  /// Blocks until the collective has completed on this rank; rethrows its error.
+  void wait() {
+    if (!st_) return;
+    for (int i = 0; i < 4000 && !st_->done.load(std::memory_order_acquire); ++i) detail::cpu_relax();
+    if (!st_->done.load(std::memory_order_acquire)) {
+      std::unique_lock lock(st_->mu);
+      st_->cv.wait(lock, [&] { return st_->done.load(std::memory_order_acquire); });
+    }
+    if (st_->error) std::rethrow_exception(std::exchange(st_->error, nullptr));
+  }
+  /// True once the collective has completed (successfully or not).
+  bool test() const noexcept { return !st_ || st_->done.load(std::memory_order_acquire); }
+
+  struct State {
+    std::atomic<bool> done{false};
+    std::exception_ptr error;
+    std::mutex mu;
+    std::condition_variable cv;
+    void finish(std::exception_ptr e) {
+      error = e;
+      {
+        std::lock_guard lock(mu);
+        done.store(true, std::memory_order_release);
+      }
+      cv.notify_all();
+    }
+  };
+  explicit Work(std::shared_ptr<State> st) : st_(std::move(st)) {}
+
+ private:
+  std::shared_ptr<State> st_;
+};
+
+/// A rank of a group of threads.
+class InProcess {
+ public:
+  static constexpr const char* name = "in_process";
+
+  /// The communicators of a new group of `size` ranks, one per thread that will use it.
+  static std::vector<InProcess> make_group(int size, Options o = Options::from_env()) {
+    STRATA_CHECK(size >= 1, "an InProcess group needs at least one rank, got ", size);
+    auto g = std::make_shared<detail::InProcessGroup>(size, o);
+    std::vector<InProcess> out;
+    for (int r = 0; r < size; ++r) out.emplace_back(g, r);
+    return out;
+  }
+
+  /// Runs fn(communicator) on `size` threads and rethrows the first failure; a failing rank
+  /// aborts the group, so the others fail fast instead of waiting for it.
+  template <class F>
+  static void launch(int size, F&& fn, Options o = Options::from_env()) {
+    auto comms = make_group(size, o);
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          fn(comms[static_cast<std::size_t>(r)]);
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = std::current_exception();
+          comms[static_cast<std::size_t>(r)].abort("rank " + std::to_string(r) + " failed: " + e.what());
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)  // the root cause first: a rank that failed on its own, not from the abort
+      if (e) try {
+          std::rethrow_exception(e);
+        } catch (const collective_error&) {
+        } catch (...) {
+          throw;
+        }
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+
+  InProcess(std::shared_ptr<detail::InProcessGroup> g, int rank) : group_(std::move(g)), rank_(rank) {
+    STRATA_CHECK(group_ && rank >= 0 && rank < group_->size(), "rank ", rank, " outside the group");
+  }
+  InProcess(InProcess&&) noexcept = default;
+  InProcess& operator=(InProcess&&) = delete;
+  ~InProcess() { stop_worker(); }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return group_->size(); }
+  /// Collectives this rank has started (the sequence number of the next one).
+  std::uint64_t sequence() const noexcept { return seq_; }
+
+  // ------------------------------------------------------------------ typed front end
+  template <class T>
+  void allreduce(std::span<T> x, ReduceOp op) {
+    drain();
+    allreduce_raw(x.data(), x.data(), x.size(), dtype_v<std::remove_const_t<T>>, op);
+  }
+  template <class T>
+  void allreduce(std::span<const T> in, std::span<T> out, ReduceOp op) {
+    STRATA_CHECK_EQ(in.size(), out.size(), "allreduce: input and output sizes differ");
+    drain();
+    allreduce_raw(in.data(), out.data(), in.size(), dtype_v<T>, op);
+  }
+  template <class T>
+  void allreduce(std::span<T> in, std::span<T> out, ReduceOp op) {
+    allreduce(std::span<const T>(in), out, op);
+  }
+  template <class T>
+  void broadcast(std::span<T> x, int root) {
+    drain();
+    broadcast_raw(x.data(), x.size(), dtype_v<T>, root);
+  }
+  template <class T>
+  void allgather(std::span<const T> in, std::span<T> out) {
+    STRATA_CHECK_EQ(out.size(), in.size() * static_cast<std::size_t>(size()), "allgather: output must hold size() inputs");
+    drain();
+    allgather_raw(in.data(), out.data(), in.size(), dtype_v<T>);
+  }
+  template <class T>
+  void allgather(std::span<T> in, std::span<T> out) {
+    allgather(std::span<const T>(in), out);
+  }
+  template <class T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
+    STRATA_CHECK_EQ(in.size(), out.size() * static_cast<std::size_t>(size()),
+                    "reduce_scatter: input must hold size() outputs");
+    drain();
+    reduce_scatter_raw(in.data(), out.data(), out.size(), dtype_v<T>, op);
+  }
+  template <class T>
+  void reduce_scatter(std::span<T> in, std::span<T> out, ReduceOp op) {
+    reduce_scatter(std::span<const T>(in), out, op);
+  }
+  void barrier() {
+    drain();
+    begin(Fingerprint{OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0, 0}, nullptr, nullptr);
+  }
+  /// Starts an in-place allreduce on this rank's communication thread; the buffer must stay
+  /// untouched until the returned Work is waited on. Asynchronous calls run in call order.
+  template <class T>
+  Work iallreduce(std::span<T> x, ReduceOp op) {
+    auto st = std::make_shared<Work::State>();
+    enqueue([this, p = x.data(), n = x.size(), op, st] {
+      try {
+        allreduce_raw(p, p, n, dtype_v<T>, op);
+        st->finish(nullptr);
+      } catch (...) {
+        st->finish(std::current_exception());
+      }
+    });
+    return Work(st);
+  }
+  /// Fails every pending and later collective of the group, on every rank, with `reason`.
+  void abort(const std::string& reason) { group_->abort(reason); }
+
+  // ------------------------------------------------------------------ type-erased core
+  void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+    const Fingerprint fp{OpKind::allreduce, op, dtype, count, 0, 0};
+    begin(fp, in, out);
+    const int n = size();
+    const std::size_t lo = chunk_begin(count, rank_, n), hi = chunk_begin(count, rank_ + 1, n);
+    detail::visit_collective_dtype(dtype, [&](auto s, auto a) {
+      using S = decltype(s);
+      using A = decltype(a);
+      reduce_chunk<S, A>(lo, hi, op, [&](int k) { return static_cast<const S*>(group_->slot(k).send); },
+                         [&](int k) { return static_cast<S*>(group_->slot(k).recv); }, n);
+    });
+    end(fp);
+  }
+  void broadcast_raw(void* x, std::size_t count, DType dtype, int root) {
+    STRATA_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " outside [0, ", size(), ")");
+    const Fingerprint fp{OpKind::broadcast, ReduceOp::Sum, dtype, count, root, 0};
+    begin(fp, x, x);
+    if (rank_ != root && count != 0) std::memcpy(x, group_->slot(root).recv, count * size_of(dtype));
+    end(fp);
+  }
+  void allgather_raw(const void* in, void* out, std::size_t count, DType dtype) {
+    const Fingerprint fp{OpKind::allgather, ReduceOp::Sum, dtype, count, 0, 0};
+    begin(fp, in, out);
+    const std::size_t bytes = count * size_of(dtype);
+    for (int k = 0; k < size(); ++k)
+      if (bytes) std::memcpy(static_cast<char*>(out) + static_cast<std::size_t>(k) * bytes, group_->slot(k).send, bytes);
+    end(fp);
+  }
+  void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+    const Fingerprint fp{OpKind::reduce_scatter, op, dtype, count, 0, 0};
+    begin(fp, in, out);
+    const int n = size();
+    detail::visit_collective_dtype(dtype, [&](auto s, auto a) {
+      using S = decltype(s);
+      using A = decltype(a);
+      const std::size_t off = static_cast<std::size_t>(rank_) * count;
+      S* mine = static_cast<S*>(out) - off;  // so that index off..off+count lands in `out`
+      reduce_chunk<S, A>(off, off + count, op, [&](int k) { return static_cast<const S*>(group_->slot(k).send); },
+                         [&](int k) { return k == rank_ ? mine : nullptr; }, n);
+    });
+    end(fp);
+  }
+
+ private:
+  /// Chunk boundaries, multiples of 16 elements so chunks start on cache lines.
+  static std::size_t chunk_begin(std::size_t count, int r, int n) {
+    if (r >= n) return count;
+    const std::size_t b = count * static_cast<std::size_t>(r) / static_cast<std::size_t>(n);
+    return std::min(count, b / 16 * 16);
+  }
+
+  /// Reduces elements [lo, hi) of every rank's input (send(k)) and writes the result to every
+  /// non-null recv(k), in blocks that stay in L1.
+  template <class S, class A, class Send, class Recv>
+  void reduce_chunk(std::size_t lo, std::size_t hi, ReduceOp op, Send send, Recv recv, int n) {
+    constexpr std::size_t kBlock = 2048;
+    thread_local std::vector<A> acc, tmp;
+    if (acc.size() < kBlock) acc.resize(kBlock), tmp.resize(kBlock);
+    for (std::size_t b = lo; b < hi; b += kBlock) {
+      const std::size_t m = std::min(kBlock, hi - b);
+      detail::load<S, A>(m, send(0) + b, acc.data());
+      for (int k = 1; k < n; ++k) {
+        if constexpr (std::is_same_v<S, A>) {
+          detail::combine<A>(op, m, acc.data(), send(k) + b);
+        } else {
+          detail::load<S, A>(m, send(k) + b, tmp.data());
+          detail::combine<A>(op, m, acc.data(), tmp.data());
+        }
+      }
+      if (op == ReduceOp::Mean) detail::divide<A>(m, acc.data(), n);
+      for (int k = 0; k < n; ++k)
+        if (S* dst = recv(k)) detail::store<A, S>(m, acc.data(), dst + b);
+    }
+  }
+
+  /// Publishes this rank's buffers and waits for every rank to do the same.
+  void begin(Fingerprint fp, const void* send, void* recv) {
+    fp.seq = seq_++;
+    auto& me = group_->slot(rank_);
+    me.send = send;
+    me.recv = recv;
+    me.fp = fp;
+    arrive_and_wait(fp, group_->options().check_fingerprints);
+  }
+  /// Waits until every rank has finished with every buffer of this collective.
+  void end(const Fingerprint& fp) { arrive_and_wait(fp, false); }
+
+  /// The first mismatch between rank 0's fingerprint and another rank's, or "".
+  std::string fingerprint_mismatch() const {
+    const Fingerprint& first = group_->slot(0).fp;
+    for (int k = 1; k < size(); ++k) {
+      const Fingerprint& theirs = group_->slot(k).fp;
+      if (!(theirs == first)) {
+        std::ostringstream os;
+        os << "[strata.collective.mismatch] ranks called different collectives: rank 0 called " << first.str()
+           << ", rank " << k << " called " << theirs.str();
+        return os.str();
+      }
+    }
+    return {};
+  }
+
+  /// Cancels phase `phase` (if it is not complete yet) with `reason`; true if it is now dead.
+  bool try_cancel(std::uint64_t phase, const std::string& reason) {
+    std::uint64_t expect = phase - 1;
+    group_->abort(reason);
+    if (group_->committed.compare_exchange_strong(expect, detail::InProcessGroup::kDead, std::memory_order_acq_rel))
+      return true;
+    return expect == detail::InProcessGroup::kDead;
+  }
+
+  void arrive_and_wait(const Fingerprint& fp, bool check) {
+    using Clock = std::chrono::steady_clock;
+    constexpr auto kDead = detail::InProcessGroup::kDead;
+    const std::uint64_t phase = ++phase_;
+    const auto n = static_cast<std::uint64_t>(size());
+    group_->slot(rank_).arrived.store(phase, std::memory_order_release);  // for diagnostics
+    if (group_->arrivals.fetch_add(1, std::memory_order_acq_rel) + 1 == n * phase) {
+      // The last rank in: complete the phase, unless the group was aborted or (debug mode)
+      // the ranks called different collectives.
+      std::string why = group_->aborted() ? group_->reason() : std::string();
+      if (why.empty() && check) why = fingerprint_mismatch();
+      std::uint64_t expect = phase - 1;
+      const std::uint64_t to = why.empty() ? phase : kDead;
+      if (!why.empty()) group_->abort(why);
+      if (!group_->committed.compare_exchange_strong(expect, to, std::memory_order_acq_rel) || to == kDead)
+        fail_aborted(fp);
+      return;
+    }
+    Clock::time_point deadline{};
+    for (std::uint32_t spins = 0;; ++spins) {
+      const std::uint64_t c = group_->committed.load(std::memory_order_acquire);
+      if (c == kDead) fail_aborted(fp);
+      if (c >= phase) return;
+      if (group_->aborted() && try_cancel(phase, group_->reason())) fail_aborted(fp);
+      if (spins < 4096) {
+        detail::cpu_relax();
+        continue;
+      }
+      // Spin briefly (a hand-off costs ~0.2 us), then give the core away: on a machine with
+      // fewer cores than ranks a spinning rank would starve the one it waits for.
+      if (deadline == Clock::time_point{}) deadline = Clock::now() + group_->options().timeout;
+      if (spins < 4096 + 64)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (Clock::now() > deadline) {
+        const std::string msg = timeout_message(fp, phase);
+        if (try_cancel(phase, msg)) throw timeout_error(msg);
+      }
+    }
+  }
+
+  [[noreturn]] void fail_aborted(const Fingerprint& fp) {
+    throw collective_error("[strata.collective.aborted] " + fp.str() + " on rank " + std::to_string(rank_) +
+                           ": the group was aborted: " + group_->reason());
+  }
+  std::string timeout_message(const Fingerprint& fp, std::uint64_t phase) const {
+    std::vector<int> missing;
+    for (int k = 0; k < size(); ++k)
+      if (group_->slot(k).arrived.load(std::memory_order_acquire) < phase) missing.push_back(k);
+    std::ostringstream os;
+    os << "[strata.collective.timeout] " << fp.str() << " on rank " << rank_ << ": rank"
+       << (missing.size() == 1 ? "" : "s");
+    for (std::size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : " ") << missing[i];
+    os << (missing.size() == 1 ? " has" : " have") << " not arrived within "
+       << std::chrono::duration<double>(group_->options().timeout).count() << " s";
+    return os.str();
+  }
+
+  // ------------------------------------------------------------------ async worker
+  /// Runs this rank's asynchronous collectives in call order on one thread.
+  struct Worker {
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::function<void()>> jobs;
+    std::size_t pending = 0;
+    bool stop = false;
+
+    void loop() {
+      std::unique_lock lock(mu);
+      for (;;) {
+        cv.wait(lock, [&] { return stop || !jobs.empty(); });
+        if (jobs.empty()) return;  // stop requested and nothing left
+        auto job = std::move(jobs.front());
+        jobs.erase(jobs.begin());
+        lock.unlock();
+        job();
+        lock.lock();
+        --pending;
+        cv.notify_all();
+      }
+    }
+  };
+
+  void enqueue(std::function<void()> job) {
+    if (!worker_) {
+      worker_ = std::make_unique<Worker>();
+      worker_->thread = std::thread([w = worker_.get()] { w->loop(); });
+    }
+    std::unique_lock lock(worker_->mu);
+    worker_->jobs.push_back(std::move(job));
+    ++worker_->pending;
+    lock.unlock();
+    worker_->cv.notify_all();
+  }
+  /// A blocking collective first lets this rank's asynchronous ones finish: order is global.
+  void drain() {
+    if (!worker_) return;
+    std::unique_lock lock(worker_->mu);
+    worker_->cv.wait(lock, [&] { return worker_->pending == 0; });
+  }
+  void stop_worker() {
+    if (!worker_) return;
+    {
+      std::lock_guard lock(worker_->mu);
+      worker_->stop = true;
+    }
+    worker_->cv.notify_all();
+    worker_->thread.join();
+    worker_.reset();
+  }
+
+  std::shared_ptr<detail::InProcessGroup> group_;
+  int rank_ = 0;
+  std::uint64_t seq_ = 0, phase_ = 0;
+  // Jobs hold `this`: a communicator is not moved while it has asynchronous work in flight.
+  std::unique_ptr<Worker> worker_;
+};
+
+}  // namespace strata::collective
+
+template <>
+inline constexpr bool strata::enable_collective<strata::collective::InProcess> = true;

@@ -1,0 +1,72 @@
+/// \file
+/// What every collective policy shares: its deadline, the debug fingerprint check, and the
+/// fingerprint itself (what a rank believes it is calling).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>  // std::getenv, std::strtod
+#include <sstream>
+#include <string>
+
+#include <strata/collective/reduce_op.hpp>
+#include <strata/support/check.hpp>
+#include <strata/tensor/dtype.hpp>
+
+namespace strata::collective {
+
+/// Per-group settings. The defaults come from the environment:
+/// STRATA_COLLECTIVE_TIMEOUT (seconds, default 300) and STRATA_COLLECTIVE_DEBUG=1.
+struct Options {
+  std::chrono::milliseconds timeout{300'000};
+  bool check_fingerprints = false;
+
+  static Options from_env() {
+    Options o;
+    if (const char* t = std::getenv("STRATA_COLLECTIVE_TIMEOUT"); t && *t) {
+      char* end = nullptr;
+      const double s = std::strtod(t, &end);
+      STRATA_CHECK(end != t && *end == '\0' && s > 0, "STRATA_COLLECTIVE_TIMEOUT='", t,
+                   "' is not a positive number of seconds");
+      o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0));
+    }
+    if (const char* d = std::getenv("STRATA_COLLECTIVE_DEBUG"); d && *d) o.check_fingerprints = std::string(d) != "0";
+    return o;
+  }
+};
+
+/// The kinds of collective, for fingerprints and messages.
+enum class OpKind : std::uint8_t { allreduce, broadcast, allgather, reduce_scatter, barrier };
+
+constexpr const char* name_of(OpKind k) noexcept {
+  switch (k) {
+    case OpKind::allreduce: return "allreduce";
+    case OpKind::broadcast: return "broadcast";
+    case OpKind::allgather: return "allgather";
+    case OpKind::reduce_scatter: return "reduce_scatter";
+    case OpKind::barrier: return "barrier";
+  }
+  return "?";
+}
+
+/// What one rank called: compared across ranks in debug mode.
+struct Fingerprint {
+  OpKind kind = OpKind::barrier;
+  ReduceOp op = ReduceOp::Sum;
+  DType dtype = DType::f32;
+  std::uint64_t count = 0;
+  int root = 0;
+  std::uint64_t seq = 0;
+
+  friend bool operator==(const Fingerprint&, const Fingerprint&) = default;
+  std::string str() const {
+    std::ostringstream os;
+    os << name_of(kind) << " #" << seq << " (";
+    if (kind == OpKind::allreduce || kind == OpKind::reduce_scatter) os << "op " << name_of(op) << ", ";
+    if (kind == OpKind::broadcast) os << "root " << root << ", ";
+    os << name_of(dtype) << " x " << count << ")";
+    return os.str();
+  }
+};
+
+}  // namespace strata::collective
