@@ -1,22 +1,10 @@
-// The collective conformance suite, written once and run on every policy the build has,
-// against a serial reference computed here in double.
-#include "doctest.hpp"
-
-#include <cmath>
-#include <cstdint>
-#include <span>
-#include <vector>
+// The conformance suite (conformance.hpp) on collective::InProcess: ranks are threads.
+#include "collective/conformance.hpp"
 
 #include <strata/collective/in_process.hpp>
 
-namespace {
-
-using strata::ReduceOp;
 using strata::collective::InProcess;
 
-/// How a test runs `n` ranks of a policy.
-template <class P>
-struct World;
 template <>
 struct World<InProcess> {
   template <class F>
@@ -24,131 +12,6 @@ struct World<InProcess> {
     InProcess::launch(n, fn);
   }
 };
-
-/// Integer-valued inputs, exact in every dtype (including fp16/bf16) and every sum here.
-double value(int rank, std::size_t i, ReduceOp op) {
-  if (op == ReduceOp::Prod) return static_cast<double>((i + static_cast<std::size_t>(rank)) % 2 + 1);
-  return static_cast<double>(static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 3) % 11) - 5);
-}
-
-template <class S>
-S cast(double v) {
-  if constexpr (std::is_same_v<S, strata::Half> || std::is_same_v<S, strata::BFloat16>)
-    return S(static_cast<float>(v));
-  else
-    return static_cast<S>(v);
-}
-template <class S>
-double uncast(S v) {
-  if constexpr (std::is_same_v<S, strata::Half> || std::is_same_v<S, strata::BFloat16>)
-    return static_cast<double>(static_cast<float>(v));
-  else
-    return static_cast<double>(v);
-}
-
-/// The reduction of every rank's element i, as the policy must produce it.
-template <class S, class A>
-double expected(int n, std::size_t i, ReduceOp op) {
-  double r = value(0, i, op);
-  for (int k = 1; k < n; ++k) {
-    const double v = value(k, i, op);
-    switch (op) {
-      case ReduceOp::Sum:
-      case ReduceOp::Mean: r += v; break;
-      case ReduceOp::Prod: r *= v; break;
-      case ReduceOp::Min: r = std::min(r, v); break;
-      case ReduceOp::Max: r = std::max(r, v); break;
-    }
-  }
-  if (op == ReduceOp::Mean) return uncast<S>(cast<S>(static_cast<double>(static_cast<A>(r) / static_cast<A>(n))));
-  return r;
-}
-
-template <class P, class S, class A>
-void check_allreduce(int n, std::size_t count, ReduceOp op) {
-  World<P>::run(n, [&](P& c) {
-    std::vector<S> x(count), y(count);
-    for (std::size_t i = 0; i < count; ++i) x[i] = cast<S>(value(c.rank(), i, op));
-    std::vector<S> in = x;
-    c.allreduce(std::span(x), op);                                    // in place
-    c.allreduce(std::span<const S>(in), std::span(y), op);            // out of place
-    for (std::size_t i = 0; i < count; ++i) {
-      const double want = expected<S, A>(n, i, op);
-      if (uncast<S>(x[i]) != want || uncast<S>(y[i]) != want) {
-        FAIL_CHECK("rank ", c.rank(), " of ", n, ", ", strata::name_of(op), ", ", strata::name_of(strata::dtype_v<S>),
-                   " x ", count, ": element ", i, " is ", uncast<S>(x[i]), " / ", uncast<S>(y[i]), ", expected ", want);
-        return;
-      }
-    }
-  });
-}
-
-template <class P, class S, class A>
-void check_all_ops(int n, std::size_t count) {
-  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Min, ReduceOp::Max, ReduceOp::Prod})
-    check_allreduce<P, S, A>(n, count, op);
-}
-
-}  // namespace
-
-TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.Allreduce", P, allreduce_suite) {
-  for (int n = 1; n <= 4; ++n)
-    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{65536 / 4}}) {
-      check_all_ops<P, float, float>(n, count);
-      check_all_ops<P, double, double>(n, count);
-      check_all_ops<P, std::int32_t, std::int32_t>(n, count);
-      check_all_ops<P, std::int64_t, std::int64_t>(n, count);
-      check_all_ops<P, strata::Half, float>(n, count);
-      check_all_ops<P, strata::BFloat16, float>(n, count);
-    }
-  // The large, odd count on the types and ops where a chunking bug would show.
-  for (int n : {2, 3, 4}) {
-    check_allreduce<P, float, float>(n, (1u << 20) + 3, ReduceOp::Sum);
-    check_allreduce<P, strata::BFloat16, float>(n, (1u << 20) + 3, ReduceOp::Max);
-  }
-}
-
-TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.BroadcastGatherScatterBarrier", P, data_movement_suite) {
-  for (int n = 1; n <= 4; ++n)
-    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}}) {
-      World<P>::run(n, [&](P& c) {
-        for (int root = 0; root < n; ++root) {  // broadcast from every root
-          std::vector<std::int64_t> x(count);
-          for (std::size_t i = 0; i < count; ++i) x[i] = static_cast<std::int64_t>(c.rank() * 1000000 + i);
-          c.broadcast(std::span(x), root);
-          for (std::size_t i = 0; i < count; ++i) CHECK(x[i] == static_cast<std::int64_t>(root * 1000000 + i));
-        }
-        std::vector<double> mine(count), all(count * static_cast<std::size_t>(n));
-        for (std::size_t i = 0; i < count; ++i) mine[i] = c.rank() + 0.5 * static_cast<double>(i);
-        c.allgather(std::span<const double>(mine), std::span(all));
-        for (int k = 0; k < n; ++k)
-          for (std::size_t i = 0; i < count; ++i)
-            CHECK(all[static_cast<std::size_t>(k) * count + i] == k + 0.5 * static_cast<double>(i));
-        std::vector<float> in(count * static_cast<std::size_t>(n)), out(count);
-        for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(value(c.rank(), i, ReduceOp::Sum));
-        c.reduce_scatter(std::span<const float>(in), std::span(out), ReduceOp::Sum);
-        for (std::size_t i = 0; i < count; ++i)
-          CHECK(out[i] == expected<float, float>(n, static_cast<std::size_t>(c.rank()) * count + i, ReduceOp::Sum));
-        c.barrier();
-      });
-    }
-}
-
-TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.AsyncAllreduceKeepsOrder", P, async_suite) {
-  World<P>::run(3, [](P& c) {
-    std::vector<std::vector<float>> bufs(8, std::vector<float>(5000));
-    std::vector<strata::collective::Work> work;
-    for (std::size_t b = 0; b < bufs.size(); ++b) {
-      std::fill(bufs[b].begin(), bufs[b].end(), static_cast<float>(b * 10 + static_cast<std::size_t>(c.rank())));
-      work.push_back(c.iallreduce(std::span(bufs[b]), ReduceOp::Sum));
-    }
-    for (auto& w : work) w.wait();
-    for (std::size_t b = 0; b < bufs.size(); ++b) CHECK(bufs[b][4999] == static_cast<float>(3 * b * 10 + 3));
-    std::vector<float> after(3, 1.0f);  // a blocking call after asynchronous ones
-    c.allreduce(std::span(after), ReduceOp::Sum);
-    CHECK(after[0] == 3.0f);
-  });
-}
 
 TEST_CASE_TEMPLATE_INVOKE(allreduce_suite, InProcess);
 TEST_CASE_TEMPLATE_INVOKE(data_movement_suite, InProcess);

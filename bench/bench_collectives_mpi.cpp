@@ -1,0 +1,76 @@
+// strata::collective::Mpi beside raw MPI in the same run (mpirun -np 2): for each size, the
+// median over iterations of the slowest rank's time for MPI_Allreduce / MPI_Bcast /
+// MPI_Allgather and for strata's call, alternating; busbw as in nccl-tests (PERF.md).
+// One JSON line per (collective, size) with both busbw figures and the ratio strata/raw.
+//
+//   mpirun -np 2 bench_collectives_mpi [--max-bytes 268435456]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/collective/mpi.hpp>
+
+namespace {
+
+double slowest(double s) {
+  double m = 0;
+  MPI_Allreduce(&s, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return m;
+}
+
+template <class F>
+double timed(F&& f) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::size_t max_bytes = std::size_t{256} << 20;
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (std::string(argv[i]) == "--max-bytes") max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
+  strata::collective::Mpi c;
+  const int n = c.size();
+  for (std::size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+    const std::size_t count = bytes / sizeof(float);
+    const int iters = bytes <= (1u << 20) ? 100 : bytes <= (16u << 20) ? 15 : 7;
+    std::vector<float> x(count, 1.0f), y(count);
+    const std::size_t share = count / static_cast<std::size_t>(n);
+    std::vector<float> mine(share, 1.0f);
+    struct Series { const char* name; double factor; std::vector<double> raw, ours; };
+    Series ar{"allreduce", 2.0 * (n - 1) / n, {}, {}}, bc{"broadcast", 1.0, {}, {}}, ag{"allgather", double(n - 1) / n, {}, {}};
+    for (int it = 0; it < iters; ++it) {
+      ar.raw.push_back(timed([&] { MPI_Allreduce(MPI_IN_PLACE, x.data(), int(count), MPI_FLOAT, MPI_SUM, c.comm()); }));
+      ar.ours.push_back(timed([&] { c.allreduce(std::span(x), strata::ReduceOp::Sum); }));
+      bc.raw.push_back(timed([&] { MPI_Bcast(x.data(), int(count), MPI_FLOAT, 0, c.comm()); }));
+      bc.ours.push_back(timed([&] { c.broadcast(std::span(x), 0); }));
+      ag.raw.push_back(timed([&] {
+        MPI_Allgather(mine.data(), int(share), MPI_FLOAT, y.data(), int(share), MPI_FLOAT, c.comm());
+      }));
+      ag.ours.push_back(timed([&] {
+        c.allgather(std::span<const float>(mine), std::span(y.data(), share * static_cast<std::size_t>(n)));
+      }));
+    }
+    if (c.rank() == 0)
+      for (const Series* s : {&ar, &bc, &ag}) {
+        const double gb = static_cast<double>(s == &ag ? share * static_cast<std::size_t>(n) * 4 : bytes) / 1e9;
+        const double raw = gb / median(s->raw) * s->factor, ours = gb / median(s->ours) * s->factor;
+        std::printf("{\"bench\":\"collective\",\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"raw\":\"mpi\","
+                    "\"raw_busbw_gbs\":%.3f,\"strata\":\"mpi\",\"strata_busbw_gbs\":%.3f,\"ratio\":%.3f}\n",
+                    s->name, n, bytes, raw, ours, ours / raw);
+      }
+    std::fflush(stdout);
+  }
+}

@@ -1,0 +1,369 @@
+/// \file
+/// collective::Mpi — the ranks are MPI processes (Open MPI or any MPI-3 library), launched by
+/// mpirun. The blocking collectives are the library's own (MPI_Allreduce, MPI_Bcast, ...), so
+/// they cost what raw MPI costs; a watchdog thread enforces the deadline: a collective that
+/// has not completed in time prints which collective, its sequence number and rank, and
+/// aborts the job through MPI_Abort, so mpirun exits non-zero instead of hanging. A rank that
+/// dies makes mpirun abort the job (MPI_ERRORS_ARE_FATAL).
+///
+/// Half and BFloat16 are reduced through a float32 copy (accumulated in float32, rounded once).
+#pragma once
+
+#include <strata/config.hpp>
+
+#if !STRATA_HAS_MPI
+#error "strata::collective::Mpi needs MPI: configure strata with -Dmpi=enabled (Debian: libopenmpi-dev openmpi-bin), or build with MPI and -DSTRATA_HAS_MPI=1"
+#endif
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/collective/collective.hpp>
+#include <strata/collective/detail/reduce.hpp>
+#include <strata/collective/options.hpp>
+#include <strata/support/error.hpp>
+
+namespace strata::collective {
+
+namespace detail {
+
+inline MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::u8: return MPI_UINT8_T;
+    case DType::f16:
+    case DType::bf16: return MPI_UINT16_T;  // moved as bits; reductions go through float32
+  }
+  return MPI_BYTE;
+}
+
+inline MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return MPI_SUM;
+    case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Prod: return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+inline void mpi_check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw collective_error(std::string("[strata.collective.mpi] ") + what + ": " + std::string(msg, static_cast<std::size_t>(len)));
+}
+
+/// Aborts the job when a collective outlives its deadline. One per process. Arming and
+/// disarming are two atomic stores (no lock, no wake-up on the collective's path); the
+/// watchdog thread polls a few times per deadline.
+class MpiWatchdog {
+ public:
+  static MpiWatchdog& instance() {
+    static MpiWatchdog w;
+    return w;
+  }
+  using Describe = std::string (*)(const void*);
+  /// Marks the start of a blocking call with its deadline; on expiry describe(ctx) is printed
+  /// (it runs only then: the call is stuck, so what it reads is stable).
+  void arm(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds timeout, Describe describe,
+           const void* ctx) {
+    if (!thread_.joinable()) start(timeout);
+    describe_.store(describe, std::memory_order_relaxed);
+    ctx_.store(ctx, std::memory_order_relaxed);
+    deadline_ns_.store(deadline.time_since_epoch().count(), std::memory_order_release);
+  }
+  void disarm() { deadline_ns_.store(0, std::memory_order_release); }
+  ~MpiWatchdog() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void start(std::chrono::milliseconds timeout) {
+    const auto period = std::clamp(timeout / 8, std::chrono::milliseconds(1), std::chrono::milliseconds(200));
+    thread_ = std::thread([this, period] {
+      while (!stop_.load()) {
+        std::this_thread::sleep_for(period);
+        const auto d = deadline_ns_.load(std::memory_order_acquire);
+        if (d != 0 && std::chrono::steady_clock::now().time_since_epoch().count() > d) {
+          const Describe describe = describe_.load(std::memory_order_relaxed);
+          const std::string what = describe ? describe(ctx_.load(std::memory_order_relaxed)) : "MPI collective";
+          std::fprintf(stderr, "%s\n", what.c_str());
+          std::fflush(stderr);
+          MPI_Abort(MPI_COMM_WORLD, 124);
+        }
+      }
+    });
+  }
+  std::atomic<std::chrono::steady_clock::rep> deadline_ns_{0};
+  std::atomic<Describe> describe_{nullptr};
+  std::atomic<const void*> ctx_{nullptr};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace detail
+
+/// A rank of an MPI communicator.
+class Mpi {
+ public:
+  static constexpr const char* name = "mpi";
+
+  /// Initialises MPI (once per process, with MPI_THREAD_MULTIPLE: the watchdog may abort from
+  /// its own thread) and finalises it at exit. Safe to call when MPI is already initialised.
+  static void initialize() {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (inited) return;
+    int provided = 0;
+    detail::mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    if (provided < MPI_THREAD_MULTIPLE)
+      throw collective_error("[strata.collective.mpi] this MPI library provides thread level " +
+                             std::to_string(provided) + ", strata needs MPI_THREAD_MULTIPLE (" +
+                             std::to_string(MPI_THREAD_MULTIPLE) + ")");
+    std::atexit([] {
+      int fin = 0;
+      MPI_Finalized(&fin);
+      if (!fin) MPI_Finalize();
+    });
+  }
+
+  explicit Mpi(MPI_Comm comm = MPI_COMM_WORLD, Options o = Options::from_env()) : options_(o) {
+    initialize();
+    detail::mpi_check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  Mpi(const Mpi&) = delete;
+  Mpi& operator=(const Mpi&) = delete;
+  ~Mpi() {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  MPI_Comm comm() const noexcept { return comm_; }
+  std::uint64_t sequence() const noexcept { return seq_; }
+
+  template <class T>
+  void allreduce(std::span<T> x, ReduceOp op) {
+    allreduce_raw(MPI_IN_PLACE, x.data(), x.size(), dtype_v<T>, op);
+  }
+  template <class T>
+  void allreduce(std::span<const T> in, std::span<T> out, ReduceOp op) {
+    STRATA_CHECK_EQ(in.size(), out.size(), "allreduce: input and output sizes differ");
+    allreduce_raw(in.data(), out.data(), in.size(), dtype_v<T>, op);
+  }
+  template <class T>
+  void allreduce(std::span<T> in, std::span<T> out, ReduceOp op) {
+    allreduce(std::span<const T>(in), out, op);
+  }
+  template <class T>
+  void broadcast(std::span<T> x, int root) {
+    STRATA_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside [0, ", size_, ")");
+    const Fingerprint fp{OpKind::broadcast, ReduceOp::Sum, dtype_v<T>, x.size(), root, 0};
+    run(fp, [&] { return MPI_Bcast(x.data(), count_of(x.size()), detail::mpi_type(dtype_v<T>), root, comm_); });
+  }
+  template <class T>
+  void allgather(std::span<const T> in, std::span<T> out) {
+    STRATA_CHECK_EQ(out.size(), in.size() * static_cast<std::size_t>(size_), "allgather: output must hold size() inputs");
+    const Fingerprint fp{OpKind::allgather, ReduceOp::Sum, dtype_v<T>, in.size(), 0, 0};
+    const MPI_Datatype t = detail::mpi_type(dtype_v<T>);
+    run(fp, [&] { return MPI_Allgather(in.data(), count_of(in.size()), t, out.data(), count_of(in.size()), t, comm_); });
+  }
+  template <class T>
+  void allgather(std::span<T> in, std::span<T> out) {
+    allgather(std::span<const T>(in), out);
+  }
+  template <class T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
+    STRATA_CHECK_EQ(in.size(), out.size() * static_cast<std::size_t>(size_), "reduce_scatter: input must hold size() outputs");
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      std::vector<float> full(in.size());
+      detail::load<T, float>(in.size(), in.data(), full.data());
+      std::vector<float> part(out.size());
+      reduce_scatter(std::span<const float>(full), std::span(part), op);
+      detail::store<float, T>(out.size(), part.data(), out.data());
+    } else {
+      const Fingerprint fp{OpKind::reduce_scatter, op, dtype_v<T>, out.size(), 0, 0};
+      run(fp, [&] {
+        return MPI_Reduce_scatter_block(in.data(), out.data(), count_of(out.size()), detail::mpi_type(dtype_v<T>),
+                                        detail::mpi_op(op), comm_);
+      });
+      if (op == ReduceOp::Mean) detail::divide<T>(out.size(), out.data(), size_);
+    }
+  }
+  template <class T>
+  void reduce_scatter(std::span<T> in, std::span<T> out, ReduceOp op) {
+    reduce_scatter(std::span<const T>(in), out, op);
+  }
+  void barrier() {
+    run(Fingerprint{OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0, 0}, [&] { return MPI_Barrier(comm_); });
+  }
+
+  /// Handle of a non-blocking MPI collective.
+  class Work {
+   public:
+    Work() = default;
+    Work(MPI_Request r, Mpi* owner, Fingerprint fp, std::function<void()> finish)
+        : req_(r), owner_(owner), fp_(fp), finish_(std::move(finish)) {}
+    /// Completes the collective (polling, so the deadline applies).
+    void wait() {
+      if (req_ == MPI_REQUEST_NULL) return;
+      const auto deadline = std::chrono::steady_clock::now() + owner_->options_.timeout;
+      for (std::uint32_t spins = 0; !test(); ++spins) {
+        if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+        if (std::chrono::steady_clock::now() > deadline) owner_->die_timeout(fp_);
+      }
+    }
+    bool test() {
+      if (req_ == MPI_REQUEST_NULL) return true;
+      int flag = 0;
+      detail::mpi_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+      if (flag && finish_) std::exchange(finish_, nullptr)();
+      return flag != 0;
+    }
+
+   private:
+    MPI_Request req_ = MPI_REQUEST_NULL;
+    Mpi* owner_ = nullptr;
+    Fingerprint fp_;
+    std::function<void()> finish_;
+  };
+
+  /// Starts an in-place allreduce (MPI_Iallreduce); the buffer stays untouched until wait().
+  template <class T>
+  Work iallreduce(std::span<T> x, ReduceOp op) {
+    static_assert(!std::is_same_v<T, Half> && !std::is_same_v<T, BFloat16>,
+                  "iallreduce on 16-bit floats: convert to float32 first");
+    Fingerprint fp{OpKind::allreduce, op, dtype_v<T>, x.size(), 0, seq_++};
+    if (options_.check_fingerprints) check_fingerprint(fp);
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, x.data(), count_of(x.size()), detail::mpi_type(dtype_v<T>),
+                                     detail::mpi_op(op), comm_, &req),
+                      "MPI_Iallreduce");
+    std::function<void()> finish;
+    if (op == ReduceOp::Mean) finish = [p = x.data(), n = x.size(), s = size_] { detail::divide<T>(n, p, s); };
+    return Work(req, this, fp, std::move(finish));
+  }
+
+  /// Aborts the whole job (MPI_Abort): every rank stops, mpirun exits non-zero.
+  void abort(const std::string& reason) {
+    std::fprintf(stderr, "[strata.collective.aborted] rank %d: %s\n", rank_, reason.c_str());
+    std::fflush(stderr);
+    MPI_Abort(comm_, 1);
+  }
+
+  void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+    if (dtype == DType::f16 || dtype == DType::bf16) {  // accumulate in float32, round once
+      std::vector<float> acc(count);
+      detail::visit_collective_dtype(dtype, [&](auto s, auto) {
+        using S = decltype(s);
+        detail::load<S, float>(count, static_cast<const S*>(in == MPI_IN_PLACE ? static_cast<const void*>(out) : in),
+                               acc.data());
+        allreduce_raw(MPI_IN_PLACE, acc.data(), count, DType::f32, op);
+        detail::store<float, S>(count, acc.data(), static_cast<S*>(out));
+      });
+      return;
+    }
+    const Fingerprint fp{OpKind::allreduce, op, dtype, count, 0, 0};
+    run(fp, [&] {
+      return MPI_Allreduce(in, out, count_of(count), detail::mpi_type(dtype), detail::mpi_op(op), comm_);
+    });
+    if (op == ReduceOp::Mean)
+      detail::visit_collective_dtype(dtype, [&](auto s, auto) {
+        using S = decltype(s);
+        if constexpr (std::is_arithmetic_v<S>) detail::divide<S>(count, static_cast<S*>(out), size_);
+      });
+  }
+
+ private:
+  static int count_of(std::size_t n) {
+    STRATA_CHECK(n <= static_cast<std::size_t>(std::numeric_limits<int>::max()), "MPI collectives take at most 2^31-1 "
+                 "elements per call, got ", n);
+    return static_cast<int>(n);
+  }
+
+  template <class Call>
+  void run(Fingerprint fp, Call&& call) {
+    fp.seq = seq_++;
+    if (options_.check_fingerprints) check_fingerprint(fp);
+    auto& dog = detail::MpiWatchdog::instance();
+    current_ = fp;  // the watchdog's message is built only if it fires
+    dog.arm(std::chrono::steady_clock::now() + options_.timeout, options_.timeout,
+            [](const void* self) { auto* m = static_cast<const Mpi*>(self); return m->timeout_message(m->current_); }, this);
+    const int rc = call();
+    dog.disarm();
+    detail::mpi_check(rc, name_of(fp.kind));
+  }
+
+  std::string timeout_message(const Fingerprint& fp) const {
+    std::ostringstream os;
+    os << "[strata.collective.timeout] " << fp.str() << " on rank " << rank_ << " of " << size_
+       << ": not complete within " << std::chrono::duration<double>(options_.timeout).count()
+       << " s (a rank stalled or skipped it); aborting the job";
+    return os.str();
+  }
+  [[noreturn]] void die_timeout(const Fingerprint& fp) {
+    std::fprintf(stderr, "%s\n", timeout_message(fp).c_str());
+    std::fflush(stderr);
+    MPI_Abort(comm_, 124);
+    std::abort();
+  }
+
+  /// Debug mode: every rank's fingerprint, gathered and compared before the collective runs.
+  void check_fingerprint(const Fingerprint& fp) {
+    const std::uint64_t mine[6] = {static_cast<std::uint64_t>(fp.kind), static_cast<std::uint64_t>(fp.op),
+                                   static_cast<std::uint64_t>(fp.dtype), fp.count, static_cast<std::uint64_t>(fp.root),
+                                   fp.seq};
+    std::vector<std::uint64_t> all(6 * static_cast<std::size_t>(size_));
+    detail::mpi_check(MPI_Allgather(mine, 6, MPI_UINT64_T, all.data(), 6, MPI_UINT64_T, comm_), "fingerprint check");
+    for (int k = 0; k < size_; ++k) {
+      const std::uint64_t* t = all.data() + 6 * k;
+      const Fingerprint theirs{static_cast<OpKind>(t[0]), static_cast<ReduceOp>(t[1]), static_cast<DType>(t[2]), t[3],
+                               static_cast<int>(t[4]), t[5]};
+      if (!(theirs == fp)) {
+        std::ostringstream os;
+        os << "[strata.collective.mismatch] ranks called different collectives: rank " << rank_ << " called "
+           << fp.str() << ", rank " << k << " called " << theirs.str();
+        throw collective_error(os.str());
+      }
+    }
+  }
+
+  Options options_;
+  Fingerprint current_;  ///< the blocking call in progress, for the watchdog's message
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::uint64_t seq_ = 0;
+};
+
+}  // namespace strata::collective
+
+template <>
+inline constexpr bool strata::enable_collective<strata::collective::Mpi> = true;

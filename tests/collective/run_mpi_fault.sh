@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs mpi_fault under mpirun and checks that the job fails (exit non-zero) within a bound,
+# with the message the mode calls for.  usage: run_mpi_fault.sh MPIRUN EXE MODE
+set -u
+mpirun=$1 exe=$2 mode=$3
+start=$(date +%s.%N)
+out=$(timeout 60 "$mpirun" -np 3 "$exe" "$mode" 2>&1); rc=$?
+elapsed=$(echo "$(date +%s.%N) - $start" | bc)
+echo "$out" | tail -20
+echo "exit status $rc after ${elapsed} s"
+fail() { echo "FAIL: $*"; exit 1; }
+((rc != 0)) || fail "the job exited 0"
+((rc != 124)) || [[ $mode == skip ]] || fail "the job hung until the outer timeout"
+[[ $out != *"went unnoticed"* ]] || fail "a rank finished without noticing"
+if [[ $mode == skip ]]; then
+  [[ $out == *"[strata.collective.timeout] allreduce #1"* ]] || fail "no timeout message naming allreduce #1"
+fi
+(($(echo "$elapsed < 30" | bc))) || fail "took ${elapsed} s"
+echo "PASS"
