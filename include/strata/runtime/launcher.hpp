@@ -1,0 +1,254 @@
+/// \file
+/// The local launcher behind `strata-run -np N [--] program args...` (torchrun/horovodrun for
+/// one host): starts N processes with STRATA_RANK, STRATA_WORLD_SIZE, STRATA_LOCAL_RANK,
+/// STRATA_LOCAL_SIZE, STRATA_MASTER_ADDR/PORT and a private STRATA_RENDEZVOUS_DIR; prefixes
+/// every output line with "[rank] "; forwards SIGINT/SIGTERM/SIGHUP; and when any rank fails,
+/// stops the others (SIGTERM, then SIGKILL after a grace period) and returns the failing
+/// rank's status. POSIX only.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <strata/runtime/process.hpp>  // detail::env_int
+#include <strata/support/check.hpp>
+
+namespace strata::runtime {
+
+struct LaunchOptions {
+  int nproc = 1;
+  int port = 0;                                    ///< 0: a free port on 127.0.0.1
+  std::string master_addr = "127.0.0.1";
+  std::chrono::milliseconds grace{3000};           ///< SIGTERM to SIGKILL
+  std::vector<std::string> command;                ///< program and its arguments
+};
+
+namespace detail {
+
+inline volatile sig_atomic_t g_launcher_signal = 0;
+extern "C" inline void launcher_on_signal(int sig) { g_launcher_signal = sig; }
+
+/// A port on 127.0.0.1 nobody listens on right now.
+inline int free_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  STRATA_CHECK(s >= 0, "socket(): ", std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(s);
+    STRATA_THROW(::strata::io_error, "strata.runtime", "cannot find a free port on 127.0.0.1: ", std::strerror(errno));
+  }
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+/// Writes the complete lines of `buf` to stdout, each prefixed; keeps a trailing partial line.
+inline void flush_lines(std::string& buf, const std::string& prefix, bool final) {
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t nl = buf.find('\n', start);
+    if (nl == std::string::npos) break;
+    std::fwrite(prefix.data(), 1, prefix.size(), stdout);
+    std::fwrite(buf.data() + start, 1, nl - start + 1, stdout);
+    start = nl + 1;
+  }
+  buf.erase(0, start);
+  if (final && !buf.empty()) {
+    std::fwrite(prefix.data(), 1, prefix.size(), stdout);
+    std::fwrite(buf.data(), 1, buf.size(), stdout);
+    std::fputc('\n', stdout);
+    buf.clear();
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace detail
+
+/// Runs the job; returns 0 if every rank exits 0, else the first failing rank's exit status
+/// (128 + signal for a rank killed by a signal).
+inline int launch_processes(const LaunchOptions& o) {
+  STRATA_CHECK(o.nproc >= 1, "strata-run: -np must be at least 1, got ", o.nproc);
+  STRATA_CHECK(!o.command.empty(), "strata-run: no program to run (usage: strata-run -np N [--] program args...)");
+  STRATA_CHECK(o.port >= 0 && o.port <= 65535, "strata-run: --port ", o.port, " is outside 0..65535");
+  const int port = o.port ? o.port : detail::free_port();
+  std::string dir_template = (std::filesystem::temp_directory_path() / "strata-run-XXXXXX").string();
+  STRATA_CHECK(::mkdtemp(dir_template.data()) != nullptr, "strata-run: mkdtemp: ", std::strerror(errno));  // mode 0700
+  const std::string rdv_dir = dir_template;
+
+  struct sigaction sa {};
+  sa.sa_handler = detail::launcher_on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+
+  struct Rank {
+    pid_t pid = -1;
+    int fd = -1;
+    std::string buf, prefix;
+    bool running = true;
+  };
+  std::vector<Rank> ranks(static_cast<std::size_t>(o.nproc));
+  for (int r = 0; r < o.nproc; ++r) {
+    int fds[2];
+    STRATA_CHECK(::pipe(fds) == 0, "strata-run: pipe: ", std::strerror(errno));
+    const pid_t pid = ::fork();
+    STRATA_CHECK(pid >= 0, "strata-run: fork: ", std::strerror(errno));
+    if (pid == 0) {  // child: output to the pipe, the rank's environment, then the program
+      ::dup2(fds[1], 1);
+      ::dup2(fds[1], 2);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+      ::setenv("STRATA_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("STRATA_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
+      ::setenv("STRATA_LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("STRATA_LOCAL_SIZE", std::to_string(o.nproc).c_str(), 1);
+      ::setenv("STRATA_MASTER_ADDR", o.master_addr.c_str(), 1);
+      ::setenv("STRATA_MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("STRATA_RENDEZVOUS_DIR", rdv_dir.c_str(), 1);
+      std::vector<char*> argv;
+      for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execvp(argv[0], argv.data());
+      std::fprintf(stderr, "strata-run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+      std::fflush(stderr);
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    auto& rk = ranks[static_cast<std::size_t>(r)];
+    rk.pid = pid;
+    rk.fd = fds[0];
+    rk.prefix = "[" + std::to_string(r) + "] ";
+  }
+
+  int status_out = 0;
+  bool failing = false;
+  std::chrono::steady_clock::time_point kill_at{};
+  auto stop_all = [&](int sig) {
+    for (auto& rk : ranks)
+      if (rk.running) ::kill(rk.pid, sig);
+  };
+  for (;;) {
+    // 1. Output.
+    std::vector<pollfd> pfds;
+    for (auto& rk : ranks)
+      if (rk.fd >= 0) pfds.push_back({rk.fd, POLLIN, 0});
+    if (!pfds.empty()) ::poll(pfds.data(), pfds.size(), 50);
+    else ::usleep(20000);
+    for (auto& rk : ranks) {
+      if (rk.fd < 0) continue;
+      char chunk[65536];
+      for (;;) {
+        const ssize_t n = ::read(rk.fd, chunk, sizeof chunk);
+        if (n > 0) {
+          rk.buf.append(chunk, static_cast<std::size_t>(n));
+          continue;
+        }
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+          detail::flush_lines(rk.buf, rk.prefix, true);
+          ::close(rk.fd);
+          rk.fd = -1;
+        }
+        break;
+      }
+      detail::flush_lines(rk.buf, rk.prefix, false);
+    }
+    // 2. Signals from outside: pass them on.
+    if (const int sig = detail::g_launcher_signal) {
+      detail::g_launcher_signal = 0;
+      stop_all(sig);
+      if (!failing) {
+        failing = true;
+        status_out = 128 + sig;
+        kill_at = std::chrono::steady_clock::now() + o.grace;
+      }
+    }
+    // 3. Exits: the first failure stops the rest.
+    bool any_running = false;
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      auto& rk = ranks[r];
+      if (!rk.running) continue;
+      int st = 0;
+      const pid_t w = ::waitpid(rk.pid, &st, WNOHANG);
+      if (w == 0) {
+        any_running = true;
+        continue;
+      }
+      rk.running = false;
+      const int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+      if (code != 0 && !failing) {
+        failing = true;
+        status_out = code;
+        std::fprintf(stderr, "strata-run: rank %zu %s %d; stopping the other ranks\n", r,
+                     WIFSIGNALED(st) ? "was killed by signal" : "exited with status",
+                     WIFSIGNALED(st) ? WTERMSIG(st) : code);
+        std::fflush(stderr);
+        stop_all(SIGTERM);
+        kill_at = std::chrono::steady_clock::now() + o.grace;
+      }
+    }
+    if (failing && any_running && std::chrono::steady_clock::now() > kill_at) stop_all(SIGKILL);
+    bool any_output = false;
+    for (auto& rk : ranks) any_output = any_output || rk.fd >= 0;
+    if (!any_running && !any_output) break;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(rdv_dir, ec);
+  return status_out;
+}
+
+/// Parses `strata-run` arguments: -np N (or --nproc N), --port P, --grace SECONDS, [--] command...
+inline LaunchOptions parse_launch_args(int argc, char** argv) {
+  LaunchOptions o;
+  bool have_np = false;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char* {
+      STRATA_CHECK(i + 1 < argc, "strata-run: ", a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "-np" || a == "-n" || a == "--nproc") {
+      o.nproc = static_cast<int>(detail::env_int("-np", value(), 1, 4096));
+      have_np = true;
+    } else if (a == "--port") {
+      o.port = static_cast<int>(detail::env_int("--port", value(), 1, 65535));
+    } else if (a == "--grace") {
+      o.grace = std::chrono::milliseconds(detail::env_int("--grace", value(), 0, 3600) * 1000);
+    } else if (a == "--") {
+      ++i;
+      break;
+    } else if (!a.empty() && a[0] == '-') {
+      STRATA_THROW(::strata::invalid_argument, "strata.runtime", "strata-run: unknown option '", a,
+                   "' (usage: strata-run -np N [--port P] [--grace S] [--] program args...)");
+    } else {
+      break;
+    }
+  }
+  STRATA_CHECK(have_np, "strata-run: -np N is required (usage: strata-run -np N [--] program args...)");
+  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  STRATA_CHECK(!o.command.empty(), "strata-run: no program to run (usage: strata-run -np N [--] program args...)");
+  return o;
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# strata-run end to end: every rank starts with its environment and its output prefixed; a
+# failing rank stops the others within the grace period and the launcher exits with its
+# status; bad arguments are named.   usage: run_launcher.sh STRATA_RUN RANK_PROBE
+set -u
+run=$1 probe=$2
+fail() { echo "FAIL: $*"; exit 1; }
+
+out=$("$run" -np 3 "$probe" ok 2>&1); rc=$?
+echo "$out"
+((rc == 0)) || fail "ok job exited $rc"
+for r in 0 1 2; do
+  grep -q "^\[$r\] rank $r of 3, local $r of 3, launcher env, master 127.0.0.1:[0-9]*, dir set$" <<<"$out" \
+    || fail "no line for rank $r"
+done
+
+start=$(date +%s)
+out=$("$run" -np 3 --grace 2 -- "$probe" fail 1 2>&1); rc=$?
+elapsed=$(($(date +%s) - start))
+echo "$out"
+((rc == 3)) || fail "failing job exited $rc, expected 3"
+((elapsed < 15)) || fail "took ${elapsed} s to stop the other ranks"
+grep -q "rank 1 exited with status 3" <<<"$out" || fail "the failing rank is not named"
+
+out=$("$run" -np 0 "$probe" 2>&1); rc=$?
+((rc != 0)) && grep -q -- "-np=0 is outside" <<<"$out" || fail "-np 0 not rejected by name: $out"
+out=$("$run" -np 2 2>&1); rc=$?
+((rc != 0)) && grep -q "no program to run" <<<"$out" || fail "missing program not named: $out"
+out=$("$run" -np 1 /nonexistent/program 2>&1); rc=$?
+((rc == 127)) && grep -q "cannot run '/nonexistent/program'" <<<"$out" || fail "missing executable: rc $rc: $out"
+echo PASS

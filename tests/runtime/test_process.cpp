@@ -1,0 +1,73 @@
+#include "doctest.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include <strata/runtime/process.hpp>
+
+namespace {
+/// Sets variables for one test and clears every variable the runtime reads afterwards.
+struct Env {
+  Env(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    clear();
+    for (auto& [k, v] : vars) ::setenv(k, v, 1);
+  }
+  ~Env() { clear(); }
+  static void clear() {
+    for (const char* k : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "OMPI_COMM_WORLD_LOCAL_SIZE", "STRATA_RANK", "STRATA_WORLD_SIZE", "STRATA_LOCAL_RANK",
+                          "STRATA_LOCAL_SIZE", "STRATA_MASTER_ADDR", "STRATA_MASTER_PORT", "STRATA_RENDEZVOUS_DIR"})
+      ::unsetenv(k);
+  }
+};
+
+void expect_error(std::initializer_list<std::pair<const char*, const char*>> vars, const std::string& text) {
+  Env e(vars);
+  try {
+    (void)strata::runtime::detect_process();
+    FAIL("no error; expected '", text, "'");
+  } catch (const strata::invalid_argument& err) {
+    INFO(err.what());
+    CHECK(std::string(err.what()).find(text) != std::string::npos);
+  }
+}
+}  // namespace
+
+TEST_CASE("Runtime.Process.SingleMpirunAndEnv") {
+  {
+    Env e({});
+    const auto p = strata::runtime::detect_process();
+    CHECK(p.launcher == "single");
+    CHECK(p.world_size == 1);
+    CHECK(p.is_chief());
+  }
+  {
+    Env e({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+           {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+    const auto p = strata::runtime::detect_process();
+    CHECK(p.launcher == "mpirun");
+    CHECK((p.rank == 2 && p.world_size == 4 && p.local_rank == 0 && p.local_size == 2));
+  }
+  {
+    Env e({{"STRATA_RANK", "1"}, {"STRATA_WORLD_SIZE", "3"}, {"STRATA_MASTER_PORT", "4242"},
+           {"STRATA_MASTER_ADDR", "10.0.0.7"}});
+    const auto p = strata::runtime::detect_process();
+    CHECK(p.launcher == "env");
+    CHECK((p.rank == 1 && p.world_size == 3 && p.local_rank == 1 && p.local_size == 3));
+    CHECK(p.master_port == 4242);
+    CHECK(p.master_addr == "10.0.0.7");
+  }
+}
+
+TEST_CASE("Runtime.Process.BadEnvironmentIsNamed") {
+  expect_error({{"STRATA_RANK", "abc"}, {"STRATA_WORLD_SIZE", "2"}}, "STRATA_RANK='abc' is not an integer");
+  expect_error({{"STRATA_RANK", "0"}, {"STRATA_WORLD_SIZE", "0"}}, "STRATA_WORLD_SIZE=0 is outside 1..");
+  expect_error({{"STRATA_RANK", "4"}, {"STRATA_WORLD_SIZE", "4"}}, "STRATA_RANK=4 is not below STRATA_WORLD_SIZE=4");
+  expect_error({{"STRATA_RANK", "-1"}, {"STRATA_WORLD_SIZE", "4"}}, "STRATA_RANK=-1 is outside 0..");
+  expect_error({{"STRATA_WORLD_SIZE", "2"}}, "STRATA_RANK is not");
+  expect_error({{"STRATA_RANK", "0"}}, "STRATA_WORLD_SIZE is not");
+  expect_error({{"STRATA_MASTER_PORT", "70000"}}, "STRATA_MASTER_PORT=70000 is outside 1..65535");
+  expect_error({{"STRATA_RANK", "0"}, {"STRATA_WORLD_SIZE", "2"}, {"STRATA_LOCAL_RANK", "2"}, {"STRATA_LOCAL_SIZE", "2"}},
+               "STRATA_LOCAL_RANK=2 is outside 0..1");
+  expect_error({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "2"}}, "OMPI_COMM_WORLD_RANK=3 is outside 0..1");
+}
