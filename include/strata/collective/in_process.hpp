@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/collective/async.hpp>
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/collective/options.hpp>
@@ -89,50 +90,7 @@ class InProcessGroup {
   std::string reason_;
 };
 
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 }  // namespace detail
-
-/// Completion state of an asynchronous collective.
-class Work {
- public:
-  Work() = default;
-  /// Blocks until the collective has completed on this rank; rethrows its error.
-  void wait() {
-    if (!st_) return;
-    for (int i = 0; i < 4000 && !st_->done.load(std::memory_order_acquire); ++i) detail::cpu_relax();
-    if (!st_->done.load(std::memory_order_acquire)) {
-      std::unique_lock lock(st_->mu);
-      st_->cv.wait(lock, [&] { return st_->done.load(std::memory_order_acquire); });
-    }
-    if (st_->error) std::rethrow_exception(std::exchange(st_->error, nullptr));
-  }
-  /// True once the collective has completed (successfully or not).
-  bool test() const noexcept { return !st_ || st_->done.load(std::memory_order_acquire); }
-
-  struct State {
-    std::atomic<bool> done{false};
-    std::exception_ptr error;
-    std::mutex mu;
-    std::condition_variable cv;
-    void finish(std::exception_ptr e) {
-      error = e;
-      {
-        std::lock_guard lock(mu);
-        done.store(true, std::memory_order_release);
-      }
-      cv.notify_all();
-    }
-  };
-  explicit Work(std::shared_ptr<State> st) : st_(std::move(st)) {}
-
- private:
-  std::shared_ptr<State> st_;
-};
 
 /// A rank of a group of threads.
 class InProcess {
@@ -239,7 +197,7 @@ class InProcess {
   template <class T>
   Work iallreduce(std::span<T> x, ReduceOp op) {
     auto st = std::make_shared<Work::State>();
-    enqueue([this, p = x.data(), n = x.size(), op, st] {
+    worker_.enqueue([this, p = x.data(), n = x.size(), op, st] {
       try {
         allreduce_raw(p, p, n, dtype_v<T>, op);
         st->finish(nullptr);
@@ -423,65 +381,14 @@ class InProcess {
     return os.str();
   }
 
-  // ------------------------------------------------------------------ async worker
-  /// Runs this rank's asynchronous collectives in call order on one thread.
-  struct Worker {
-    std::thread thread;
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<std::function<void()>> jobs;
-    std::size_t pending = 0;
-    bool stop = false;
-
-    void loop() {
-      std::unique_lock lock(mu);
-      for (;;) {
-        cv.wait(lock, [&] { return stop || !jobs.empty(); });
-        if (jobs.empty()) return;  // stop requested and nothing left
-        auto job = std::move(jobs.front());
-        jobs.erase(jobs.begin());
-        lock.unlock();
-        job();
-        lock.lock();
-        --pending;
-        cv.notify_all();
-      }
-    }
-  };
-
-  void enqueue(std::function<void()> job) {
-    if (!worker_) {
-      worker_ = std::make_unique<Worker>();
-      worker_->thread = std::thread([w = worker_.get()] { w->loop(); });
-    }
-    std::unique_lock lock(worker_->mu);
-    worker_->jobs.push_back(std::move(job));
-    ++worker_->pending;
-    lock.unlock();
-    worker_->cv.notify_all();
-  }
-  /// A blocking collective first lets this rank's asynchronous ones finish: order is global.
-  void drain() {
-    if (!worker_) return;
-    std::unique_lock lock(worker_->mu);
-    worker_->cv.wait(lock, [&] { return worker_->pending == 0; });
-  }
-  void stop_worker() {
-    if (!worker_) return;
-    {
-      std::lock_guard lock(worker_->mu);
-      worker_->stop = true;
-    }
-    worker_->cv.notify_all();
-    worker_->thread.join();
-    worker_.reset();
-  }
+  void drain() { worker_.drain(); }
+  void stop_worker() { worker_.stop(); }
 
   std::shared_ptr<detail::InProcessGroup> group_;
   int rank_ = 0;
   std::uint64_t seq_ = 0, phase_ = 0;
   // Jobs hold `this`: a communicator is not moved while it has asynchronous work in flight.
-  std::unique_ptr<Worker> worker_;
+  detail::AsyncWorker worker_;
 };
 
 }  // namespace strata::collective

@@ -1,0 +1,128 @@
+/// \file
+/// Asynchronous collectives for policies whose library has no non-blocking call: a Work handle
+/// and a per-rank worker thread that runs the rank's queued collectives in call order.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace strata::collective {
+
+namespace detail {
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace detail
+
+/// Completion state of an asynchronous collective.
+class Work {
+ public:
+  Work() = default;
+  /// Blocks until the collective has completed on this rank; rethrows its error.
+  void wait() {
+    if (!st_) return;
+    for (int i = 0; i < 4000 && !st_->done.load(std::memory_order_acquire); ++i) detail::cpu_relax();
+    if (!st_->done.load(std::memory_order_acquire)) {
+      std::unique_lock lock(st_->mu);
+      st_->cv.wait(lock, [&] { return st_->done.load(std::memory_order_acquire); });
+    }
+    if (st_->error) std::rethrow_exception(std::exchange(st_->error, nullptr));
+  }
+  /// True once the collective has completed (successfully or not).
+  bool test() const noexcept { return !st_ || st_->done.load(std::memory_order_acquire); }
+
+  struct State {
+    std::atomic<bool> done{false};
+    std::exception_ptr error;
+    std::mutex mu;
+    std::condition_variable cv;
+    void finish(std::exception_ptr e) {
+      error = e;
+      {
+        std::lock_guard lock(mu);
+        done.store(true, std::memory_order_release);
+      }
+      cv.notify_all();
+    }
+  };
+  explicit Work(std::shared_ptr<State> st) : st_(std::move(st)) {}
+
+ private:
+  std::shared_ptr<State> st_;
+};
+
+namespace detail {
+
+/// Runs one rank's asynchronous collectives in call order on a thread started on first use.
+class AsyncWorker {
+ public:
+  AsyncWorker() = default;
+  AsyncWorker(AsyncWorker&& o) noexcept : st_(std::move(o.st_)) {}
+  AsyncWorker& operator=(AsyncWorker&&) = delete;
+  ~AsyncWorker() { stop(); }
+
+  void enqueue(std::function<void()> job) {
+    if (!st_) {
+      st_ = std::make_unique<State>();
+      st_->thread = std::thread([s = st_.get()] { s->loop(); });
+    }
+    std::unique_lock lock(st_->mu);
+    st_->jobs.push_back(std::move(job));
+    ++st_->pending;
+    lock.unlock();
+    st_->cv.notify_all();
+  }
+  /// Waits until every queued job has run: a blocking collective goes after them.
+  void drain() {
+    if (!st_) return;
+    std::unique_lock lock(st_->mu);
+    st_->cv.wait(lock, [&] { return st_->pending == 0; });
+  }
+  void stop() {
+    if (!st_) return;
+    {
+      std::lock_guard lock(st_->mu);
+      st_->stop = true;
+    }
+    st_->cv.notify_all();
+    st_->thread.join();
+    st_.reset();
+  }
+
+ private:
+  struct State {
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::function<void()>> jobs;
+    std::size_t pending = 0;
+    bool stop = false;
+    void loop() {
+      std::unique_lock lock(mu);
+      for (;;) {
+        cv.wait(lock, [&] { return stop || !jobs.empty(); });
+        if (jobs.empty()) return;  // stop requested and nothing left
+        auto job = std::move(jobs.front());
+        jobs.erase(jobs.begin());
+        lock.unlock();
+        job();
+        lock.lock();
+        --pending;
+        cv.notify_all();
+      }
+    }
+  };
+  std::unique_ptr<State> st_;
+};
+
+}  // namespace detail
+}  // namespace strata::collective

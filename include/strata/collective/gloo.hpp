@@ -1,0 +1,324 @@
+/// \file
+/// collective::Gloo — the ranks are processes connected by Gloo's TCP transport; launched by
+/// strata-run (or anything that sets the STRATA_* variables). Rendezvous goes through a file
+/// store in STRATA_RENDEZVOUS_DIR (strata-run makes a fresh one, mode 0700); the network
+/// interface is STRATA_IFNAME (default: loopback, 127.0.0.1). Gloo's own deadline applies to
+/// every call: a stalled peer is a timeout error naming the collective and its sequence
+/// number; a dead peer is an error at once (its socket closes).
+#pragma once
+
+#include <strata/config.hpp>
+
+#if !STRATA_HAS_GLOO
+#error "strata::collective::Gloo needs Gloo: configure strata with -Dgloo=enabled (Debian: libgloo-dev), or build with Gloo and -DSTRATA_HAS_GLOO=1"
+#endif
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <ifaddrs.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <strata/collective/async.hpp>
+#include <strata/collective/collective.hpp>
+#include <strata/collective/detail/reduce.hpp>
+#include <strata/collective/options.hpp>
+#include <strata/runtime/process.hpp>
+#include <strata/support/error.hpp>
+
+namespace strata::collective {
+
+namespace detail {
+
+/// The names of this host's network interfaces, for error messages.
+inline std::string interface_names() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "(unknown)";
+  std::vector<std::string> names;
+  for (ifaddrs* a = list; a; a = a->ifa_next)
+    if (a->ifa_name && std::find(names.begin(), names.end(), a->ifa_name) == names.end()) names.emplace_back(a->ifa_name);
+  ::freeifaddrs(list);
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+template <class T>
+void gloo_reduce(ReduceOp op, void* out, const void* a, const void* b, std::size_t n) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: for (std::size_t i = 0; i < n; ++i) o[i] = x[i] + y[i]; break;
+    case ReduceOp::Prod: for (std::size_t i = 0; i < n; ++i) o[i] = x[i] * y[i]; break;
+    case ReduceOp::Min: for (std::size_t i = 0; i < n; ++i) o[i] = y[i] < x[i] ? y[i] : x[i]; break;
+    case ReduceOp::Max: for (std::size_t i = 0; i < n; ++i) o[i] = y[i] > x[i] ? y[i] : x[i]; break;
+  }
+}
+
+}  // namespace detail
+
+/// A rank of a Gloo context.
+class Gloo {
+ public:
+  static constexpr const char* name = "gloo";
+
+  /// A rank of the job this process belongs to (runtime::detect_process()); needs
+  /// STRATA_RENDEZVOUS_DIR when there is more than one rank. `prefix` separates the
+  /// communicators of one job: every rank creates them in the same order with the same prefix.
+  explicit Gloo(const std::string& prefix = "world", Options o = Options::from_env())
+      : Gloo(runtime::detect_process(), prefix, o) {}
+
+  Gloo(const runtime::ProcessInfo& p, const std::string& prefix, Options o) : options_(o), rank_(p.rank), size_(p.world_size) {
+    gloo::transport::tcp::attr attr;
+    if (const char* ifname = runtime::detail::env("STRATA_IFNAME")) {
+      const std::string names = detail::interface_names();
+      if (("," + names + ",").find(std::string(",") + ifname + ",") == std::string::npos &&
+          (", " + names + ",").find(std::string(", ") + ifname + ",") == std::string::npos)
+        STRATA_THROW(::strata::invalid_argument, "strata.collective.gloo", "STRATA_IFNAME=", ifname,
+                     " is not an interface of this host; it has: ", names);
+      attr.iface = ifname;
+    } else {
+      attr.hostname = p.master_addr == "127.0.0.1" || p.master_addr == "localhost" ? "127.0.0.1" : p.master_addr;
+      if (p.world_size > 1 && p.launcher == "env") attr.hostname = "127.0.0.1";
+    }
+    if (size_ > 1) {
+      STRATA_CHECK(!p.rendezvous_dir.empty(), "collective::Gloo with ", size_, " ranks needs STRATA_RENDEZVOUS_DIR "
+                   "(run it under strata-run, or set it to an empty directory only you can read)");
+      struct stat st {};
+      if (::stat(p.rendezvous_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        STRATA_THROW(::strata::invalid_argument, "strata.collective.gloo", "STRATA_RENDEZVOUS_DIR=", p.rendezvous_dir,
+                     " is not a directory");
+      if (st.st_mode & (S_IRWXG | S_IRWXO))
+        STRATA_THROW(::strata::invalid_argument, "strata.collective.gloo", "STRATA_RENDEZVOUS_DIR=", p.rendezvous_dir,
+                     " is readable by other users (mode ", std::oct, (st.st_mode & 0777), "); use a directory of mode 0700");
+    }
+    if (size_ == 1) return;  // a group of one needs no context: every collective is local
+    device_ = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    ctx->setTimeout(options_.timeout);
+    try {
+      gloo::rendezvous::FileStore files(p.rendezvous_dir);
+      gloo::rendezvous::PrefixStore store(prefix, files);
+      ctx->connectFullMesh(store, device_);
+    } catch (const std::exception& e) {
+      throw collective_error(std::string("[strata.collective.gloo] rank ") + std::to_string(rank_) + " of " +
+                             std::to_string(size_) + ": rendezvous '" + prefix + "' failed: " + e.what());
+    }
+    ctx_ = std::move(ctx);
+  }
+  Gloo(Gloo&&) noexcept = default;
+  Gloo& operator=(Gloo&&) = delete;
+  ~Gloo() { worker_.stop(); }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  std::uint64_t sequence() const noexcept { return seq_; }
+
+  template <class T>
+  void allreduce(std::span<T> x, ReduceOp op) {
+    worker_.drain();
+    allreduce_raw(x.data(), x.data(), x.size(), dtype_v<T>, op);
+  }
+  template <class T>
+  void allreduce(std::span<const T> in, std::span<T> out, ReduceOp op) {
+    STRATA_CHECK_EQ(in.size(), out.size(), "allreduce: input and output sizes differ");
+    worker_.drain();
+    allreduce_raw(in.data(), out.data(), in.size(), dtype_v<T>, op);
+  }
+  template <class T>
+  void allreduce(std::span<T> in, std::span<T> out, ReduceOp op) {
+    allreduce(std::span<const T>(in), out, op);
+  }
+  template <class T>
+  void broadcast(std::span<T> x, int root) {
+    STRATA_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside [0, ", size_, ")");
+    worker_.drain();
+    const Fingerprint fp = next(OpKind::broadcast, ReduceOp::Sum, dtype_v<T>, x.size(), root);
+    if (size_ == 1 || x.empty()) return;
+    guarded(fp, [&] {
+      gloo::BroadcastOptions o(ctx_);
+      o.setTimeout(options_.timeout);
+      o.setRoot(root);
+      o.setOutput(x.data(), x.size());
+      gloo::broadcast(o);
+    });
+  }
+  template <class T>
+  void allgather(std::span<const T> in, std::span<T> out) {
+    STRATA_CHECK_EQ(out.size(), in.size() * static_cast<std::size_t>(size_), "allgather: output must hold size() inputs");
+    worker_.drain();
+    const Fingerprint fp = next(OpKind::allgather, ReduceOp::Sum, dtype_v<T>, in.size(), 0);
+    if (in.empty()) return;
+    if (size_ == 1) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return;
+    }
+    guarded(fp, [&] {
+      gloo::AllgatherOptions o(ctx_);
+      o.setTimeout(options_.timeout);
+      o.setInput(const_cast<T*>(in.data()), in.size());
+      o.setOutput(out.data(), out.size());
+      gloo::allgather(o);
+    });
+  }
+  template <class T>
+  void allgather(std::span<T> in, std::span<T> out) {
+    allgather(std::span<const T>(in), out);
+  }
+  /// Reduce-scatter as an allreduce of a copy, keeping this rank's share.
+  template <class T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
+    STRATA_CHECK_EQ(in.size(), out.size() * static_cast<std::size_t>(size_), "reduce_scatter: input must hold size() outputs");
+    std::vector<T> all(in.begin(), in.end());
+    allreduce(std::span(all), op);
+    std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(out.size()) * rank_, out.size(), out.begin());
+  }
+  template <class T>
+  void reduce_scatter(std::span<T> in, std::span<T> out, ReduceOp op) {
+    reduce_scatter(std::span<const T>(in), out, op);
+  }
+  void barrier() {
+    worker_.drain();
+    const Fingerprint fp = next(OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0);
+    if (size_ == 1) return;
+    guarded(fp, [&] {
+      gloo::BarrierOptions o(ctx_);
+      o.setTimeout(options_.timeout);
+      gloo::barrier(o);
+    });
+  }
+  /// Starts an in-place allreduce on this rank's communication thread.
+  template <class T>
+  Work iallreduce(std::span<T> x, ReduceOp op) {
+    auto st = std::make_shared<Work::State>();
+    worker_.enqueue([this, p = x.data(), n = x.size(), op, st] {
+      try {
+        allreduce_raw(p, p, n, dtype_v<T>, op);
+        st->finish(nullptr);
+      } catch (...) {
+        st->finish(std::current_exception());
+      }
+    });
+    return Work(st);
+  }
+  /// Fails this rank's later collectives with `reason` (Gloo has no way to interrupt a peer).
+  void abort(const std::string& reason) { aborted_ = reason.empty() ? "aborted" : reason; }
+
+  void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+    const Fingerprint fp = next(OpKind::allreduce, op, dtype, count, 0);
+    if (in != out && count) std::memcpy(out, in, count * size_of(dtype));
+    if (count == 0) return;
+    detail::visit_collective_dtype(dtype, [&](auto s, auto a) {
+      using S = decltype(s);
+      using A = decltype(a);
+      if constexpr (!std::is_same_v<S, A>) {  // 16-bit floats: accumulate in float32, round once
+        std::vector<A> acc(count);
+        detail::load<S, A>(count, static_cast<const S*>(out), acc.data());
+        reduce_in_place<A>(fp, acc.data(), count, op);
+        detail::store<A, S>(count, acc.data(), static_cast<S*>(out));
+      } else {
+        reduce_in_place<S>(fp, static_cast<S*>(out), count, op);
+      }
+    });
+  }
+
+ private:
+  template <class T>
+  void reduce_in_place(const Fingerprint& fp, T* x, std::size_t count, ReduceOp op) {
+    if (size_ > 1)
+      guarded(fp, [&] {
+        gloo::AllreduceOptions o(ctx_);
+        o.setTimeout(options_.timeout);
+        o.setOutput(x, count);
+        o.setReduceFunction([op](void* r, const void* a, const void* b, std::size_t n) {
+          detail::gloo_reduce<T>(op, r, a, b, n);
+        });
+        gloo::allreduce(o);
+      });
+    if (op == ReduceOp::Mean) detail::divide<T>(count, x, size_);
+  }
+
+  Fingerprint next(OpKind kind, ReduceOp op, DType dtype, std::size_t count, int root) {
+    if (!aborted_.empty())
+      throw collective_error("[strata.collective.aborted] " + std::string(name_of(kind)) + " #" + std::to_string(seq_) +
+                             " on rank " + std::to_string(rank_) + ": " + aborted_);
+    Fingerprint fp{kind, op, dtype, count, root, seq_++};
+    if (options_.check_fingerprints && size_ > 1) check_fingerprint(fp);
+    return fp;
+  }
+
+  /// Runs a Gloo call; its exceptions become strata errors naming the collective.
+  template <class Call>
+  void guarded(const Fingerprint& fp, Call&& call) {
+    try {
+      call();
+    } catch (const gloo::IoException& e) {
+      const std::string what = e.what();
+      const bool timed_out = what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
+      const std::string msg = "[strata.collective." + std::string(timed_out ? "timeout" : "peer") + "] " + fp.str() +
+                              " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " + what;
+      aborted_ = msg;
+      if (timed_out) throw timeout_error(msg);
+      throw collective_error(msg);
+    } catch (const std::exception& e) {
+      const std::string msg = "[strata.collective.gloo] " + fp.str() + " on rank " + std::to_string(rank_) + ": " + e.what();
+      aborted_ = msg;
+      throw collective_error(msg);
+    }
+  }
+
+  void check_fingerprint(const Fingerprint& fp) {
+    const std::uint64_t mine[6] = {static_cast<std::uint64_t>(fp.kind), static_cast<std::uint64_t>(fp.op),
+                                   static_cast<std::uint64_t>(fp.dtype), fp.count, static_cast<std::uint64_t>(fp.root),
+                                   fp.seq};
+    std::vector<std::uint64_t> all(6 * static_cast<std::size_t>(size_));
+    guarded(fp, [&] {
+      gloo::AllgatherOptions o(ctx_);
+      o.setTimeout(options_.timeout);
+      o.setInput(const_cast<std::uint64_t*>(mine), 6);
+      o.setOutput(all.data(), all.size());
+      gloo::allgather(o);
+    });
+    for (int k = 0; k < size_; ++k) {
+      const std::uint64_t* t = all.data() + 6 * k;
+      const Fingerprint theirs{static_cast<OpKind>(t[0]), static_cast<ReduceOp>(t[1]), static_cast<DType>(t[2]), t[3],
+                               static_cast<int>(t[4]), t[5]};
+      if (!(theirs == fp)) {
+        std::ostringstream os;
+        os << "[strata.collective.mismatch] ranks called different collectives: rank " << rank_ << " called "
+           << fp.str() << ", rank " << k << " called " << theirs.str();
+        throw collective_error(os.str());
+      }
+    }
+  }
+
+  Options options_;
+  int rank_ = 0, size_ = 1;
+  std::uint64_t seq_ = 0;
+  std::string aborted_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  detail::AsyncWorker worker_;
+};
+
+}  // namespace strata::collective
+
+template <>
+inline constexpr bool strata::enable_collective<strata::collective::Gloo> = true;

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs gloo_fault under strata-run and checks that the job fails within a bound, each
+# surviving rank naming the collective.   usage: run_gloo_fault.sh STRATA_RUN EXE MODE
+set -u
+run=$1 exe=$2 mode=$3
+start=$(date +%s%N)
+out=$(timeout 60 "$run" -np 3 --grace 2 -- "$exe" "$mode" 2>&1); rc=$?
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+echo "$out" | tail -20
+echo "exit status $rc after ${elapsed_ms} ms"
+fail() { echo "FAIL: $*"; exit 1; }
+((rc != 0)) || fail "the job exited 0"
+((rc != 124)) || fail "the job hung until the outer timeout"
+[[ $out != *"went unnoticed"* ]] || fail "a rank finished without noticing"
+if [[ $mode == skip ]]; then
+  grep -q "^\[[02]\] rank [02]: \[strata.collective.timeout\] allreduce #1" <<<"$out" || fail "no timeout naming allreduce #1"
+  ((elapsed_ms < 20000)) || fail "took ${elapsed_ms} ms"
+else
+  grep -q "rank 1 was killed by signal 9" <<<"$out" || fail "strata-run did not name the killed rank"
+  ((elapsed_ms < 10000)) || fail "took ${elapsed_ms} ms"
+fi
+echo "PASS"

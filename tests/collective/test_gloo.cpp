@@ -1,0 +1,71 @@
+// The conformance suite (conformance.hpp) on collective::Gloo, run under strata-run -np 4:
+// groups of 1 to 4 ranks (one Gloo context per group size, made once) over TCP on 127.0.0.1.
+// Every rank runs the tests; the exit status is the worst over all ranks.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include "collective/conformance.hpp"
+
+#include <map>
+#include <memory>
+
+#include <strata/collective/gloo.hpp>
+
+using strata::collective::Gloo;
+
+namespace {
+Gloo& world() {
+  static Gloo w("world");
+  return w;
+}
+/// One communicator per group size, shared by every test (a rendezvous prefix is single-use).
+std::map<int, std::unique_ptr<Gloo>>& groups() {
+  static std::map<int, std::unique_ptr<Gloo>> g;
+  return g;
+}
+}  // namespace
+
+template <>
+struct World<Gloo> {
+  template <class F>
+  static void run(int n, F&& fn) {
+    const auto p = strata::runtime::detect_process();
+    if (n <= p.world_size && p.rank < n) {
+      auto& g = groups()[n];
+      if (!g) {
+        auto sub = p;
+        sub.world_size = n;
+        g = std::make_unique<Gloo>(sub, "group" + std::to_string(n), strata::collective::Options::from_env());
+      }
+      try {
+        fn(*g);
+      } catch (...) {
+        world().barrier();  // keep the other ranks in step, then report
+        throw;
+      }
+    }
+    world().barrier();
+  }
+};
+
+TEST_CASE_TEMPLATE_INVOKE(allreduce_suite, Gloo);
+TEST_CASE_TEMPLATE_INVOKE(data_movement_suite, Gloo);
+TEST_CASE_TEMPLATE_INVOKE(async_suite, Gloo);
+
+TEST_CASE("Collective.Gloo.BadInterfaceListsTheAvailableOnes") {
+  ::setenv("STRATA_IFNAME", "nosuchif0", 1);
+  auto p = strata::runtime::detect_process();
+  p.world_size = 1;
+  p.rank = 0;
+  CHECK_THROWS_WITH_AS(Gloo(p, "badif", strata::collective::Options{}), doctest::Contains("lo"),
+                       strata::invalid_argument);
+  ::unsetenv("STRATA_IFNAME");
+}
+
+int main(int argc, char** argv) {
+  doctest::Context ctx(argc, argv);
+  ctx.setOption("no-colors", true);
+  if (world().rank() != 0) ctx.setOption("minimal", true);
+  int result = ctx.run();
+  std::vector<int> r{result};
+  world().allreduce(std::span(r), strata::ReduceOp::Max);
+  return r[0];
+}
