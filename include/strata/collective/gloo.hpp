@@ -58,18 +58,16 @@ inline std::string interface_names() {
   return out;
 }
 
+/// Gloo's reduction callback: out = a op b (out may alias a or b), through the vectorised
+/// combine() kernels.
 template <class T>
 void gloo_reduce(ReduceOp op, void* out, const void* a, const void* b, std::size_t n) {
   T* o = static_cast<T*>(out);
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Mean: for (std::size_t i = 0; i < n; ++i) o[i] = x[i] + y[i]; break;
-    case ReduceOp::Prod: for (std::size_t i = 0; i < n; ++i) o[i] = x[i] * y[i]; break;
-    case ReduceOp::Min: for (std::size_t i = 0; i < n; ++i) o[i] = y[i] < x[i] ? y[i] : x[i]; break;
-    case ReduceOp::Max: for (std::size_t i = 0; i < n; ++i) o[i] = y[i] > x[i] ? y[i] : x[i]; break;
-  }
+  if (o == y) std::swap(x, y);  // every op here is commutative
+  if (o != x) std::copy_n(x, n, o);
+  combine<T>(op, n, o, y);
 }
 
 }  // namespace detail
