@@ -124,5 +124,20 @@ class AsyncWorker {
   std::unique_ptr<State> st_;
 };
 
+/// Queues `op` on `worker` and returns the Work that completes (or fails) with it.
+template <class Op>
+Work run_async(AsyncWorker& worker, Op op) {
+  auto st = std::make_shared<Work::State>();
+  worker.enqueue([op = std::move(op), st]() mutable {
+    try {
+      op();
+      st->finish(nullptr);
+    } catch (...) {
+      st->finish(std::current_exception());
+    }
+  });
+  return Work(st);
+}
+
 }  // namespace detail
 }  // namespace strata::collective

@@ -205,16 +205,7 @@ class Gloo {
   /// Starts an in-place allreduce on this rank's communication thread.
   template <class T>
   Work iallreduce(std::span<T> x, ReduceOp op) {
-    auto st = std::make_shared<Work::State>();
-    worker_.enqueue([this, p = x.data(), n = x.size(), op, st] {
-      try {
-        allreduce_raw(p, p, n, dtype_v<T>, op);
-        st->finish(nullptr);
-      } catch (...) {
-        st->finish(std::current_exception());
-      }
-    });
-    return Work(st);
+    return detail::run_async(worker_, [this, p = x.data(), n = x.size(), op] { allreduce_raw(p, p, n, dtype_v<T>, op); });
   }
   /// Fails this rank's later collectives with `reason` (Gloo has no way to interrupt a peer).
   void abort(const std::string& reason) { aborted_ = reason.empty() ? "aborted" : reason; }
@@ -282,29 +273,19 @@ class Gloo {
     }
   }
 
+  /// Debug mode: every rank's fingerprint, gathered and compared before the collective runs.
   void check_fingerprint(const Fingerprint& fp) {
-    const std::uint64_t mine[6] = {static_cast<std::uint64_t>(fp.kind), static_cast<std::uint64_t>(fp.op),
-                                   static_cast<std::uint64_t>(fp.dtype), fp.count, static_cast<std::uint64_t>(fp.root),
-                                   fp.seq};
-    std::vector<std::uint64_t> all(6 * static_cast<std::size_t>(size_));
+    std::uint64_t mine[Fingerprint::kWords];
+    fp.pack(mine);
+    std::vector<std::uint64_t> all(Fingerprint::kWords * static_cast<std::size_t>(size_));
     guarded(fp, [&] {
       gloo::AllgatherOptions o(ctx_);
       o.setTimeout(options_.timeout);
-      o.setInput(const_cast<std::uint64_t*>(mine), 6);
+      o.setInput(mine, Fingerprint::kWords);
       o.setOutput(all.data(), all.size());
       gloo::allgather(o);
     });
-    for (int k = 0; k < size_; ++k) {
-      const std::uint64_t* t = all.data() + 6 * k;
-      const Fingerprint theirs{static_cast<OpKind>(t[0]), static_cast<ReduceOp>(t[1]), static_cast<DType>(t[2]), t[3],
-                               static_cast<int>(t[4]), t[5]};
-      if (!(theirs == fp)) {
-        std::ostringstream os;
-        os << "[strata.collective.mismatch] ranks called different collectives: rank " << rank_ << " called "
-           << fp.str() << ", rank " << k << " called " << theirs.str();
-        throw collective_error(os.str());
-      }
-    }
+    if (auto msg = fingerprint_mismatch(rank_, fp, all.data(), size_); !msg.empty()) throw collective_error(msg);
   }
 
   Options options_;

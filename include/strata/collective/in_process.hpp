@@ -196,16 +196,7 @@ class InProcess {
   /// untouched until the returned Work is waited on. Asynchronous calls run in call order.
   template <class T>
   Work iallreduce(std::span<T> x, ReduceOp op) {
-    auto st = std::make_shared<Work::State>();
-    worker_.enqueue([this, p = x.data(), n = x.size(), op, st] {
-      try {
-        allreduce_raw(p, p, n, dtype_v<T>, op);
-        st->finish(nullptr);
-      } catch (...) {
-        st->finish(std::current_exception());
-      }
-    });
-    return Work(st);
+    return detail::run_async(worker_, [this, p = x.data(), n = x.size(), op] { allreduce_raw(p, p, n, dtype_v<T>, op); });
   }
   /// Fails every pending and later collective of the group, on every rank, with `reason`.
   void abort(const std::string& reason) { group_->abort(reason); }

@@ -338,22 +338,13 @@ class Mpi {
 
   /// Debug mode: every rank's fingerprint, gathered and compared before the collective runs.
   void check_fingerprint(const Fingerprint& fp) {
-    const std::uint64_t mine[6] = {static_cast<std::uint64_t>(fp.kind), static_cast<std::uint64_t>(fp.op),
-                                   static_cast<std::uint64_t>(fp.dtype), fp.count, static_cast<std::uint64_t>(fp.root),
-                                   fp.seq};
-    std::vector<std::uint64_t> all(6 * static_cast<std::size_t>(size_));
-    detail::mpi_check(MPI_Allgather(mine, 6, MPI_UINT64_T, all.data(), 6, MPI_UINT64_T, comm_), "fingerprint check");
-    for (int k = 0; k < size_; ++k) {
-      const std::uint64_t* t = all.data() + 6 * k;
-      const Fingerprint theirs{static_cast<OpKind>(t[0]), static_cast<ReduceOp>(t[1]), static_cast<DType>(t[2]), t[3],
-                               static_cast<int>(t[4]), t[5]};
-      if (!(theirs == fp)) {
-        std::ostringstream os;
-        os << "[strata.collective.mismatch] ranks called different collectives: rank " << rank_ << " called "
-           << fp.str() << ", rank " << k << " called " << theirs.str();
-        throw collective_error(os.str());
-      }
-    }
+    std::uint64_t mine[Fingerprint::kWords];
+    fp.pack(mine);
+    std::vector<std::uint64_t> all(Fingerprint::kWords * static_cast<std::size_t>(size_));
+    detail::mpi_check(MPI_Allgather(mine, Fingerprint::kWords, MPI_UINT64_T, all.data(), Fingerprint::kWords,
+                                    MPI_UINT64_T, comm_),
+                      "fingerprint check");
+    if (auto msg = fingerprint_mismatch(rank_, fp, all.data(), size_); !msg.empty()) throw collective_error(msg);
   }
 
   Options options_;

@@ -67,6 +67,36 @@ struct Fingerprint {
     os << name_of(dtype) << " x " << count << ")";
     return os.str();
   }
+
+  /// The fingerprint as six words, for exchanging it between ranks.
+  static constexpr std::size_t kWords = 6;
+  void pack(std::uint64_t* w) const {
+    w[0] = static_cast<std::uint64_t>(kind);
+    w[1] = static_cast<std::uint64_t>(op);
+    w[2] = static_cast<std::uint64_t>(dtype);
+    w[3] = count;
+    w[4] = static_cast<std::uint64_t>(root);
+    w[5] = seq;
+  }
+  static Fingerprint unpack(const std::uint64_t* w) {
+    return {static_cast<OpKind>(w[0]), static_cast<ReduceOp>(w[1]), static_cast<DType>(w[2]), w[3],
+            static_cast<int>(w[4]), w[5]};
+  }
 };
+
+/// Given every rank's packed fingerprint (`size` x kWords words), the message naming the first
+/// rank whose call differs from `mine` (this is `rank`), or "" if all agree.
+inline std::string fingerprint_mismatch(int rank, const Fingerprint& mine, const std::uint64_t* all, int size) {
+  for (int k = 0; k < size; ++k) {
+    const Fingerprint theirs = Fingerprint::unpack(all + Fingerprint::kWords * static_cast<std::size_t>(k));
+    if (!(theirs == mine)) {
+      std::ostringstream os;
+      os << "[strata.collective.mismatch] ranks called different collectives: rank " << rank << " called "
+         << mine.str() << ", rank " << k << " called " << theirs.str();
+      return os.str();
+    }
+  }
+  return {};
+}
 
 }  // namespace strata::collective
