@@ -45,23 +45,28 @@ int main(int argc, char** argv) {
   const int n = c.size();
   for (std::size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
     const std::size_t count = bytes / sizeof(float);
-    const int iters = bytes <= (1u << 20) ? 100 : bytes <= (16u << 20) ? 15 : 7;
+    const int iters = bytes <= (1u << 20) ? 200 : bytes <= (16u << 20) ? 30 : 9;
     std::vector<float> x(count, 1.0f), y(count);
     const std::size_t share = count / static_cast<std::size_t>(n);
     std::vector<float> mine(share, 1.0f);
     struct Series { const char* name; double factor; std::vector<double> raw, ours; };
     Series ar{"allreduce", 2.0 * (n - 1) / n, {}, {}}, bc{"broadcast", 1.0, {}, {}}, ag{"allgather", double(n - 1) / n, {}, {}};
+    // Alternate which side goes first, so cache and page state favour neither.
+    auto pair = [&](Series& s, auto raw, auto ours, int it) {
+      if (it % 2) {
+        s.raw.push_back(timed(raw));
+        s.ours.push_back(timed(ours));
+      } else {
+        s.ours.push_back(timed(ours));
+        s.raw.push_back(timed(raw));
+      }
+    };
     for (int it = 0; it < iters; ++it) {
-      ar.raw.push_back(timed([&] { MPI_Allreduce(MPI_IN_PLACE, x.data(), int(count), MPI_FLOAT, MPI_SUM, c.comm()); }));
-      ar.ours.push_back(timed([&] { c.allreduce(std::span(x), strata::ReduceOp::Sum); }));
-      bc.raw.push_back(timed([&] { MPI_Bcast(x.data(), int(count), MPI_FLOAT, 0, c.comm()); }));
-      bc.ours.push_back(timed([&] { c.broadcast(std::span(x), 0); }));
-      ag.raw.push_back(timed([&] {
-        MPI_Allgather(mine.data(), int(share), MPI_FLOAT, y.data(), int(share), MPI_FLOAT, c.comm());
-      }));
-      ag.ours.push_back(timed([&] {
-        c.allgather(std::span<const float>(mine), std::span(y.data(), share * static_cast<std::size_t>(n)));
-      }));
+      pair(ar, [&] { MPI_Allreduce(MPI_IN_PLACE, x.data(), int(count), MPI_FLOAT, MPI_SUM, c.comm()); },
+           [&] { c.allreduce(std::span(x), strata::ReduceOp::Sum); }, it);
+      pair(bc, [&] { MPI_Bcast(x.data(), int(count), MPI_FLOAT, 0, c.comm()); }, [&] { c.broadcast(std::span(x), 0); }, it);
+      pair(ag, [&] { MPI_Allgather(mine.data(), int(share), MPI_FLOAT, y.data(), int(share), MPI_FLOAT, c.comm()); },
+           [&] { c.allgather(std::span<const float>(mine), std::span(y.data(), share * static_cast<std::size_t>(n))); }, it);
     }
     if (c.rank() == 0)
       for (const Series* s : {&ar, &bc, &ag}) {
