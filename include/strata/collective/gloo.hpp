@@ -128,6 +128,8 @@ class Gloo {
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   std::uint64_t sequence() const noexcept { return seq_; }
+  /// The underlying Gloo context (null for a group of one), for calling Gloo directly.
+  const std::shared_ptr<gloo::rendezvous::Context>& context() const noexcept { return ctx_; }
 
   template <class T>
   void allreduce(std::span<T> x, ReduceOp op) {
