@@ -60,6 +60,12 @@ inline std::string interface_names() {
 
 /// Gloo's reduction callback: out = a op b (out may alias a or b), through the vectorised
 /// combine() kernels.
+/// Gloo's file store, with its key check made public (to name ranks that never arrived).
+struct FileStore : gloo::rendezvous::FileStore {
+  using gloo::rendezvous::FileStore::FileStore;
+  using gloo::rendezvous::FileStore::check;
+};
+
 template <class T>
 void gloo_reduce(ReduceOp op, void* out, const void* a, const void* b, std::size_t n) {
   T* o = static_cast<T*>(out);
@@ -111,13 +117,21 @@ class Gloo {
     device_ = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     ctx->setTimeout(options_.timeout);
+    detail::FileStore files(p.rendezvous_dir);
     try {
-      gloo::rendezvous::FileStore files(p.rendezvous_dir);
       gloo::rendezvous::PrefixStore store(prefix, files);
       ctx->connectFullMesh(store, device_);
     } catch (const std::exception& e) {
-      throw collective_error(std::string("[strata.collective.gloo] rank ") + std::to_string(rank_) + " of " +
-                             std::to_string(size_) + ": rendezvous '" + prefix + "' failed: " + e.what());
+      // Name the ranks that never published their address (PrefixStore keys are "prefix/rank").
+      std::vector<int> missing;
+      for (int k = 0; k < size_; ++k)
+        if (!files.check({prefix + "/" + std::to_string(k)})) missing.push_back(k);
+      std::ostringstream os;
+      os << "[strata.collective.rendezvous] rank " << rank_ << ": rendezvous '" << prefix << "' failed (world_size="
+         << size_ << ", joined=" << size_ - static_cast<int>(missing.size()) << ", missing=[";
+      for (std::size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << missing[i];
+      os << "]): " << e.what();
+      throw collective_error(os.str());
     }
     ctx_ = std::move(ctx);
   }
