@@ -38,6 +38,7 @@
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/collective/options.hpp>
+#include <strata/collective/typed_front_end.hpp>
 #include <strata/runtime/process.hpp>
 #include <strata/support/error.hpp>
 
@@ -79,7 +80,7 @@ void gloo_reduce(ReduceOp op, void* out, const void* a, const void* b, std::size
 }  // namespace detail
 
 /// A rank of a Gloo context.
-class Gloo {
+class Gloo : public TypedFrontEnd<Gloo> {
  public:
   static constexpr const char* name = "gloo";
 
@@ -145,71 +146,44 @@ class Gloo {
   /// The underlying Gloo context (null for a group of one), for calling Gloo directly.
   const std::shared_ptr<gloo::rendezvous::Context>& context() const noexcept { return ctx_; }
 
-  template <class T>
-  void allreduce(std::span<T> x, ReduceOp op) {
-    worker_.drain();
-    allreduce_raw(x.data(), x.data(), x.size(), dtype_v<T>, op);
-  }
-  template <class T>
-  void allreduce(std::span<const T> in, std::span<T> out, ReduceOp op) {
-    STRATA_CHECK_EQ(in.size(), out.size(), "allreduce: input and output sizes differ");
-    worker_.drain();
-    allreduce_raw(in.data(), out.data(), in.size(), dtype_v<T>, op);
-  }
-  template <class T>
-  void allreduce(std::span<T> in, std::span<T> out, ReduceOp op) {
-    allreduce(std::span<const T>(in), out, op);
-  }
-  template <class T>
-  void broadcast(std::span<T> x, int root) {
-    STRATA_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside [0, ", size_, ")");
-    worker_.drain();
-    const Fingerprint fp = next(OpKind::broadcast, ReduceOp::Sum, dtype_v<T>, x.size(), root);
-    if (size_ == 1 || x.empty()) return;
-    guarded(fp, [&] {
+  // The typed overloads (allreduce, broadcast, allgather, reduce_scatter) come from TypedFrontEnd.
+  void broadcast_raw(void* x, std::size_t count, DType dtype, int root) {
+    const Fingerprint fp = next(OpKind::broadcast, ReduceOp::Sum, dtype, count, root);
+    if (size_ == 1 || count == 0) return;
+    guarded(fp, [&] {  // moved as bytes: Gloo's broadcast does no arithmetic
       gloo::BroadcastOptions o(ctx_);
       o.setTimeout(options_.timeout);
       o.setRoot(root);
-      o.setOutput(x.data(), x.size());
+      o.setOutput(static_cast<std::uint8_t*>(x), count * size_of(dtype));
       gloo::broadcast(o);
     });
   }
-  template <class T>
-  void allgather(std::span<const T> in, std::span<T> out) {
-    STRATA_CHECK_EQ(out.size(), in.size() * static_cast<std::size_t>(size_), "allgather: output must hold size() inputs");
-    worker_.drain();
-    const Fingerprint fp = next(OpKind::allgather, ReduceOp::Sum, dtype_v<T>, in.size(), 0);
-    if (in.empty()) return;
+  void allgather_raw(const void* in, void* out, std::size_t count, DType dtype) {
+    const Fingerprint fp = next(OpKind::allgather, ReduceOp::Sum, dtype, count, 0);
+    const std::size_t bytes = count * size_of(dtype);
+    if (bytes == 0) return;
     if (size_ == 1) {
-      std::copy(in.begin(), in.end(), out.begin());
+      std::memcpy(out, in, bytes);
       return;
     }
     guarded(fp, [&] {
       gloo::AllgatherOptions o(ctx_);
       o.setTimeout(options_.timeout);
-      o.setInput(const_cast<T*>(in.data()), in.size());
-      o.setOutput(out.data(), out.size());
+      o.setInput(static_cast<std::uint8_t*>(const_cast<void*>(in)), bytes);
+      o.setOutput(static_cast<std::uint8_t*>(out), bytes * static_cast<std::size_t>(size_));
       gloo::allgather(o);
     });
   }
-  template <class T>
-  void allgather(std::span<T> in, std::span<T> out) {
-    allgather(std::span<const T>(in), out);
-  }
   /// Reduce-scatter as an allreduce of a copy, keeping this rank's share.
-  template <class T>
-  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
-    STRATA_CHECK_EQ(in.size(), out.size() * static_cast<std::size_t>(size_), "reduce_scatter: input must hold size() outputs");
-    std::vector<T> all(in.begin(), in.end());
-    allreduce(std::span(all), op);
-    std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(out.size()) * rank_, out.size(), out.begin());
-  }
-  template <class T>
-  void reduce_scatter(std::span<T> in, std::span<T> out, ReduceOp op) {
-    reduce_scatter(std::span<const T>(in), out, op);
+  void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+    const std::size_t share = count * size_of(dtype);
+    std::vector<std::uint8_t> all(static_cast<const std::uint8_t*>(in),
+                                  static_cast<const std::uint8_t*>(in) + share * static_cast<std::size_t>(size_));
+    allreduce_raw(all.data(), all.data(), count * static_cast<std::size_t>(size_), dtype, op);
+    if (share) std::memcpy(out, all.data() + share * static_cast<std::size_t>(rank_), share);
   }
   void barrier() {
-    worker_.drain();
+    before_blocking();
     const Fingerprint fp = next(OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0);
     if (size_ == 1) return;
     guarded(fp, [&] {
@@ -245,6 +219,9 @@ class Gloo {
   }
 
  private:
+  friend class TypedFrontEnd<Gloo>;
+  void before_blocking() { worker_.drain(); }
+
   template <class T>
   void reduce_in_place(const Fingerprint& fp, T* x, std::size_t count, ReduceOp op) {
     if (size_ > 1)

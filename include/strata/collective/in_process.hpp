@@ -37,6 +37,7 @@
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/collective/options.hpp>
+#include <strata/collective/typed_front_end.hpp>
 #include <strata/support/error.hpp>
 
 namespace strata::collective {
@@ -93,7 +94,7 @@ class InProcessGroup {
 }  // namespace detail
 
 /// A rank of a group of threads.
-class InProcess {
+class InProcess : public TypedFrontEnd<InProcess> {
  public:
   static constexpr const char* name = "in_process";
 
@@ -146,50 +147,9 @@ class InProcess {
   /// Collectives this rank has started (the sequence number of the next one).
   std::uint64_t sequence() const noexcept { return seq_; }
 
-  // ------------------------------------------------------------------ typed front end
-  template <class T>
-  void allreduce(std::span<T> x, ReduceOp op) {
-    drain();
-    allreduce_raw(x.data(), x.data(), x.size(), dtype_v<std::remove_const_t<T>>, op);
-  }
-  template <class T>
-  void allreduce(std::span<const T> in, std::span<T> out, ReduceOp op) {
-    STRATA_CHECK_EQ(in.size(), out.size(), "allreduce: input and output sizes differ");
-    drain();
-    allreduce_raw(in.data(), out.data(), in.size(), dtype_v<T>, op);
-  }
-  template <class T>
-  void allreduce(std::span<T> in, std::span<T> out, ReduceOp op) {
-    allreduce(std::span<const T>(in), out, op);
-  }
-  template <class T>
-  void broadcast(std::span<T> x, int root) {
-    drain();
-    broadcast_raw(x.data(), x.size(), dtype_v<T>, root);
-  }
-  template <class T>
-  void allgather(std::span<const T> in, std::span<T> out) {
-    STRATA_CHECK_EQ(out.size(), in.size() * static_cast<std::size_t>(size()), "allgather: output must hold size() inputs");
-    drain();
-    allgather_raw(in.data(), out.data(), in.size(), dtype_v<T>);
-  }
-  template <class T>
-  void allgather(std::span<T> in, std::span<T> out) {
-    allgather(std::span<const T>(in), out);
-  }
-  template <class T>
-  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
-    STRATA_CHECK_EQ(in.size(), out.size() * static_cast<std::size_t>(size()),
-                    "reduce_scatter: input must hold size() outputs");
-    drain();
-    reduce_scatter_raw(in.data(), out.data(), out.size(), dtype_v<T>, op);
-  }
-  template <class T>
-  void reduce_scatter(std::span<T> in, std::span<T> out, ReduceOp op) {
-    reduce_scatter(std::span<const T>(in), out, op);
-  }
+  // The typed overloads (allreduce, broadcast, allgather, reduce_scatter) come from TypedFrontEnd.
   void barrier() {
-    drain();
+    before_blocking();
     begin(Fingerprint{OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0, 0}, nullptr, nullptr);
   }
   /// Starts an in-place allreduce on this rank's communication thread; the buffer must stay
@@ -372,7 +332,8 @@ class InProcess {
     return os.str();
   }
 
-  void drain() { worker_.drain(); }
+  friend class TypedFrontEnd<InProcess>;
+  void before_blocking() { worker_.drain(); }
   void stop_worker() { worker_.stop(); }
 
   std::shared_ptr<detail::InProcessGroup> group_;

@@ -38,6 +38,7 @@
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/collective/options.hpp>
+#include <strata/collective/typed_front_end.hpp>
 #include <strata/support/error.hpp>
 
 namespace strata::collective {
@@ -128,7 +129,7 @@ class MpiWatchdog {
 }  // namespace detail
 
 /// A rank of an MPI communicator.
-class Mpi {
+class Mpi : public TypedFrontEnd<Mpi> {
  public:
   static constexpr const char* name = "mpi";
 
@@ -170,57 +171,32 @@ class Mpi {
   MPI_Comm comm() const noexcept { return comm_; }
   std::uint64_t sequence() const noexcept { return seq_; }
 
-  template <class T>
-  void allreduce(std::span<T> x, ReduceOp op) {
-    allreduce_raw(MPI_IN_PLACE, x.data(), x.size(), dtype_v<T>, op);
+  // The typed overloads (allreduce, broadcast, allgather, reduce_scatter) come from TypedFrontEnd.
+  void broadcast_raw(void* x, std::size_t count, DType dtype, int root) {
+    run(Fingerprint{OpKind::broadcast, ReduceOp::Sum, dtype, count, root, 0},
+        [&] { return MPI_Bcast(x, count_of(count), detail::mpi_type(dtype), root, comm_); });
   }
-  template <class T>
-  void allreduce(std::span<const T> in, std::span<T> out, ReduceOp op) {
-    STRATA_CHECK_EQ(in.size(), out.size(), "allreduce: input and output sizes differ");
-    allreduce_raw(in.data(), out.data(), in.size(), dtype_v<T>, op);
+  void allgather_raw(const void* in, void* out, std::size_t count, DType dtype) {
+    const MPI_Datatype t = detail::mpi_type(dtype);
+    run(Fingerprint{OpKind::allgather, ReduceOp::Sum, dtype, count, 0, 0},
+        [&] { return MPI_Allgather(in, count_of(count), t, out, count_of(count), t, comm_); });
   }
-  template <class T>
-  void allreduce(std::span<T> in, std::span<T> out, ReduceOp op) {
-    allreduce(std::span<const T>(in), out, op);
-  }
-  template <class T>
-  void broadcast(std::span<T> x, int root) {
-    STRATA_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside [0, ", size_, ")");
-    const Fingerprint fp{OpKind::broadcast, ReduceOp::Sum, dtype_v<T>, x.size(), root, 0};
-    run(fp, [&] { return MPI_Bcast(x.data(), count_of(x.size()), detail::mpi_type(dtype_v<T>), root, comm_); });
-  }
-  template <class T>
-  void allgather(std::span<const T> in, std::span<T> out) {
-    STRATA_CHECK_EQ(out.size(), in.size() * static_cast<std::size_t>(size_), "allgather: output must hold size() inputs");
-    const Fingerprint fp{OpKind::allgather, ReduceOp::Sum, dtype_v<T>, in.size(), 0, 0};
-    const MPI_Datatype t = detail::mpi_type(dtype_v<T>);
-    run(fp, [&] { return MPI_Allgather(in.data(), count_of(in.size()), t, out.data(), count_of(in.size()), t, comm_); });
-  }
-  template <class T>
-  void allgather(std::span<T> in, std::span<T> out) {
-    allgather(std::span<const T>(in), out);
-  }
-  template <class T>
-  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
-    STRATA_CHECK_EQ(in.size(), out.size() * static_cast<std::size_t>(size_), "reduce_scatter: input must hold size() outputs");
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      std::vector<float> full(in.size());
-      detail::load<T, float>(in.size(), in.data(), full.data());
-      std::vector<float> part(out.size());
-      reduce_scatter(std::span<const float>(full), std::span(part), op);
-      detail::store<float, T>(out.size(), part.data(), out.data());
-    } else {
-      const Fingerprint fp{OpKind::reduce_scatter, op, dtype_v<T>, out.size(), 0, 0};
-      run(fp, [&] {
-        return MPI_Reduce_scatter_block(in.data(), out.data(), count_of(out.size()), detail::mpi_type(dtype_v<T>),
-                                        detail::mpi_op(op), comm_);
+  void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+    if (dtype == DType::f16 || dtype == DType::bf16) {  // through float32, like allreduce_raw
+      detail::visit_collective_dtype(dtype, [&](auto s, auto) {
+        using S = decltype(s);
+        const std::size_t all = count * static_cast<std::size_t>(size_);
+        std::vector<float> full(all), part(count);
+        detail::load<S, float>(all, static_cast<const S*>(in), full.data());
+        reduce_scatter_raw(full.data(), part.data(), count, DType::f32, op);
+        detail::store<float, S>(count, part.data(), static_cast<S*>(out));
       });
-      if (op == ReduceOp::Mean) detail::divide<T>(out.size(), out.data(), size_);
+      return;
     }
-  }
-  template <class T>
-  void reduce_scatter(std::span<T> in, std::span<T> out, ReduceOp op) {
-    reduce_scatter(std::span<const T>(in), out, op);
+    run(Fingerprint{OpKind::reduce_scatter, op, dtype, count, 0, 0}, [&] {
+      return MPI_Reduce_scatter_block(in, out, count_of(count), detail::mpi_type(dtype), detail::mpi_op(op), comm_);
+    });
+    if (op == ReduceOp::Mean) divide_by_size(out, count, dtype);
   }
   void barrier() {
     run(Fingerprint{OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0, 0}, [&] { return MPI_Barrier(comm_); });
@@ -284,25 +260,32 @@ class Mpi {
       std::vector<float> acc(count);
       detail::visit_collective_dtype(dtype, [&](auto s, auto) {
         using S = decltype(s);
-        detail::load<S, float>(count, static_cast<const S*>(in == MPI_IN_PLACE ? static_cast<const void*>(out) : in),
-                               acc.data());
-        allreduce_raw(MPI_IN_PLACE, acc.data(), count, DType::f32, op);
+        detail::load<S, float>(count, static_cast<const S*>(in), acc.data());
+        allreduce_raw(acc.data(), acc.data(), count, DType::f32, op);
         detail::store<float, S>(count, acc.data(), static_cast<S*>(out));
       });
       return;
     }
     const Fingerprint fp{OpKind::allreduce, op, dtype, count, 0, 0};
+    const void* send = in == out ? MPI_IN_PLACE : in;
     run(fp, [&] {
-      return MPI_Allreduce(in, out, count_of(count), detail::mpi_type(dtype), detail::mpi_op(op), comm_);
+      return MPI_Allreduce(send, out, count_of(count), detail::mpi_type(dtype), detail::mpi_op(op), comm_);
     });
-    if (op == ReduceOp::Mean)
-      detail::visit_collective_dtype(dtype, [&](auto s, auto) {
-        using S = decltype(s);
-        if constexpr (std::is_arithmetic_v<S>) detail::divide<S>(count, static_cast<S*>(out), size_);
-      });
+    if (op == ReduceOp::Mean) divide_by_size(out, count, dtype);
   }
 
  private:
+  friend class TypedFrontEnd<Mpi>;
+  void before_blocking() noexcept {}  // MPI orders this rank's calls itself
+
+  /// Mean's last step on an arithmetic dtype (16-bit floats are divided in float32).
+  void divide_by_size(void* out, std::size_t count, DType dtype) {
+    detail::visit_collective_dtype(dtype, [&](auto s, auto) {
+      using S = decltype(s);
+      if constexpr (std::is_arithmetic_v<S>) detail::divide<S>(count, static_cast<S*>(out), size_);
+    });
+  }
+
   static int count_of(std::size_t n) {
     STRATA_CHECK(n <= static_cast<std::size_t>(std::numeric_limits<int>::max()), "MPI collectives take at most 2^31-1 "
                  "elements per call, got ", n);
