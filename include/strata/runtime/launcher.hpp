@@ -105,6 +105,7 @@ inline int launch_processes(const LaunchOptions& o) {
     int fd = -1;
     std::string buf, prefix;
     bool running = true;
+    int status = 0;  // waitpid status once it has exited
   };
   std::vector<Rank> ranks(static_cast<std::size_t>(o.nproc));
   for (int r = 0; r < o.nproc; ++r) {
@@ -183,29 +184,44 @@ inline int launch_processes(const LaunchOptions& o) {
         kill_at = std::chrono::steady_clock::now() + o.grace;
       }
     }
-    // 3. Exits: the first failure stops the rest.
+    // 3. Exits: the first failure stops the rest. A rank killed by a signal takes its peers
+    //    down within microseconds (their sockets reset), so the exits can land in one sweep,
+    //    or the peers' a moment before the dead rank is reaped: blame the signalled rank,
+    //    the cause, rather than whichever the sweep reaches first.
+    auto reap = [&](Rank& rk) {
+      if (rk.running && ::waitpid(rk.pid, &rk.status, WNOHANG) == rk.pid) rk.running = false;
+      return !rk.running;
+    };
+    auto failed = [](const Rank& rk) { return !WIFEXITED(rk.status) || WEXITSTATUS(rk.status) != 0; };
+    auto pick = [&](int current) {
+      for (std::size_t r = 0; r < ranks.size(); ++r) {
+        const auto& rk = ranks[r];
+        if (rk.running || !failed(rk)) continue;
+        if (current < 0 || (WIFSIGNALED(rk.status) && !WIFSIGNALED(ranks[current].status)))
+          current = static_cast<int>(r);
+      }
+      return current;
+    };
     bool any_running = false;
-    for (std::size_t r = 0; r < ranks.size(); ++r) {
-      auto& rk = ranks[r];
-      if (!rk.running) continue;
-      int st = 0;
-      const pid_t w = ::waitpid(rk.pid, &st, WNOHANG);
-      if (w == 0) {
-        any_running = true;
-        continue;
+    for (auto& rk : ranks) any_running = !reap(rk) || any_running;
+    if (int blamed = failing ? -1 : pick(-1); blamed >= 0) {
+      if (!WIFSIGNALED(ranks[blamed].status)) {  // give a dying rank a moment to be reaped
+        ::usleep(30000);
+        for (auto& rk : ranks) reap(rk);
+        blamed = pick(blamed);
       }
-      rk.running = false;
-      const int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-      if (code != 0 && !failing) {
-        failing = true;
-        status_out = code;
-        std::fprintf(stderr, "strata-run: rank %zu %s %d; stopping the other ranks\n", r,
-                     WIFSIGNALED(st) ? "was killed by signal" : "exited with status",
-                     WIFSIGNALED(st) ? WTERMSIG(st) : code);
-        std::fflush(stderr);
-        stop_all(SIGTERM);
-        kill_at = std::chrono::steady_clock::now() + o.grace;
-      }
+      auto& rk = ranks[static_cast<std::size_t>(blamed)];
+      failing = true;
+      const bool sig = WIFSIGNALED(rk.status);
+      status_out = sig ? 128 + WTERMSIG(rk.status) : WEXITSTATUS(rk.status);
+      std::fprintf(stderr, "strata-run: rank %d %s %d; stopping the other ranks\n", blamed,
+                   sig ? "was killed by signal" : "exited with status",
+                   sig ? WTERMSIG(rk.status) : status_out);
+      std::fflush(stderr);
+      stop_all(SIGTERM);
+      kill_at = std::chrono::steady_clock::now() + o.grace;
+      any_running = false;
+      for (const auto& other : ranks) any_running = any_running || other.running;
     }
     if (failing && any_running && std::chrono::steady_clock::now() > kill_at) stop_all(SIGKILL);
     bool any_output = false;
