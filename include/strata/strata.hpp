@@ -38,3 +38,8 @@
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/strategy/one_device.hpp>
+#include <strata/strategy/replicated.hpp>
+#include <strata/strategy/gradient_engine.hpp>
+#include <strata/strategy/mirrored.hpp>
+#include <strata/strategy/central_storage.hpp>
+#include <strata/strategy/multi_worker_mirrored.hpp>

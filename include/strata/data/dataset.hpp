@@ -24,6 +24,16 @@ struct TensorDataset {
   std::int64_t size() const noexcept { return x.defined() ? x.dim(0) : 0; }
 };
 
+/// Rows [lo, hi) of `t` as a view (no copy; not differentiable: for input data).
+inline Tensor slice_rows(const Tensor& t, std::int64_t lo, std::int64_t hi) {
+  STRATA_CHECK(t.defined() && t.ndim() >= 1 && t.is_contiguous(), "slice_rows needs a contiguous tensor");
+  STRATA_CHECK(0 <= lo && lo <= hi && hi <= t.dim(0), "slice_rows(", lo, ", ", hi, ") of ", t.dim(0), " rows");
+  Shape s = t.shape();
+  s[0] = hi - lo;
+  const std::int64_t row = t.dim(0) == 0 ? 0 : t.numel() / t.dim(0);
+  return ::strata::detail::make_view(t, s, contiguous_strides(s), t.impl()->offset() + lo * row);
+}
+
 /// One step's examples for one replica.
 struct Batch {
   Tensor x, y;

@@ -33,6 +33,7 @@ struct PipelineOptions {
   std::int64_t batch_size = 1;
   bool drop_remainder = false;
   std::int64_t num_shards = 1, shard_index = 0;
+  std::int64_t num_splits = 1, split_index = 0;  ///< this worker's rows of every global batch
   int prefetch = 0;
   std::int64_t take_batches = -1;  ///< at most this many batches per epoch (-1: all)
 };
@@ -58,6 +59,12 @@ inline std::vector<std::int64_t> epoch_order(std::int64_t n, const PipelineOptio
     order = std::move(mine);
   }
   return order;
+}
+
+/// The first row of part `i` when `count` rows are split into `n` balanced, contiguous parts
+/// (the first count % n parts get one row more).
+inline std::int64_t split_begin(std::int64_t count, std::int64_t i, std::int64_t n) noexcept {
+  return i * (count / n) + std::min(i, count % n);
 }
 
 /// Copies rows `idx` of `src` ([N, ...], contiguous) into a new tensor [idx.size(), ...].
@@ -124,10 +131,12 @@ class EpochState {
   Batch make(std::int64_t k) const {
     const std::int64_t start = k * o_.batch_size;
     const std::int64_t count = std::min<std::int64_t>(o_.batch_size, static_cast<std::int64_t>(order_.size()) - start);
+    const std::int64_t lo = split_begin(count, o_.split_index, o_.num_splits);
+    const std::int64_t hi = split_begin(count, o_.split_index + 1, o_.num_splits);
     Batch b;
-    b.x = gather_rows(ds_->x, order_.data() + start, count);
-    b.y = gather_rows(ds_->y, order_.data() + start, count);
-    b.size = count;
+    b.x = gather_rows(ds_->x, order_.data() + start + lo, hi - lo);
+    b.y = gather_rows(ds_->y, order_.data() + start + lo, hi - lo);
+    b.size = hi - lo;
     b.global_size = count;
     b.epoch = epoch_;
     b.index = k;
@@ -196,6 +205,17 @@ class Pipeline {
     Pipeline p = *this;
     p.o_.num_shards = num_shards;
     p.o_.shard_index = index;
+    return p;
+  }
+  /// Keeps part `index` of `num_parts` balanced, contiguous parts of every batch: one worker's
+  /// rows of each global batch. Every worker steps through the same number of batches, and
+  /// Batch::global_size stays the whole batch's size (what losses are scaled by).
+  Pipeline split(std::int64_t num_parts, std::int64_t index) const {
+    STRATA_CHECK(num_parts >= 1 && index >= 0 && index < num_parts, "split(", num_parts, ", ", index,
+                 "): need 0 <= index < num_parts");
+    Pipeline p = *this;
+    p.o_.num_splits = num_parts;
+    p.o_.split_index = index;
     return p;
   }
   /// Assembles up to `depth` batches ahead on a background thread (0: on the caller's thread).

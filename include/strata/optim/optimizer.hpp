@@ -15,9 +15,14 @@
 
 namespace strata::optim {
 
-/// Anything that can aggregate gradients across replicas in place (a replica context).
+/// Anything that can aggregate gradients across replicas in place (a replica context):
+/// aggregate_gradients(g) sums them and says whether this replica updates; finish_update()
+/// publishes the update.
 template <class C>
-concept GradientAggregator = requires(C& c, Gradients g) { c.all_reduce_gradients(g); };
+concept GradientAggregator = requires(C& c, Gradients g) {
+  { c.aggregate_gradients(g) } -> std::convertible_to<bool>;
+  c.finish_update();
+};
 
 /// The shared part of SGD, Adam and AdamW.
 class Optimizer {
@@ -51,12 +56,16 @@ class Optimizer {
     ++steps_;
   }
 
-  /// Aggregates `grads` through `ctx` (the sum over all replicas in sync), then steps.
+  /// Aggregates `grads` through `ctx` (the sum over all replicas in sync), then steps where
+  /// the strategy places the update (every replica's copy, or the one central copy).
   template <GradientAggregator Ctx>
   void apply_gradients(Ctx& ctx, Gradients grads) {
     check_matches(grads);
-    ctx.all_reduce_gradients(grads);
-    step();
+    if (ctx.aggregate_gradients(grads))
+      step();
+    else
+      ++steps_;  // the update happened on the variables this replica shares
+    ctx.finish_update();
   }
   /// Steps with `grads` as they are (one replica, nothing to aggregate).
   void apply_gradients(Gradients grads) {

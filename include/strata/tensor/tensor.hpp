@@ -130,6 +130,18 @@ class TensorImpl {
     return static_cast<char*>(storage_->data()) + offset_ * static_cast<std::int64_t>(size_of(dtype_));
   }
 
+  /// Makes this header view `src`'s elements (same shape and dtype): afterwards both name
+  /// one set of values, while each keeps its own autograd state (a gradient per header).
+  void share_storage_of(const TensorImpl& src) {
+    STRATA_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "share_storage_of: shape ", src.shape_, " ",
+                 name_of(src.dtype_), " vs ", shape_, " ", name_of(dtype_));
+    src.storage_->retain();
+    if (storage_) storage_->release();
+    storage_ = src.storage_;
+    strides_ = src.strides_;
+    offset_ = src.offset_;
+  }
+
   // Autograd metadata; owned by the autograd layer (see autograd/tape.hpp).
   struct Autograd {
     bool requires_grad = false;

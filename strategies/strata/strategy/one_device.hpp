@@ -92,7 +92,7 @@ class OneDeviceStrategy {
     int replica_id_in_sync_group() const noexcept override { return 0; }
     int num_replicas_in_sync() const noexcept override { return 1; }
     void all_reduce(ReduceOp, Tensor&) override {}
-    void all_reduce_gradients(Gradients) override {}
+    bool aggregate_gradients(Gradients) override { return true; }
   };
 
   Device device_;

@@ -22,13 +22,35 @@ class ReplicaContext {
 
   /// Reduces `t` across all replicas, in place; every replica must call it with the same shape.
   virtual void all_reduce(ReduceOp op, Tensor& t) = 0;
-  /// Sums every gradient across all replicas, in place (what apply_gradients calls).
-  virtual void all_reduce_gradients(Gradients grads) = 0;
+  /// Sums every gradient across all replicas in sync, in place, and says whether this replica
+  /// applies the update (false on replicas that share the variables of one that does, as in
+  /// CentralStorageStrategy). What Optimizer::apply_gradients calls before its update.
+  virtual bool aggregate_gradients(Gradients grads) = 0;
+  /// Called by apply_gradients after the update: makes the new values visible to every replica.
+  virtual void finish_update() {}
+
+  /// While off, backward passes leave gradients local (micro-batches of gradient accumulation:
+  /// accumulate k passes, then one aggregation). See NoSync.
+  virtual void set_gradient_sync(bool on) { (void)on; }
 
  protected:
   ReplicaContext() = default;
   ReplicaContext(const ReplicaContext&) = default;
   ReplicaContext& operator=(const ReplicaContext&) = default;
+};
+
+/// Keeps the backward passes of its lifetime from communicating, for gradient accumulation
+/// (DDP's no_sync): pass k-1 micro-batches under it with GradAccumulation::accumulate, then the
+/// last one outside it, then apply_gradients: one all-reduce per k micro-batches.
+class NoSync {
+ public:
+  explicit NoSync(ReplicaContext& ctx) : ctx_(ctx) { ctx_.set_gradient_sync(false); }
+  ~NoSync() { ctx_.set_gradient_sync(true); }
+  NoSync(const NoSync&) = delete;
+  NoSync& operator=(const NoSync&) = delete;
+
+ private:
+  ReplicaContext& ctx_;
 };
 
 }  // namespace strata

@@ -1,0 +1,57 @@
+/// \file
+/// CollectiveReplicaContext<C>: the replica context of the mirrored strategies — every
+/// replica holds its own copy of the variables, so gradients are all-reduced (summed) over a
+/// collective C and every replica applies the same update to its copy. Gradients of a model
+/// created under the strategy's scope go through that model's GradientEngine (bucketed,
+/// overlapped with backward); any other gradient list is all-reduced here, tensor by tensor.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include <strata/strategy/gradient_engine.hpp>
+#include <strata/strategy/replica_context.hpp>
+
+namespace strata::detail {
+
+template <class C>
+class CollectiveReplicaContext final : public ReplicaContext {
+ public:
+  CollectiveReplicaContext(C& comm, int replica_id, int num_replicas, std::span<GradientEngine<C>* const> engines)
+      : comm_(comm), id_(replica_id), n_(num_replicas), engines_(engines) {}
+
+  int replica_id_in_sync_group() const noexcept override { return id_; }
+  int num_replicas_in_sync() const noexcept override { return n_; }
+
+  void all_reduce(ReduceOp op, Tensor& t) override {
+    STRATA_CHECK(t.defined() && t.is_contiguous(), "all_reduce needs a defined, contiguous tensor");
+    comm_.allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
+  }
+
+  bool aggregate_gradients(Gradients g) override {
+    for (GradientEngine<C>* e : engines_)
+      if (e->owns(g)) {
+        e->finish();
+        return true;
+      }
+    STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica");
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      Tensor t = g[i];
+      all_reduce(ReduceOp::Sum, t);
+    }
+    return true;
+  }
+
+  void set_gradient_sync(bool on) override {
+    sync_ = on;
+    for (GradientEngine<C>* e : engines_) e->set_sync(on);
+  }
+
+ private:
+  C& comm_;
+  int id_, n_;
+  std::span<GradientEngine<C>* const> engines_;
+  bool sync_ = true;
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,195 @@
+/// \file
+/// GradientEngine: one replica's gradient all-reduce, overlapped with its backward pass.
+///
+/// The parameters are packed, last first (the order backward finishes them), into buckets of
+/// about `bucket_bytes`; each parameter's gradient *is* a view into its bucket's flat buffer,
+/// so backward writes it there and nothing is copied. A hook on every parameter counts the
+/// bucket down; when a bucket's last gradient is final its all-reduce starts at once, while
+/// backward goes on with the earlier layers. Buckets start strictly in index order, so every
+/// replica issues the same collectives in the same order even when gradients finish in a
+/// different order. finish() (from apply_gradients) starts what is left — parameters that got
+/// no gradient in this pass — and waits for all.
+///
+/// How a bucket's all-reduce runs depends on the collective: InProcess replicas are threads
+/// of one process, and the reduction is memory-bound work, so the replica reduces the bucket
+/// itself, right away, with its peers (no extra thread); Mpi and Gloo start a non-blocking
+/// all-reduce that progresses while backward computes.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <strata/autograd/backward.hpp>
+#include <strata/collective/async.hpp>     // Work
+#include <strata/collective/in_process.hpp>
+#include <strata/support/check.hpp>
+#include <strata/tensor/factory.hpp>
+
+namespace strata {
+
+/// Bucket size of the gradient engine when the strategy is not told otherwise; see
+/// docs/gradient_engine.md for the measurement behind it.
+inline constexpr std::size_t kDefaultBucketBytes = std::size_t{1} << 20;
+
+namespace detail {
+/// True for collectives whose all-reduce the replica thread runs itself (shared memory).
+template <class C>
+inline constexpr bool reduces_on_replica_thread = std::is_same_v<C, collective::InProcess>;
+}  // namespace detail
+
+template <class C>
+class GradientEngine {
+ public:
+  GradientEngine(C& comm, const std::vector<Tensor>& params, std::size_t bucket_bytes = kDefaultBucketBytes)
+      : comm_(comm), params_(params), state_(std::make_shared<HookState>()) {
+    STRATA_CHECK(bucket_bytes > 0, "gradient bucket size must be positive");
+    state_->engine = this;
+    slot_of_.resize(params_.size());
+    // Buckets, last parameter first; a dtype change starts a new bucket.
+    for (std::size_t k = params_.size(); k-- > 0;) {
+      const Tensor& p = params_[k];
+      STRATA_CHECK(p.defined() && p.requires_grad() && p.is_leaf(), "GradientEngine: parameter ", k,
+                   " is not a leaf that requires gradients");
+      STRATA_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, "GradientEngine: parameter ", k, " is ",
+                   name_of(p.dtype()), "; gradients are all-reduced in float32 or float64");
+      if (buckets_.empty() || buckets_.back().dtype != p.dtype() || buckets_.back().bytes >= bucket_bytes)
+        buckets_.emplace_back().dtype = p.dtype();
+      Bucket& b = buckets_.back();
+      slot_of_[k] = Slot{buckets_.size() - 1, b.count};
+      b.members.push_back(k);
+      b.count += static_cast<std::size_t>(p.numel());
+      b.bytes += p.nbytes();
+    }
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      Bucket& bk = buckets_[b];
+      bk.buffer = zeros(Shape{static_cast<std::int64_t>(bk.count)}, bk.dtype);
+      bk.pending = bk.members.size();
+      for (std::size_t k : bk.members) bind_grad(k);
+    }
+    for (std::size_t k = 0; k < params_.size(); ++k)
+      params_[k].register_hook([st = state_, k](const Tensor&) {
+        if (st->engine) st->engine->ready(k);
+      });
+  }
+  ~GradientEngine() { state_->engine = nullptr; }
+  GradientEngine(const GradientEngine&) = delete;
+  GradientEngine& operator=(const GradientEngine&) = delete;
+
+  /// True if `g` is the parameter list this engine serves.
+  bool owns(const Gradients& g) const noexcept {
+    return g.size() == params_.size() && (params_.empty() || same_tensor(g.params[0], params_[0]));
+  }
+  std::size_t num_buckets() const noexcept { return buckets_.size(); }
+  /// Parameters in bucket `b`, in the order they were packed.
+  const std::vector<std::size_t>& bucket_members(std::size_t b) const { return buckets_.at(b).members; }
+
+  /// Off: backward passes leave gradients local (NoSync).
+  void set_sync(bool on) noexcept { sync_ = on; }
+  bool sync() const noexcept { return sync_; }
+
+  /// Every bucket reduced (the sum over all replicas), then ready for the next step.
+  void finish() {
+    STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica; leave "
+                 "the NoSync scope for the last micro-batch");
+    for (std::size_t k = 0; k < params_.size(); ++k)
+      if (!fired(k)) {  // no gradient flowed in this pass: grad() has left zeros (or the accumulation)
+        bind_grad(k);
+        mark(k);
+      }
+    launch_ready();
+    for (auto& bk : buckets_) {
+      bk.work.wait();
+      bk.work = collective::Work();
+    }
+    for (auto& bk : buckets_) {
+      bk.pending = bk.members.size();
+      bk.launched = false;
+    }
+    std::fill(fired_.begin(), fired_.end(), false);
+    next_ = 0;
+  }
+
+ private:
+  struct Slot {
+    std::size_t bucket = 0, offset = 0;
+  };
+  struct Bucket {
+    DType dtype = DType::f32;
+    std::vector<std::size_t> members;
+    std::size_t count = 0, bytes = 0, pending = 0;
+    Tensor buffer;
+    bool launched = false;
+    collective::Work work;
+  };
+  struct HookState {
+    GradientEngine* engine = nullptr;
+  };
+
+  /// Makes parameter k's gradient the view of its bucket slot (copying what it held).
+  void bind_grad(std::size_t k) {
+    const Tensor& p = params_[k];
+    const Slot s = slot_of_[k];
+    Tensor& buf = buckets_[s.bucket].buffer;
+    auto& g = p.impl()->ag.grad;
+    void* want = static_cast<char*>(buf.raw_data()) + s.offset * size_of(p.dtype());
+    if (g.defined() && g.raw_data() == want) return;
+    Tensor view = detail::make_view(buf, p.shape(), contiguous_strides(p.shape()), static_cast<std::int64_t>(s.offset));
+    if (g.defined() && g.shape() == p.shape())
+      view.copy_(g);
+    else
+      view.fill_(0.0);
+    g = std::move(view);
+  }
+
+  bool fired(std::size_t k) const noexcept { return k < fired_.size() && fired_[k]; }
+
+  void mark(std::size_t k) {
+    if (fired_.size() != params_.size()) fired_.assign(params_.size(), false);
+    fired_[k] = true;
+    Bucket& bk = buckets_[slot_of_[k].bucket];
+    --bk.pending;
+  }
+
+  // A hook: parameter k's gradient of this pass is final.
+  void ready(std::size_t k) {
+    if (!sync_) return;
+    STRATA_CHECK(!fired(k), "the gradient of parameter ", k, " became final twice before apply_gradients: two "
+                 "backward passes in one step need NoSync for all but the last (gradient accumulation)");
+    bind_grad(k);  // a no-op unless something replaced the gradient tensor
+    mark(k);
+    launch_ready();
+  }
+
+  // Starts the buckets that are complete, in index order.
+  void launch_ready() {
+    while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
+      Bucket& bk = buckets_[next_++];
+      bk.launched = true;
+      void* p = bk.buffer.raw_data();
+      if constexpr (detail::reduces_on_replica_thread<C>) {
+        comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
+      } else if (bk.dtype == DType::f32) {
+        bk.work = comm_.iallreduce(std::span<float>(static_cast<float*>(p), bk.count), ReduceOp::Sum);
+      } else {
+        bk.work = comm_.iallreduce(std::span<double>(static_cast<double*>(p), bk.count), ReduceOp::Sum);
+      }
+    }
+  }
+
+  C& comm_;
+  std::vector<Tensor> params_;
+  std::vector<Slot> slot_of_;
+  std::vector<Bucket> buckets_;
+  std::vector<bool> fired_;
+  std::size_t next_ = 0;
+  bool sync_ = true;
+  std::shared_ptr<HookState> state_;
+};
+
+}  // namespace strata

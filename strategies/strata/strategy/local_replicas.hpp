@@ -1,0 +1,117 @@
+/// \file
+/// What the strategies with several replicas in one process share: making one copy of a
+/// scoped object per replica, splitting a global batch into the replicas' rows, and reducing
+/// PerReplica values across the local replicas.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/collective/reduce_op.hpp>
+#include <strata/data/dataset.hpp>
+#include <strata/data/pipeline.hpp>   // split_begin
+#include <strata/nn/init.hpp>         // default_generator
+#include <strata/strategy/per_replica.hpp>
+#include <strata/strategy/replicated.hpp>
+
+namespace strata::detail {
+
+/// Objects with a parameter list (modules): their copies are synchronised.
+template <class T>
+concept HasParameters = requires(const T& t) {
+  { t.parameters() } -> std::convertible_to<const std::vector<Tensor>&>;
+};
+
+/// `n` results of `factory`, the r-th made with replica r current (so a factory that reads a
+/// Replicated object, like an optimizer over model.parameters(), reads replica r's copy).
+/// Each call starts from the same state of the default generator, which ends where one call
+/// would leave it; the copies' parameters are then set equal to replica 0's.
+template <class F>
+auto make_replicas(F& factory, int n) {
+  using T = std::invoke_result_t<F&>;
+  static_assert(std::is_object_v<T> && !std::is_const_v<T>, "scope(): the factory must return an object by value");
+  std::vector<std::unique_ptr<T>> copies;
+  const Generator start = default_generator();
+  Generator after = start;
+  for (int r = 0; r < n; ++r) {
+    ReplicaScope scope(r);
+    default_generator() = start;
+    copies.push_back(std::make_unique<T>(factory()));
+    if (r == 0) after = default_generator();
+  }
+  default_generator() = after;
+  if constexpr (HasParameters<T>) {
+    NoGradGuard no_grad;
+    const std::vector<Tensor>& p0 = copies[0]->parameters();
+    for (int r = 1; r < n; ++r) {
+      const std::vector<Tensor>& pr = copies[static_cast<std::size_t>(r)]->parameters();
+      STRATA_CHECK_EQ(pr.size(), p0.size(), "scope(): the factory made models with different parameter lists");
+      for (std::size_t k = 0; k < p0.size(); ++k) {
+        STRATA_CHECK(pr[k].shape() == p0[k].shape() && pr[k].dtype() == p0[k].dtype(),
+                     "scope(): the factory made models with different parameter shapes");
+        Tensor dst = pr[k];
+        dst.copy_(p0[k]);
+      }
+    }
+  }
+  return copies;
+}
+
+/// Local replica r's rows of a global batch (views, no copy).
+inline data::Batch replica_rows(const data::Batch& global, int r, int n) {
+  const std::int64_t lo = data::detail::split_begin(global.size, r, n);
+  const std::int64_t hi = data::detail::split_begin(global.size, r + 1, n);
+  data::Batch b;
+  b.x = data::slice_rows(global.x, lo, hi);
+  b.y = data::slice_rows(global.y, lo, hi);
+  b.size = hi - lo;
+  b.global_size = global.global_size;
+  b.epoch = global.epoch;
+  b.index = global.index;
+  return b;
+}
+
+inline double combine(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::Min: return std::min(a, b);
+    case ReduceOp::Max: return std::max(a, b);
+    case ReduceOp::Prod: return a * b;
+    default: return a + b;
+  }
+}
+
+/// The elementwise reduction of the local replicas' values (Mean: over `denominator` values).
+inline double reduce_local(ReduceOp op, const PerReplica<double>& v, std::size_t denominator) {
+  STRATA_CHECK(v.size() > 0, "reduce of an empty PerReplica");
+  double acc = v[0];
+  for (std::size_t r = 1; r < v.size(); ++r) acc = combine(op, acc, v[r]);
+  return op == ReduceOp::Mean ? acc / static_cast<double>(denominator) : acc;
+}
+inline Tensor reduce_local(ReduceOp op, const PerReplica<Tensor>& v, std::size_t denominator) {
+  STRATA_CHECK(v.size() > 0, "reduce of an empty PerReplica");
+  NoGradGuard no_grad;
+  Tensor acc = v[0].contiguous().clone();
+  strata::detail::visit_floating(acc.dtype(), "reduce", [&](auto tag) {
+    using T = decltype(tag);
+    T* a = acc.template data<T>();
+    const auto n = acc.numel();
+    for (std::size_t r = 1; r < v.size(); ++r) {
+      STRATA_CHECK(v[r].shape() == acc.shape() && v[r].dtype() == acc.dtype(), "reduce: replica ", r,
+                   " returned shape ", v[r].shape(), ", replica 0 ", acc.shape());
+      const Tensor c = v[r].contiguous();
+      const T* x = c.template data<T>();
+      for (std::int64_t i = 0; i < n; ++i)
+        a[i] = static_cast<T>(combine(op, static_cast<double>(a[i]), static_cast<double>(x[i])));
+    }
+    if (op == ReduceOp::Mean)
+      for (std::int64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] / static_cast<T>(denominator));
+  });
+  return acc;
+}
+
+}  // namespace strata::detail

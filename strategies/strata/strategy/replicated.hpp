@@ -1,0 +1,138 @@
+/// \file
+/// Replicated<T>: what scope() returns under a strategy with several replicas in one process —
+/// one T per local replica, and every use resolves to the copy of the replica the calling
+/// thread runs (replica 0 outside run()). So `model(x)`, `model.parameters()` and
+/// `opt.apply_gradients(ctx, g)` in the training loop read the current replica's copy, as a
+/// MirroredVariable does in tf.distribute, and the loop stays the same for every strategy.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/strategy/per_replica.hpp>
+#include <strata/support/check.hpp>
+
+namespace strata {
+
+namespace detail {
+/// The local replica the calling thread runs (set by the strategies' run()).
+inline int& current_replica_slot() noexcept {
+  thread_local int replica = 0;
+  return replica;
+}
+
+/// True while the calling thread runs a replica's step (inside Strategy::run).
+inline bool& in_replica_step_slot() noexcept {
+  thread_local bool inside = false;
+  return inside;
+}
+
+/// Sets the calling thread's replica (and whether it runs a step) for its lifetime.
+class ReplicaScope {
+ public:
+  explicit ReplicaScope(int r, bool step = false) noexcept
+      : saved_(std::exchange(current_replica_slot(), r)), saved_step_(std::exchange(in_replica_step_slot(), step)) {}
+  ~ReplicaScope() {
+    current_replica_slot() = saved_;
+    in_replica_step_slot() = saved_step_;
+  }
+  ReplicaScope(const ReplicaScope&) = delete;
+  ReplicaScope& operator=(const ReplicaScope&) = delete;
+
+ private:
+  int saved_;
+  bool saved_step_;
+};
+
+/// Rejects a cross-replica call (reduce, run) made from inside a replica's step, where it
+/// would wait for replicas that are themselves inside their steps.
+inline void check_cross_replica(const char* what) {
+  STRATA_CHECK(!in_replica_step_slot(), what, " called inside Strategy::run: it is a cross-replica operation; "
+               "call it on the strategy outside run(), or use ReplicaContext::all_reduce inside");
+}
+}  // namespace detail
+
+/// The local replica the calling thread runs: its index among this process's replicas.
+inline int current_local_replica() noexcept { return detail::current_replica_slot(); }
+
+/// One T per local replica, resolving to the calling replica's copy.
+template <class T>
+class Replicated {
+ public:
+  using element_type = T;
+
+  explicit Replicated(std::vector<std::unique_ptr<T>> copies) : copies_(std::move(copies)) {
+    STRATA_CHECK(!copies_.empty() && copies_.size() <= kMaxLocalReplicas, "Replicated: ", copies_.size(),
+                 " copies (need 1..", kMaxLocalReplicas, ")");
+  }
+  Replicated(Replicated&&) noexcept = default;
+  Replicated& operator=(Replicated&&) noexcept = default;
+
+  std::size_t num_replicas() const noexcept { return copies_.size(); }
+  /// The copy of local replica `r`.
+  T& replica(std::size_t r) {
+    STRATA_CHECK(r < copies_.size(), "replica ", r, " of ", copies_.size());
+    return *copies_[r];
+  }
+  const T& replica(std::size_t r) const {
+    STRATA_CHECK(r < copies_.size(), "replica ", r, " of ", copies_.size());
+    return *copies_[r];
+  }
+  /// The calling replica's copy.
+  T& local() { return replica(static_cast<std::size_t>(current_local_replica())); }
+  const T& local() const { return replica(static_cast<std::size_t>(current_local_replica())); }
+
+  T* operator->() { return &local(); }
+  const T* operator->() const { return &local(); }
+  T& operator*() { return local(); }
+  const T& operator*() const { return local(); }
+  operator T&() { return local(); }  // NOLINT: passes for a T& (e.g. a Module&) in user code
+  operator const T&() const { return local(); }  // NOLINT
+
+  // The members a training loop calls with `.`, forwarded to the current copy.
+  template <class... A>
+    requires std::invocable<T&, A...>
+  decltype(auto) operator()(A&&... a) {
+    return local()(std::forward<A>(a)...);
+  }
+  decltype(auto) parameters() const
+    requires requires(const T& t) { t.parameters(); }
+  {
+    return local().parameters();
+  }
+  template <class Ctx, class G>
+    requires requires(T& t, Ctx& c, G g) { t.apply_gradients(c, g); }
+  void apply_gradients(Ctx& ctx, G grads) {
+    local().apply_gradients(ctx, std::move(grads));
+  }
+  void train(bool on = true)
+    requires requires(T& t) { t.train(on); }
+  {
+    for (auto& c : copies_) c->train(on);
+  }
+  void eval()
+    requires requires(T& t) { t.eval(); }
+  {
+    for (auto& c : copies_) c->eval();
+  }
+  double lr() const
+    requires requires(const T& t) { t.lr(); }
+  {
+    return local().lr();
+  }
+  /// Sets every copy's learning rate.
+  void set_lr(double lr)
+    requires requires(T& t) { t.set_lr(lr); }
+  {
+    for (auto& c : copies_) c->set_lr(lr);
+  }
+
+ private:
+  std::vector<std::unique_ptr<T>> copies_;
+};
+
+}  // namespace strata

@@ -1,0 +1,143 @@
+// MirroredStrategy and CentralStorageStrategy: N replica threads on global batch B end where
+// OneDeviceStrategy ends on batch B (the equivalence property), with gradient accumulation
+// too; the replicas' copies stay identical; the gradient engine's buckets; misuse is named.
+#include "doctest.hpp"
+
+#include <atomic>
+#include <stdexcept>
+
+#include "strategies/equivalence.hpp"
+
+using strata::Tensor;
+
+static_assert(strata::Strategy<strata::MirroredStrategy<>>);
+static_assert(strata::Strategy<strata::CentralStorageStrategy<>>);
+
+namespace {
+
+std::vector<std::vector<float>> reference(const equivalence::Setup& s, std::vector<double>* losses = nullptr) {
+  strata::OneDeviceStrategy one;
+  equivalence::Setup plain = s;
+  plain.accumulation = 1;
+  return equivalence::train_steps(one, plain, losses);
+}
+
+}  // namespace
+
+TEST_CASE("Strategy.Mirrored.EquivalentToOneDevice") {
+  for (bool conv : {false, true})
+    for (int k : {1, 2}) {
+      equivalence::Setup s;
+      s.conv = conv;
+      s.accumulation = k;
+      std::vector<double> ref_losses;
+      const auto ref = reference(s, &ref_losses);
+      for (int n : {2, 3, 4}) {
+        CAPTURE(conv);
+        CAPTURE(k);
+        CAPTURE(n);
+        // Small buckets, so the MLP spreads over several and their order matters.
+        strata::MirroredStrategy strategy(n, {.bucket_bytes = 2048});
+        std::vector<double> losses;
+        const auto got = equivalence::train_steps(strategy, s, &losses);
+        CHECK(equivalence::max_relative_difference(got, ref) < 1e-5);
+        REQUIRE(losses.size() == ref_losses.size());
+        for (std::size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == doctest::Approx(ref_losses[i]).epsilon(1e-5));
+      }
+    }
+}
+
+TEST_CASE("Strategy.CentralStorage.EquivalentToOneDevice") {
+  for (int k : {1, 2}) {
+    equivalence::Setup s;
+    s.accumulation = k;
+    const auto ref = reference(s);
+    for (int n : {2, 3, 4}) {
+      CAPTURE(k);
+      CAPTURE(n);
+      strata::CentralStorageStrategy strategy(n);
+      CHECK(equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("Strategy.Mirrored.CopiesStayIdenticalAndResolvePerReplica") {
+  strata::MirroredStrategy strategy(3);
+  strata::manual_seed(3);
+  auto net = strategy.scope([] { return equivalence::model(false); });
+  REQUIRE(net.num_replicas() == 3);
+  // Distinct copies with equal values.
+  for (std::size_t r = 1; r < 3; ++r)
+    for (std::size_t k = 0; k < net.replica(0).parameters().size(); ++k) {
+      CHECK_FALSE(same_tensor(net.replica(r).parameters()[k], net.replica(0).parameters()[k]));
+      CHECK(net.replica(r).parameters()[k].to_vector<float>() == net.replica(0).parameters()[k].to_vector<float>());
+    }
+  // Inside run, `net` is the running replica's copy.
+  auto ids = strategy.run([&](strata::ReplicaContext& ctx) {
+    const Tensor& mine = net.parameters()[0];
+    const auto r = static_cast<std::size_t>(ctx.replica_id_in_sync_group());
+    return same_tensor(mine, net.replica(r).parameters()[0]) ? 1.0 : 0.0;
+  });
+  CHECK(strategy.reduce(strata::ReduceOp::Sum, ids) == 3.0);
+  // After training steps the copies are still bitwise equal: every replica applies the same update.
+  equivalence::Setup s;
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.1, 0.9); });
+  auto data = strategy.distribute(strata::data::Pipeline(equivalence::dataset(s)).batch(26).take(5));
+  for (auto& batch : data)
+    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      auto loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
+      opt.apply_gradients(ctx, strata::grad(loss, net.parameters()));
+    }, batch);
+  for (std::size_t r = 1; r < 3; ++r)
+    for (std::size_t k = 0; k < net.replica(0).parameters().size(); ++k)
+      CHECK(net.replica(r).parameters()[k].to_vector<float>() == net.replica(0).parameters()[k].to_vector<float>());
+}
+
+TEST_CASE("Strategy.Mirrored.ReduceAndAllReduce") {
+  strata::MirroredStrategy strategy(4);
+  auto v = strategy.run([](strata::ReplicaContext& ctx) {
+    Tensor t = strata::full({3}, static_cast<double>(ctx.replica_id_in_sync_group() + 1));
+    ctx.all_reduce(strata::ReduceOp::Max, t);  // 4 everywhere
+    return t;
+  });
+  CHECK(strategy.reduce(strata::ReduceOp::Sum, v).to_vector<float>() == std::vector<float>{16, 16, 16});
+  auto ids = strategy.run([](strata::ReplicaContext& ctx) { return static_cast<double>(ctx.replica_id_in_sync_group()); });
+  CHECK(strategy.reduce(strata::ReduceOp::Mean, ids) == 1.5);
+  CHECK(strategy.reduce(strata::ReduceOp::Max, ids) == 3.0);
+}
+
+TEST_CASE("Strategy.Mirrored.GradientEngineBucketsLastLayerFirst") {
+  auto comms = strata::collective::InProcess::make_group(1);
+  auto net = equivalence::model(false);  // 3 Linear layers: w0 b0 w1 b1 w2 b2
+  strata::GradientEngine<strata::collective::InProcess> engine(comms[0], net.parameters(), 32 * 32 * 4);
+  // Packed from the last parameter back; a bucket closes once it holds >= 4 KiB.
+  REQUIRE(engine.num_buckets() == 2);
+  CHECK(engine.bucket_members(0) == std::vector<std::size_t>{5, 4, 3, 2});
+  CHECK(engine.bucket_members(1) == std::vector<std::size_t>{1, 0});
+  // The gradients live in the buckets: backward writes them there.
+  Tensor x = strata::full({2, 20}, 0.5);
+  auto loss = strata::sum(net(x));
+  strata::grad(loss, net.parameters());
+  engine.finish();
+  CHECK(net.parameters()[5].grad().to_vector<float>() == std::vector<float>(5, 2.0f));
+}
+
+TEST_CASE("Strategy.Mirrored.MisuseIsNamed") {
+  strata::MirroredStrategy strategy(2);
+  auto net = strategy.scope([] { return equivalence::model(false); });
+  // reduce() inside a replica's step would wait for replicas that are inside their steps.
+  CHECK_THROWS_WITH_AS(strategy.run([&](strata::ReplicaContext&) {
+    strata::PerReplica<double> v(2);
+    return strategy.reduce(strata::ReduceOp::Sum, v);
+  }), doctest::Contains("cross-replica"), strata::invalid_argument);
+  // A replica that throws fails the step on every replica instead of leaving them waiting;
+  // the error that reaches the caller is the replica's own.
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.1); });
+  CHECK_THROWS_WITH(strategy.run([&](strata::ReplicaContext& ctx) {
+    if (ctx.replica_id_in_sync_group() == 1) throw std::runtime_error("replica 1 broke");
+    Tensor x = strata::full({2, 20}, 0.5);
+    opt.apply_gradients(ctx, strata::grad(strata::sum(net(x)), net.parameters()));
+  }), "replica 1 broke");
+  CHECK_THROWS_AS(strata::MirroredStrategy(0), strata::invalid_argument);
+  CHECK_THROWS_AS(strata::MirroredStrategy(17), strata::invalid_argument);
+}
