@@ -4,6 +4,12 @@
 //
 //   fashion_mnist --model mlp --epochs 3 --seed 0
 //   fashion_mnist --model cnn --epochs 1 --batch 64 --lr 0.05 --data /path/to/fashion-mnist
+//   fashion_mnist --strategy mirrored --replicas 2                 (two replica threads)
+//   mpirun -np 2 fashion_mnist --strategy multi_worker_mirrored --collective mpi
+//   strata-run -np 2 fashion_mnist --strategy multi_worker_mirrored --collective gloo
+//
+// The strategy is chosen at run time by dispatching to the template's instantiations.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -11,13 +17,22 @@
 
 #include "train.hpp"
 
+#if STRATA_HAS_MPI
+#include <strata/collective/mpi.hpp>
+#endif
+#if STRATA_HAS_GLOO
+#include <strata/collective/gloo.hpp>
+#endif
+
 namespace {
 
 void usage() {
   std::puts(
       "usage: fashion_mnist [--model mlp|cnn] [--epochs N] [--seed S] [--batch B] [--lr X]\n"
-      "                     [--momentum M] [--data DIR] [--strategy one_device] [--threads T]\n"
-      "                     [--max-steps N] [--no-eval] [--quiet]");
+      "                     [--momentum M] [--data DIR] [--threads T] [--max-steps N] [--no-eval] [--quiet]\n"
+      "                     [--strategy one_device|mirrored|central_storage|multi_worker_mirrored]\n"
+      "                     [--replicas N] [--collective mpi|gloo]\n"
+      "--batch is per replica: the global batch is B x replicas, and the learning rate applies to it.");
 }
 
 long long parse_int(const std::string& flag, const char* v) {
@@ -37,8 +52,8 @@ double parse_double(const std::string& flag, const char* v) {
 
 int main(int argc, char** argv) try {
   fmnist::Config cfg;
-  std::string strategy_name = "one_device";
-  int threads = 1;
+  std::string strategy_name = "one_device", collective;
+  int threads = 1, replicas = 2;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* {
@@ -53,6 +68,8 @@ int main(int argc, char** argv) try {
     else if (a == "--momentum") cfg.momentum = parse_double(a, value());
     else if (a == "--data") cfg.data_dir = value();
     else if (a == "--strategy") strategy_name = value();
+    else if (a == "--replicas") replicas = static_cast<int>(parse_int(a, value()));
+    else if (a == "--collective") collective = value();
     else if (a == "--threads") threads = static_cast<int>(parse_int(a, value()));
     else if (a == "--max-steps") cfg.max_steps = parse_int(a, value());
     else if (a == "--no-eval") cfg.evaluate = false;
@@ -67,16 +84,56 @@ int main(int argc, char** argv) try {
     throw strata::invalid_argument("[strata.example] unknown model '" + cfg.model + "' (expected mlp or cnn)");
   strata::kernels::cpu::set_blas_threads(threads);
 
-  if (strategy_name != "one_device")
-    throw strata::invalid_argument("[strata.example] unknown strategy '" + strategy_name + "' (this build has: one_device)");
-  strata::OneDeviceStrategy strategy;
-  const fmnist::Report r = fmnist::train(strategy, cfg);
-  if (strategy.is_chief())
-    std::printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"replicas\":%d,\"epochs\":%d,\"seed\":%llu,\"batch\":%lld,"
-                "\"lr\":%g,\"steps\":%lld,\"final_loss\":%.6f,\"test_accuracy\":%.4f,\"examples_per_s\":%.1f}\n",
-                cfg.model.c_str(), strategy_name.c_str(), strategy.num_replicas_in_sync(), cfg.epochs,
-                static_cast<unsigned long long>(cfg.seed), static_cast<long long>(cfg.batch), cfg.lr,
-                static_cast<long long>(r.steps), r.final_loss, r.test_accuracy, r.examples_per_s);
+  if (replicas < 1 || replicas > 16) throw strata::invalid_argument("[strata.example] --replicas must be in 1..16");
+
+  auto train_and_report = [&](auto& strategy) {
+    const fmnist::Report r = fmnist::train(strategy, cfg);
+    char acc[32] = "null";  // JSON has no NaN: no evaluation, no accuracy
+    if (!std::isnan(r.test_accuracy)) std::snprintf(acc, sizeof acc, "%.4f", r.test_accuracy);
+    const std::string accuracy = acc;
+    if (strategy.is_chief())
+      std::printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"replicas\":%d,\"epochs\":%d,\"seed\":%llu,"
+                  "\"batch\":%lld,\"global_batch\":%lld,\"lr\":%g,\"steps\":%lld,\"final_loss\":%.6f,"
+                  "\"test_accuracy\":%s,\"examples_per_s\":%.1f}\n",
+                  cfg.model.c_str(), strategy.name, strategy.num_replicas_in_sync(), cfg.epochs,
+                  static_cast<unsigned long long>(cfg.seed), static_cast<long long>(cfg.batch),
+                  static_cast<long long>(cfg.batch * strategy.num_replicas_in_sync()), cfg.lr,
+                  static_cast<long long>(r.steps), r.final_loss, accuracy.c_str(), r.examples_per_s);
+  };
+  if (strategy_name != "multi_worker_mirrored" && !collective.empty())
+    throw strata::invalid_argument("[strata.example] --collective applies to --strategy multi_worker_mirrored only");
+  if (strategy_name == "one_device") {
+    strata::OneDeviceStrategy s;
+    train_and_report(s);
+  } else if (strategy_name == "mirrored") {
+    strata::MirroredStrategy s(replicas);
+    train_and_report(s);
+  } else if (strategy_name == "central_storage") {
+    strata::CentralStorageStrategy s(replicas);
+    train_and_report(s);
+  } else if (strategy_name == "multi_worker_mirrored") {
+    if (collective == "mpi") {
+#if STRATA_HAS_MPI
+      strata::MultiWorkerMirroredStrategy<strata::collective::Mpi> s;
+      train_and_report(s);
+#else
+      throw strata::invalid_argument("[strata.example] this build has no MPI (configure with -Dmpi=enabled)");
+#endif
+    } else if (collective == "gloo") {
+#if STRATA_HAS_GLOO
+      strata::MultiWorkerMirroredStrategy<strata::collective::Gloo> s;
+      train_and_report(s);
+#else
+      throw strata::invalid_argument("[strata.example] this build has no Gloo (configure with -Dgloo=enabled)");
+#endif
+    } else {
+      throw strata::invalid_argument("[strata.example] --strategy multi_worker_mirrored needs --collective mpi or "
+                                     "gloo, got '" + collective + "'");
+    }
+  } else {
+    throw strata::invalid_argument("[strata.example] unknown strategy '" + strategy_name +
+                                   "' (expected one_device, mirrored, central_storage or multi_worker_mirrored)");
+  }
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fashion_mnist: %s\n", e.what());

@@ -212,9 +212,11 @@ class Mpi : public TypedFrontEnd<Mpi> {
     void wait() {
       if (req_ == MPI_REQUEST_NULL) return;
       const auto deadline = std::chrono::steady_clock::now() + owner_->options_.timeout;
+      // Non-blocking collectives progress only inside MPI calls: keep testing. Past a short
+      // spin, yield between tests (a sleep would stall the schedule's rounds by its length).
       for (std::uint32_t spins = 0; !test(); ++spins) {
-        if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
-        if (std::chrono::steady_clock::now() > deadline) owner_->die_timeout(fp_);
+        if (spins > 1000) std::this_thread::yield();
+        if ((spins & 255) == 0 && std::chrono::steady_clock::now() > deadline) owner_->die_timeout(fp_);
       }
     }
     bool test() {

@@ -23,19 +23,28 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <strata/autograd/backward.hpp>
 #include <strata/collective/async.hpp>     // Work
 #include <strata/collective/in_process.hpp>
+#include <strata/runtime/process.hpp>  // env, env_int
 #include <strata/support/check.hpp>
 #include <strata/tensor/factory.hpp>
 
 namespace strata {
 
-/// Bucket size of the gradient engine when the strategy is not told otherwise; see
-/// docs/gradient_engine.md for the measurement behind it.
+/// Bucket size of the gradient engine when neither the strategy's options nor
+/// STRATA_BUCKET_BYTES say otherwise; docs/gradient_engine.md has the measurement behind it.
 inline constexpr std::size_t kDefaultBucketBytes = std::size_t{1} << 20;
+
+/// STRATA_BUCKET_BYTES if set (checked: 1 byte .. 4 GiB), else kDefaultBucketBytes.
+inline std::size_t default_bucket_bytes() {
+  const char* v = runtime::detail::env("STRATA_BUCKET_BYTES");
+  if (!v) return kDefaultBucketBytes;
+  return static_cast<std::size_t>(runtime::detail::env_int("STRATA_BUCKET_BYTES", v, 1, 4L << 30));
+}
 
 namespace detail {
 /// True for collectives whose all-reduce the replica thread runs itself (shared memory).
@@ -46,7 +55,7 @@ inline constexpr bool reduces_on_replica_thread = std::is_same_v<C, collective::
 template <class C>
 class GradientEngine {
  public:
-  GradientEngine(C& comm, const std::vector<Tensor>& params, std::size_t bucket_bytes = kDefaultBucketBytes)
+  GradientEngine(C& comm, const std::vector<Tensor>& params, std::size_t bucket_bytes = default_bucket_bytes())
       : comm_(comm), params_(params), state_(std::make_shared<HookState>()) {
     STRATA_CHECK(bucket_bytes > 0, "gradient bucket size must be positive");
     state_->engine = this;
@@ -105,7 +114,7 @@ class GradientEngine {
     launch_ready();
     for (auto& bk : buckets_) {
       bk.work.wait();
-      bk.work = collective::Work();
+      bk.work = Work();
     }
     for (auto& bk : buckets_) {
       bk.pending = bk.members.size();
@@ -116,6 +125,7 @@ class GradientEngine {
   }
 
  private:
+  using Work = decltype(std::declval<C&>().iallreduce(std::span<float>(), ReduceOp::Sum));
   struct Slot {
     std::size_t bucket = 0, offset = 0;
   };
@@ -125,7 +135,7 @@ class GradientEngine {
     std::size_t count = 0, bytes = 0, pending = 0;
     Tensor buffer;
     bool launched = false;
-    collective::Work work;
+    Work work;
   };
   struct HookState {
     GradientEngine* engine = nullptr;
@@ -164,6 +174,9 @@ class GradientEngine {
     bind_grad(k);  // a no-op unless something replaced the gradient tensor
     mark(k);
     launch_ready();
+    // MPI progresses non-blocking collectives inside MPI calls: poke the ones in flight.
+    if constexpr (!detail::reduces_on_replica_thread<C>)
+      for (std::size_t b = 0; b < next_; ++b) buckets_[b].work.test();
   }
 
   // Starts the buckets that are complete, in index order.

@@ -28,7 +28,7 @@ namespace strata {
 
 /// Options of MirroredStrategy.
 struct MirroredOptions {
-  std::size_t bucket_bytes = kDefaultBucketBytes;  ///< gradient bucket size (see GradientEngine)
+  std::size_t bucket_bytes = default_bucket_bytes();  ///< gradient bucket size (see GradientEngine)
   collective::Options collective = collective::Options::from_env();
 };
 

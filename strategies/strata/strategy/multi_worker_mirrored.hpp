@@ -27,7 +27,7 @@ namespace strata {
 
 /// Options of MultiWorkerMirroredStrategy besides the collective's own.
 struct MultiWorkerOptions {
-  std::size_t bucket_bytes = kDefaultBucketBytes;  ///< gradient bucket size (see GradientEngine)
+  std::size_t bucket_bytes = default_bucket_bytes();  ///< gradient bucket size (see GradientEngine)
 };
 
 /// One replica per process.
