@@ -1,0 +1,68 @@
+#!/usr/bin/python3
+"""Data-parallel training throughput with 2 replicas: strata's MirroredStrategy (2 threads),
+MultiWorkerMirroredStrategy<Mpi> and <Gloo> (2 processes) beside PyTorch DDP (gloo, 2
+processes x 1 thread), on the reference MLP and CNN with batch 64 per replica, in the same run.
+Each round runs every configuration once, in turn; the figures are medians over the rounds.
+One JSON line per configuration: examples/s, the ratio to DDP, and the scaling efficiency
+(2-replica examples/s / (2 x the 1-replica examples/s of the same implementation)).
+
+    /usr/bin/python3 bench/data_parallel.py --build build [--rounds 3] [--models mlp,cnn]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def last_json(cmd, env):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    line = [l for l in out.strip().splitlines() if "{" in l][-1]
+    return json.loads(line[line.index("{"):])["examples_per_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--models", default="mlp,cnn")
+    a = ap.parse_args()
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    fm = os.path.join(a.build, "examples", "fashion_mnist")
+    run = os.path.join(a.build, "tools", "strata-run")
+    for model in a.models.split(","):
+        steps = "300" if model == "mlp" else "60"
+        common = ["--model", model, "--max-steps", steps, "--no-eval", "--quiet"]
+        configs = {
+            "one_device": [fm] + common,
+            "mirrored": [fm] + common + ["--strategy", "mirrored", "--replicas", "2"],
+            "multi_worker_mirrored_mpi": ["mpirun", "-np", "2", fm] + common +
+                                         ["--strategy", "multi_worker_mirrored", "--collective", "mpi"],
+            "multi_worker_mirrored_gloo": [run, "-np", "2", fm] + common +
+                                          ["--strategy", "multi_worker_mirrored", "--collective", "gloo"],
+            "ddp_1": [sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "1"],
+            "ddp_2": [sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "2"],
+        }
+        got = {k: [] for k in configs}
+        for _ in range(a.rounds):
+            for k, cmd in configs.items():
+                got[k].append(last_json(cmd, env))
+        med = {k: statistics.median(v) for k, v in got.items()}
+        for k in ("mirrored", "multi_worker_mirrored_mpi", "multi_worker_mirrored_gloo"):
+            print(json.dumps({
+                "bench": "data_parallel", "model": model, "replicas": 2, "strategy": k, "rounds": a.rounds,
+                "strata_img_s": round(med[k], 1), "peer": "pytorch_ddp_gloo_2x1", "peer_img_s": round(med["ddp_2"], 1),
+                "ratio": round(med[k] / med["ddp_2"], 3),
+                "scaling_efficiency": round(med[k] / (2 * med["one_device"]), 3),
+                "peer_scaling_efficiency": round(med["ddp_2"] / (2 * med["ddp_1"]), 3),
+                "one_replica_img_s": round(med["one_device"], 1),
+            }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
