@@ -3,8 +3,9 @@
 MultiWorkerMirroredStrategy<Mpi> and <Gloo> (2 processes) beside PyTorch DDP (gloo, 2
 processes x 1 thread), on the reference MLP and CNN with batch 64 per replica, in the same run.
 Each round runs every configuration once, in turn; the figures are medians over the rounds.
-One JSON line per configuration: examples/s, the ratio to DDP, and the scaling efficiency
-(2-replica examples/s / (2 x the 1-replica examples/s of the same implementation)).
+One JSON line per configuration: examples/s, the ratio to DDP, the scaling efficiency
+(2-replica examples/s / (2 x the 1-replica examples/s of the same implementation)), and the
+gradient all-reduce time per step with the share of it hidden behind backward.
 
     /usr/bin/python3 bench/data_parallel.py --build build [--rounds 3] [--models mlp,cnn]
 """
@@ -21,7 +22,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def last_json(cmd, env):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     line = [l for l in out.strip().splitlines() if "{" in l][-1]
-    return json.loads(line[line.index("{"):])["examples_per_s"]
+    return json.loads(line[line.index("{"):])
+
+
+def median_of(runs, key):
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return round(statistics.median(values), 4) if values else None
 
 
 def main():
@@ -52,7 +58,7 @@ def main():
         for _ in range(a.rounds):
             for k, cmd in configs.items():
                 got[k].append(last_json(cmd, env))
-        med = {k: statistics.median(v) for k, v in got.items()}
+        med = {k: statistics.median(r["examples_per_s"] for r in v) for k, v in got.items()}
         for k in ("mirrored", "multi_worker_mirrored_mpi", "multi_worker_mirrored_gloo"):
             print(json.dumps({
                 "bench": "data_parallel", "model": model, "replicas": 2, "strategy": k, "rounds": a.rounds,
@@ -61,6 +67,8 @@ def main():
                 "scaling_efficiency": round(med[k] / (2 * med["one_device"]), 3),
                 "peer_scaling_efficiency": round(med["ddp_2"] / (2 * med["ddp_1"]), 3),
                 "one_replica_img_s": round(med["one_device"], 1),
+                "allreduce_ms_per_step": median_of(got[k], "allreduce_ms_per_step"),
+                "allreduce_hidden": median_of(got[k], "allreduce_hidden"),
             }), flush=True)
 
 

@@ -88,17 +88,22 @@ int main(int argc, char** argv) try {
 
   auto train_and_report = [&](auto& strategy) {
     const fmnist::Report r = fmnist::train(strategy, cfg);
-    char acc[32] = "null";  // JSON has no NaN: no evaluation, no accuracy
-    if (!std::isnan(r.test_accuracy)) std::snprintf(acc, sizeof acc, "%.4f", r.test_accuracy);
-    const std::string accuracy = acc;
+    auto json_number = [](double v, const char* fmt) {  // JSON has no NaN: a figure not measured is null
+      char buf[32] = "null";
+      if (!std::isnan(v)) std::snprintf(buf, sizeof buf, fmt, v);
+      return std::string(buf);
+    };
+    const std::string accuracy = json_number(r.test_accuracy, "%.4f");
+    const std::string comm = json_number(r.allreduce_ms_per_step, "%.4f"), hidden = json_number(r.allreduce_hidden, "%.3f");
     if (strategy.is_chief())
       std::printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"replicas\":%d,\"epochs\":%d,\"seed\":%llu,"
                   "\"batch\":%lld,\"global_batch\":%lld,\"lr\":%g,\"steps\":%lld,\"final_loss\":%.6f,"
-                  "\"test_accuracy\":%s,\"examples_per_s\":%.1f}\n",
+                  "\"test_accuracy\":%s,\"examples_per_s\":%.1f,\"allreduce_ms_per_step\":%s,\"allreduce_hidden\":%s}\n",
                   cfg.model.c_str(), strategy.name, strategy.num_replicas_in_sync(), cfg.epochs,
                   static_cast<unsigned long long>(cfg.seed), static_cast<long long>(cfg.batch),
                   static_cast<long long>(cfg.batch * strategy.num_replicas_in_sync()), cfg.lr,
-                  static_cast<long long>(r.steps), r.final_loss, accuracy.c_str(), r.examples_per_s);
+                  static_cast<long long>(r.steps), r.final_loss, accuracy.c_str(), r.examples_per_s, comm.c_str(),
+                  hidden.c_str());
   };
   if (strategy_name != "multi_worker_mirrored" && !collective.empty())
     throw strata::invalid_argument("[strata.example] --collective applies to --strategy multi_worker_mirrored only");

@@ -37,6 +37,8 @@ struct Report {
   std::int64_t steps = 0;
   std::vector<double> losses;          ///< the global mean loss of every step
   std::vector<double> epoch_accuracy;  ///< test accuracy after each epoch
+  double allreduce_ms_per_step = NAN;  ///< gradient all-reduce time per step (mirrored strategies)
+  double allreduce_hidden = NAN;       ///< the share of it hidden behind backward
 };
 
 /// Test-set accuracy of `model`, evaluated without recording gradients.
@@ -115,6 +117,13 @@ Report train(S& strategy, const Config& cfg) {
   report.final_loss = report.losses.empty() ? NAN : report.losses.back();
   report.test_accuracy = report.epoch_accuracy.empty() ? NAN : report.epoch_accuracy.back();
   report.examples_per_s = train_seconds > 0 ? static_cast<double>(examples) / train_seconds : 0;
+  if constexpr (requires { strategy.gradient_stats(); }) {
+    const strata::GradientStats st = strategy.gradient_stats();
+    if (st.steps > 0) {
+      report.allreduce_ms_per_step = 1e3 * st.reduce_seconds / static_cast<double>(st.steps);
+      report.allreduce_hidden = st.hidden_share();
+    }
+  }
   return report;
 }
 

@@ -65,7 +65,14 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
               strata::NoSync no_sync(ctx);
               strata::grad(loss, net.parameters(), mode);
             } else {
-              opt.apply_gradients(ctx, strata::grad(loss, net.parameters(), mode));
+              auto grads = strata::grad(loss, net.parameters(), mode);
+              // A replica's own collective while gradient buckets may be in flight: it must
+              // come after them on every replica, and see every replica's rows.
+              Tensor rows = strata::full({1}, static_cast<double>(b.size), strata::DType::f64);
+              ctx.all_reduce(strata::ReduceOp::Sum, rows);
+              STRATA_CHECK(rows.item() == static_cast<double>(b.global_size), "all_reduce of the rows per replica gave ",
+                           rows.item(), ", expected the global batch ", b.global_size);
+              opt.apply_gradients(ctx, grads);
             }
           }
           return total;

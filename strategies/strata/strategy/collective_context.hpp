@@ -25,6 +25,7 @@ class CollectiveReplicaContext final : public ReplicaContext {
 
   void all_reduce(ReduceOp op, Tensor& t) override {
     STRATA_CHECK(t.defined() && t.is_contiguous(), "all_reduce needs a defined, contiguous tensor");
+    for (GradientEngine<C>* e : engines_) e->drain();  // after the gradient buckets in flight
     comm_.allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
   }
 

@@ -12,18 +12,19 @@
 ///
 /// How a bucket's all-reduce runs depends on the collective: InProcess replicas are threads
 /// of one process, and the reduction is memory-bound work, so the replica reduces the bucket
-/// itself, right away, with its peers (no extra thread); Mpi and Gloo start a non-blocking
-/// all-reduce that progresses while backward computes.
+/// itself, right away, with its peers (no extra thread). For Mpi and Gloo the engine's own
+/// communication thread runs the policy's blocking all-reduce, bucket after bucket, while
+/// backward computes (Horovod's background thread): measured faster than MPI_Iallreduce,
+/// which progresses only inside MPI calls and runs a slower schedule (docs/gradient_engine.md).
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include <strata/autograd/backward.hpp>
@@ -45,6 +46,23 @@ inline std::size_t default_bucket_bytes() {
   if (!v) return kDefaultBucketBytes;
   return static_cast<std::size_t>(runtime::detail::env_int("STRATA_BUCKET_BYTES", v, 1, 4L << 30));
 }
+
+/// Where an engine's communication time went, summed over steps.
+struct GradientStats {
+  std::int64_t steps = 0;
+  double reduce_seconds = 0;   ///< inside the all-reduces (on whichever thread ran them)
+  double exposed_seconds = 0;  ///< the replica thread blocked on them (the part not hidden)
+  /// The share of all-reduce time that backward hid (0 when the replica ran it itself).
+  double hidden_share() const noexcept {
+    return reduce_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / reduce_seconds) : 0.0;
+  }
+  GradientStats& operator+=(const GradientStats& o) noexcept {
+    steps += o.steps;
+    reduce_seconds += o.reduce_seconds;
+    exposed_seconds += o.exposed_seconds;
+    return *this;
+  }
+};
 
 namespace detail {
 /// True for collectives whose all-reduce the replica thread runs itself (shared memory).
@@ -102,6 +120,16 @@ class GradientEngine {
   void set_sync(bool on) noexcept { sync_ = on; }
   bool sync() const noexcept { return sync_; }
 
+  /// Waits for the buckets already started: a collective the replica issues itself (e.g.
+  /// ReplicaContext::all_reduce) then follows them in the same order on every rank.
+  void drain() {
+    const auto t0 = Clock::now();
+    for (std::size_t b = 0; b < next_; ++b) buckets_[b].done.wait();
+    stats_.exposed_seconds += seconds_since(t0);
+  }
+
+  const GradientStats& stats() const noexcept { return stats_; }
+
   /// Every bucket reduced (the sum over all replicas), then ready for the next step.
   void finish() {
     STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica; leave "
@@ -112,11 +140,16 @@ class GradientEngine {
         mark(k);
       }
     launch_ready();
+    const auto t0 = Clock::now();
     for (auto& bk : buckets_) {
-      bk.work.wait();
-      bk.work = Work();
+      bk.done.wait();
+      bk.done = collective::Work();
     }
+    stats_.exposed_seconds += seconds_since(t0);
+    ++stats_.steps;
     for (auto& bk : buckets_) {
+      stats_.reduce_seconds += bk.seconds;  // written by the thread that ran it, before `done`
+      bk.seconds = 0;
       bk.pending = bk.members.size();
       bk.launched = false;
     }
@@ -125,7 +158,6 @@ class GradientEngine {
   }
 
  private:
-  using Work = decltype(std::declval<C&>().iallreduce(std::span<float>(), ReduceOp::Sum));
   struct Slot {
     std::size_t bucket = 0, offset = 0;
   };
@@ -135,8 +167,13 @@ class GradientEngine {
     std::size_t count = 0, bytes = 0, pending = 0;
     Tensor buffer;
     bool launched = false;
-    Work work;
+    collective::Work done;
+    double seconds = 0;  // its all-reduce's duration in this step
   };
+  using Clock = std::chrono::steady_clock;
+  static double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
   struct HookState {
     GradientEngine* engine = nullptr;
   };
@@ -174,9 +211,6 @@ class GradientEngine {
     bind_grad(k);  // a no-op unless something replaced the gradient tensor
     mark(k);
     launch_ready();
-    // MPI progresses non-blocking collectives inside MPI calls: poke the ones in flight.
-    if constexpr (!detail::reduces_on_replica_thread<C>)
-      for (std::size_t b = 0; b < next_; ++b) buckets_[b].work.test();
   }
 
   // Starts the buckets that are complete, in index order.
@@ -186,11 +220,16 @@ class GradientEngine {
       bk.launched = true;
       void* p = bk.buffer.raw_data();
       if constexpr (detail::reduces_on_replica_thread<C>) {
+        const auto t0 = Clock::now();
         comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
-      } else if (bk.dtype == DType::f32) {
-        bk.work = comm_.iallreduce(std::span<float>(static_cast<float*>(p), bk.count), ReduceOp::Sum);
+        bk.seconds = seconds_since(t0);
+        stats_.exposed_seconds += bk.seconds;
       } else {
-        bk.work = comm_.iallreduce(std::span<double>(static_cast<double*>(p), bk.count), ReduceOp::Sum);
+        bk.done = collective::detail::run_async(worker_, [this, &bk, p] {
+          const auto t0 = Clock::now();
+          comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
+          bk.seconds = seconds_since(t0);
+        });
       }
     }
   }
@@ -203,6 +242,8 @@ class GradientEngine {
   std::size_t next_ = 0;
   bool sync_ = true;
   std::shared_ptr<HookState> state_;
+  GradientStats stats_;
+  collective::detail::AsyncWorker worker_;
 };
 
 }  // namespace strata

@@ -46,11 +46,14 @@ class MirroredStrategy {
                 "collective::InProcess; GPU replicas need a CUDA build with NCCL (-Dcuda=enabled -Dnccl=enabled). For "
                 "one replica per process use MultiWorkerMirroredStrategy<C>");
 
+ // After the assertion, the rest compiles as InProcess: one error message, not a cascade.
+  using Comm = collective::InProcess;
+
  public:
   static constexpr const char* name = "mirrored";
 
   explicit MirroredStrategy(int replicas = 2, MirroredOptions o = {})
-      : n_(checked(replicas)), options_(o), comms_(C::make_group(n_, o.collective)), pool_(n_),
+      : n_(checked(replicas)), options_(o), comms_(Comm::make_group(n_, o.collective)), pool_(n_),
         engines_(static_cast<std::size_t>(n_)) {}
   MirroredStrategy(const MirroredStrategy&) = delete;
   MirroredStrategy& operator=(const MirroredStrategy&) = delete;
@@ -69,7 +72,7 @@ class MirroredStrategy {
     if constexpr (detail::HasParameters<T>) {
       for (int r = 0; r < n_; ++r) {
         const auto ur = static_cast<std::size_t>(r);
-        owned_.push_back(std::make_unique<GradientEngine<C>>(comms_[ur], copies[ur]->parameters(),
+        owned_.push_back(std::make_unique<GradientEngine<Comm>>(comms_[ur], copies[ur]->parameters(),
                                                              options_.bucket_bytes));
         engines_[ur].push_back(owned_.back().get());
       }
@@ -95,6 +98,13 @@ class MirroredStrategy {
     requires std::invocable<F&, ReplicaContext&>
   auto run(F&& fn) {
     return run_replicas<std::invoke_result_t<F&, ReplicaContext&>>([&](ReplicaContext& ctx, int) { return fn(ctx); });
+  }
+
+  /// Communication time of the gradient all-reduces so far (this process's replica 0).
+  GradientStats gradient_stats() const {
+    GradientStats total;
+    for (const auto* e : engines_[0]) total += e->stats();
+    return total;
   }
 
   /// The reduction across all replicas (Mean: over num_replicas_in_sync values).
@@ -127,7 +137,7 @@ class MirroredStrategy {
     };
     if constexpr (std::is_void_v<R>) {
       auto job = [&](int r) {
-        detail::CollectiveReplicaContext<C> ctx(comms_[static_cast<std::size_t>(r)], r, n_,
+        detail::CollectiveReplicaContext<Comm> ctx(comms_[static_cast<std::size_t>(r)], r, n_,
                                                 engines_[static_cast<std::size_t>(r)]);
         step(ctx, r);
       };
@@ -135,7 +145,7 @@ class MirroredStrategy {
     } else {
       PerReplica<R> out(static_cast<std::size_t>(n_));
       auto job = [&](int r) {
-        detail::CollectiveReplicaContext<C> ctx(comms_[static_cast<std::size_t>(r)], r, n_,
+        detail::CollectiveReplicaContext<Comm> ctx(comms_[static_cast<std::size_t>(r)], r, n_,
                                                 engines_[static_cast<std::size_t>(r)]);
         out[static_cast<std::size_t>(r)] = step(ctx, r);
       };
@@ -146,10 +156,10 @@ class MirroredStrategy {
 
   int n_;
   MirroredOptions options_;
-  std::vector<C> comms_;
+  std::vector<Comm> comms_;
   detail::ReplicaPool pool_;
-  std::vector<std::unique_ptr<GradientEngine<C>>> owned_;
-  std::vector<std::vector<GradientEngine<C>*>> engines_;  // per replica
+  std::vector<std::unique_ptr<GradientEngine<Comm>>> owned_;
+  std::vector<std::vector<GradientEngine<Comm>*>> engines_;  // per replica
 };
 
 template <class C>

@@ -100,6 +100,13 @@ class MultiWorkerMirroredStrategy {
     return run_replica<std::invoke_result_t<F&, ReplicaContext&>>([&](ReplicaContext& ctx) { return fn(ctx); });
   }
 
+  /// Communication time of the gradient all-reduces so far (this process's replica 0).
+  GradientStats gradient_stats() const {
+    GradientStats total;
+    for (const auto* e : engines_) total += e->stats();
+    return total;
+  }
+
   /// The reduction across every process's replica, the same on every process.
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) {
     detail::check_cross_replica("reduce()");
