@@ -22,10 +22,14 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -45,6 +49,34 @@
 namespace strata::collective {
 
 namespace detail {
+
+/// Claims `rank` of rendezvous `prefix` in `dir` by creating a file only one process can
+/// create (O_EXCL), holding "host:pid". A second claim is a duplicate rank (RELIABILITY D5):
+/// it fails at once, naming both claimants.
+inline void claim_rank(const std::string& dir, const std::string& prefix, int rank) {
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = std::string(host) + ":" + std::to_string(::getpid());
+  const std::string path = dir + "/" + prefix + ".rank" + std::to_string(rank) + ".claim";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd >= 0) {
+    const ssize_t n = ::write(fd, me.data(), me.size());
+    ::close(fd);
+    if (n == static_cast<ssize_t>(me.size())) return;
+    STRATA_THROW(::strata::io_error, "strata.collective.rendezvous", "cannot write ", path, ": ", std::strerror(errno));
+  }
+  if (errno != EEXIST)
+    STRATA_THROW(::strata::io_error, "strata.collective.rendezvous", "cannot create ", path, ": ", std::strerror(errno));
+  std::string other = "another process";
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[300] = {};
+    if (std::fgets(buf, sizeof buf, f)) other = buf;
+    std::fclose(f);
+  }
+  STRATA_THROW(::strata::invalid_argument, "strata.collective.rendezvous", "rank ", rank, " of rendezvous '", prefix,
+               "' claimed by ", other, " and ", me, ": two processes have the same rank (STRATA_RANK), or ",
+               dir, " is left from an earlier job (use a fresh directory per job)");
+}
 
 /// The names of this host's network interfaces, for error messages.
 inline std::string interface_names() {
@@ -118,6 +150,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
     device_ = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     ctx->setTimeout(options_.timeout);
+    detail::claim_rank(p.rendezvous_dir, prefix, rank_);
     detail::FileStore files(p.rendezvous_dir);
     try {
       gloo::rendezvous::PrefixStore store(prefix, files);
