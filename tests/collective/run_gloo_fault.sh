@@ -17,6 +17,8 @@ if [[ $mode == skip ]]; then
   ((elapsed_ms < 20000)) || fail "took ${elapsed_ms} ms"
 else
   grep -q "rank 1 was killed by signal 9" <<<"$out" || fail "strata-run did not name the killed rank"
+  grep -q "^\[[02]\] rank [02]: \[strata.collective.peer\] allreduce #1 .*peer lost: rank 1 is no longer running" <<<"$out" ||
+    fail "no survivor named rank 1 as the lost peer"
   ((elapsed_ms < 10000)) || fail "took ${elapsed_ms} ms"
 fi
 echo "PASS"

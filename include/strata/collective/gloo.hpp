@@ -78,6 +78,43 @@ inline void claim_rank(const std::string& dir, const std::string& prefix, int ra
                dir, " is left from an earlier job (use a fresh directory per job)");
 }
 
+/// Whether process `pid` on this host still runs (a zombie or a missing one does not).
+inline bool process_running(long pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return false;
+  char buf[512] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* close = std::strrchr(buf, ')');  // "pid (comm) S ..."; comm may hold spaces
+  if (n == 0 || !close || close[1] != ' ') return true;
+  return close[2] != 'Z' && close[2] != 'X';
+}
+
+/// The ranks of rendezvous `prefix` whose claimed process ran on this host and has exited:
+/// who a connection reset came from. Polls briefly, since a killed peer's sockets close a
+/// moment before its process is gone. Empty when none can be named (e.g. peers on other hosts).
+inline std::vector<int> lost_local_ranks(const std::string& dir, const std::string& prefix, int self, int size) {
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  const std::string mine = std::string(host) + ":";
+  std::vector<int> lost;
+  for (int attempt = 0; attempt < 20 && lost.empty(); ++attempt) {
+    if (attempt) ::usleep(10000);
+    for (int r = 0; r < size; ++r) {
+      if (r == self) continue;
+      FILE* f = std::fopen((dir + "/" + prefix + ".rank" + std::to_string(r) + ".claim").c_str(), "r");
+      if (!f) continue;
+      char buf[300] = {};
+      const bool read = std::fgets(buf, sizeof buf, f) != nullptr;
+      std::fclose(f);
+      const std::string claim = read ? buf : "";
+      if (claim.rfind(mine, 0) != 0) continue;  // another host: cannot tell
+      if (!process_running(std::atol(claim.c_str() + mine.size()))) lost.push_back(r);
+    }
+  }
+  return lost;
+}
+
 /// The names of this host's network interfaces, for error messages.
 inline std::string interface_names() {
   ifaddrs* list = nullptr;
@@ -151,6 +188,8 @@ class Gloo : public TypedFrontEnd<Gloo> {
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     ctx->setTimeout(options_.timeout);
     detail::claim_rank(p.rendezvous_dir, prefix, rank_);
+    rendezvous_dir_ = p.rendezvous_dir;
+    prefix_ = prefix;
     detail::FileStore files(p.rendezvous_dir);
     try {
       gloo::rendezvous::PrefixStore store(prefix, files);
@@ -287,8 +326,15 @@ class Gloo : public TypedFrontEnd<Gloo> {
     } catch (const gloo::IoException& e) {
       const std::string what = e.what();
       const bool timed_out = what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
+      std::string blame;
+      if (!timed_out) {
+        const std::vector<int> lost = detail::lost_local_ranks(rendezvous_dir_, prefix_, rank_, size_);
+        for (std::size_t i = 0; i < lost.size(); ++i)
+          blame += (i ? ", rank " : "peer lost: rank ") + std::to_string(lost[i]);
+        if (!blame.empty()) blame += lost.size() == 1 ? " is no longer running; " : " are no longer running; ";
+      }
       const std::string msg = "[strata.collective." + std::string(timed_out ? "timeout" : "peer") + "] " + fp.str() +
-                              " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " + what;
+                              " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " + blame + what;
       aborted_ = msg;
       if (timed_out) throw timeout_error(msg);
       throw collective_error(msg);
@@ -318,6 +364,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
   int rank_ = 0, size_ = 1;
   std::uint64_t seq_ = 0;
   std::string aborted_;
+  std::string rendezvous_dir_, prefix_;  // where the ranks' claims are (to name a lost peer)
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   detail::AsyncWorker worker_;

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,9 @@
 #include <strata/support/check.hpp>
 
 namespace strata::runtime {
+
+/// How long the other ranks get, after one fails, to fail on their own before SIGTERM.
+inline constexpr std::chrono::milliseconds kReportWindow{1000};
 
 struct LaunchOptions {
   int nproc = 1;
@@ -144,7 +148,10 @@ inline int launch_processes(const LaunchOptions& o) {
 
   int status_out = 0;
   bool failing = false;
-  std::chrono::steady_clock::time_point kill_at{};
+  // After a rank fails, the others get a moment to fail on their own and say why (a peer's
+  // error names the lost rank), then SIGTERM, then SIGKILL once the grace period is over.
+  std::chrono::steady_clock::time_point term_at{}, kill_at{};
+  bool termed = false;
   auto stop_all = [&](int sig) {
     for (auto& rk : ranks)
       if (rk.running) ::kill(rk.pid, sig);
@@ -180,6 +187,7 @@ inline int launch_processes(const LaunchOptions& o) {
       stop_all(sig);
       if (!failing) {
         failing = true;
+        termed = true;  // the signal itself was passed on
         status_out = 128 + sig;
         kill_at = std::chrono::steady_clock::now() + o.grace;
       }
@@ -218,12 +226,17 @@ inline int launch_processes(const LaunchOptions& o) {
                    sig ? "was killed by signal" : "exited with status",
                    sig ? WTERMSIG(rk.status) : status_out);
       std::fflush(stderr);
-      stop_all(SIGTERM);
-      kill_at = std::chrono::steady_clock::now() + o.grace;
+      term_at = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(o.grace, kReportWindow);
+      kill_at = term_at + o.grace;
       any_running = false;
       for (const auto& other : ranks) any_running = any_running || other.running;
     }
-    if (failing && any_running && std::chrono::steady_clock::now() > kill_at) stop_all(SIGKILL);
+    const auto now = std::chrono::steady_clock::now();
+    if (failing && any_running && !termed && now >= term_at) {
+      stop_all(SIGTERM);
+      termed = true;
+    }
+    if (failing && any_running && now > kill_at) stop_all(SIGKILL);
     bool any_output = false;
     for (auto& rk : ranks) any_output = any_output || rk.fd >= 0;
     if (!any_running && !any_output) break;
