@@ -42,4 +42,5 @@
 #include <strata/strategy/gradient_engine.hpp>
 #include <strata/strategy/mirrored.hpp>
 #include <strata/strategy/central_storage.hpp>
+#include <strata/strategy/distributed_pipeline.hpp>
 #include <strata/strategy/multi_worker_mirrored.hpp>

@@ -1,6 +1,7 @@
 // MultiWorkerMirroredStrategy<C> across processes ends where OneDeviceStrategy ends on the
 // same global batch (each process computes that reference itself); with gradient
-// accumulation (k = 2) too, and for a CNN. Run under mpirun (C = Mpi) or strata-run (Gloo).
+// accumulation (k = 2) too, and for a CNN; uneven inputs across workers (RELIABILITY D2) are
+// caught or joined, never a hang. Run under mpirun (C = Mpi) or strata-run (Gloo).
 //   multi_worker_equivalence mpi|gloo        exit status 0: every check held on this rank
 #include <cstdio>
 #include <string>
@@ -15,6 +16,9 @@
 #endif
 
 namespace {
+
+template <class C>
+int check_uneven(strata::MultiWorkerMirroredStrategy<C>& strategy);
 
 template <class C>
 int check_all() {
@@ -41,6 +45,77 @@ int check_all() {
       std::printf("%s rank %d of %d: %s k=%d  parameters differ by %.3g (relative), losses by %.3g over %zu steps\n",
                   ok ? "ok  " : "FAIL", rank, n, conv ? "cnn" : "mlp", k, diff, loss_diff, losses.size());
     }
+  return failures + check_uneven(strategy);
+}
+
+// A worker's own dataset of `n` examples.
+strata::data::Pipeline worker_data(std::int64_t n) {
+  equivalence::Setup s;
+  s.examples = n;
+  return strata::data::Pipeline(equivalence::dataset(s));
+}
+
+template <class S>
+std::vector<double> parameter_range(S& strategy, const std::vector<strata::Tensor>& params) {
+  double sum = 0;
+  for (const strata::Tensor& p : params)
+    for (float v : p.to_vector<float>()) sum += v;
+  strata::PerReplica<double> v(1);
+  v[0] = sum;
+  return {strategy.reduce(strata::ReduceOp::Min, v), strategy.reduce(strata::ReduceOp::Max, v)};
+}
+
+// D2: rank 0 has 10 batches, the others 12.
+template <class C>
+int check_uneven(strata::MultiWorkerMirroredStrategy<C>& strategy) {
+  int failures = 0;
+  const int rank = strategy.rank();
+  const std::int64_t batches = rank == 0 ? 10 : 12;
+  auto report = [&](bool ok, const char* what, const std::string& detail) {
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d: uneven inputs, %s: %s\n", ok ? "ok  " : "FAIL", rank, what, detail.c_str());
+  };
+  // (1) distribute(p) splits one dataset: different datasets fail at the epoch's start, on every rank.
+  try {
+    auto data = strategy.distribute(worker_data(8 * batches).batch(8 * strategy.num_replicas_in_sync()));
+    for (auto& b : data) (void)b;
+    report(false, "split", "no error");
+  } catch (const strata::invalid_argument& e) {
+    report(std::string(e.what()).find("inputs differ in length") != std::string::npos, "split", e.what());
+  }
+  // (2) per-worker inputs, error policy: every rank fails at step 10, the exhausted one says so.
+  try {
+    auto data = strategy.distribute(worker_data(8 * batches).batch(8), strata::Inputs::per_worker);
+    for (auto& b : data) (void)b;
+    report(false, "per_worker/error", "no error");
+  } catch (const strata::invalid_argument& e) {
+    const std::string w = e.what();
+    const bool ok = w.find("step 10") != std::string::npos && w.find("exhausted: [0]") != std::string::npos &&
+                    (rank == 0) == (w.find("this rank exhausted its inputs after 10 batches") != std::string::npos);
+    report(ok, "per_worker/error", w);
+  }
+  // (3) join: 12 steps everywhere, rank 0 contributing empty batches at the end; equal parameters.
+  strata::manual_seed(7);
+  auto net = strategy.scope([] { return equivalence::model(false); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2, {.momentum = 0.9}); });
+  auto data = strategy.distribute(worker_data(8 * batches).batch(8), strata::Inputs::per_worker,
+                                  strata::UnevenInputs::join);
+  int steps = 0;
+  std::int64_t last_global = 0;
+  for (auto& batch : data) {
+    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      auto loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
+      opt.apply_gradients(ctx, strata::grad(loss, net.parameters()));
+    }, batch);
+    last_global = batch.global_size;
+    ++steps;
+  }
+  const auto range = parameter_range(strategy, net.parameters());
+  const std::int64_t want_last = 8 * (strategy.num_replicas_in_sync() - 1);
+  report(steps == 12 && range[0] == range[1] && last_global == want_last, "join",
+         "steps " + std::to_string(steps) + ", last global batch " + std::to_string(last_global) + " (want " +
+             std::to_string(want_last) + "), parameter sums min " + std::to_string(range[0]) + " max " +
+             std::to_string(range[1]));
   return failures;
 }
 

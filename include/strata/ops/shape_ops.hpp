@@ -62,7 +62,9 @@ inline Tensor reshape(const Tensor& x, std::initializer_list<std::int64_t> dims)
 /// Keeps axis 0 and flattens the rest: [N, ...] -> [N, prod(...)].
 inline Tensor flatten(const Tensor& x) {
   STRATA_CHECK(x.ndim() >= 1, "flatten needs at least one axis");
-  return reshape(x, {x.dim(0), -1});
+  std::int64_t rest = 1;  // explicit, not -1: an empty batch [0, ...] has no extent to infer from
+  for (int i = 1; i < x.ndim(); ++i) rest *= x.dim(i);
+  return reshape(x, {x.dim(0), rest});
 }
 
 }  // namespace strata

@@ -17,6 +17,7 @@
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
 #include <strata/strategy/collective_context.hpp>
+#include <strata/strategy/distributed_pipeline.hpp>
 #include <strata/strategy/gradient_engine.hpp>
 #include <strata/strategy/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
@@ -81,10 +82,15 @@ class MultiWorkerMirroredStrategy {
     return made;
   }
 
-  /// This process's rows of every global batch, assembled ahead on a background thread.
-  data::Pipeline distribute(const data::Pipeline& p) const {
-    data::Pipeline mine = p.split(comm_.size(), comm_.rank());
-    return mine.options().prefetch > 0 ? mine : mine.prefetch(2);
+  /// This worker's input (see DistributedPipeline). By default every worker holds the same
+  /// dataset and takes its rows of each global batch (`p.split(world, rank)`), assembled ahead
+  /// on a background thread; Inputs::per_worker takes `p` as this worker's own, batched per
+  /// replica, with `uneven` saying what happens when the workers run out at different steps.
+  DistributedPipeline<C> distribute(const data::Pipeline& p, Inputs inputs = Inputs::split,
+                                    UnevenInputs uneven = UnevenInputs::error) {
+    data::Pipeline mine = inputs == Inputs::split ? p.split(comm_.size(), comm_.rank()) : p;
+    if (mine.options().prefetch == 0) mine = mine.prefetch(2);
+    return DistributedPipeline<C>(std::move(mine), comm_, inputs, uneven);
   }
 
   /// Runs fn(ctx, batch) as this process's replica.
