@@ -45,6 +45,18 @@ int check_all() {
       std::printf("%s rank %d of %d: %s k=%d  parameters differ by %.3g (relative), losses by %.3g over %zu steps\n",
                   ok ? "ok  " : "FAIL", rank, n, conv ? "cnn" : "mlp", k, diff, loss_diff, losses.size());
     }
+  // gather: rank r contributes r + 1 rows of the value r, everyone gets them in rank order.
+  {
+    strata::PerReplica<strata::Tensor> v(1);
+    v[0] = strata::full({rank + 1, 3}, static_cast<double>(rank));
+    const strata::Tensor all = strategy.gather(v);
+    std::vector<float> want;
+    for (int r = 0; r < n; ++r)
+      for (int k = 0; k < 3 * (r + 1); ++k) want.push_back(static_cast<float>(r));
+    const bool ok = all.dim(0) == n * (n + 1) / 2 && all.dim(1) == 3 && all.to_vector<float>() == want;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: gather of uneven rows\n", ok ? "ok  " : "FAIL", rank, n);
+  }
   return failures + check_uneven(strategy);
 }
 

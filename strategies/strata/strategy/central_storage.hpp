@@ -83,6 +83,13 @@ class CentralStorageStrategy {
     return run_replicas<std::invoke_result_t<F&, ReplicaContext&>>([&](ReplicaContext& ctx, int) { return fn(ctx); });
   }
 
+  /// The replicas' values concatenated along axis 0, in replica order (tf's Strategy.gather).
+  Tensor gather(const PerReplica<Tensor>& v) const {
+    detail::check_cross_replica("gather()");
+    STRATA_CHECK_EQ(v.size(), static_cast<std::size_t>(n_), "gather: a PerReplica from another strategy");
+    return detail::concat_rows(v);
+  }
+
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) const {
     detail::check_cross_replica("reduce()");
     STRATA_CHECK_EQ(v.size(), static_cast<std::size_t>(n_), "reduce: a PerReplica from another strategy");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <concepts>
+#include <cstring>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -74,6 +75,31 @@ inline data::Batch replica_rows(const data::Batch& global, int r, int n) {
   b.epoch = global.epoch;
   b.index = global.index;
   return b;
+}
+
+/// The replicas' tensors concatenated along axis 0 (every other extent and the dtype equal).
+inline Tensor concat_rows(const PerReplica<Tensor>& v) {
+  STRATA_CHECK(v.size() > 0 && v[0].defined() && v[0].ndim() >= 1, "gather: needs tensors with an axis 0");
+  Shape s = v[0].shape();
+  std::int64_t rows = 0;
+  for (std::size_t r = 0; r < v.size(); ++r) {
+    Shape sr = v[r].shape();
+    STRATA_CHECK(sr.ndim() == s.ndim() && v[r].dtype() == v[0].dtype(), "gather: replica ", r, " returned ",
+                 name_of(v[r].dtype()), " ", sr, ", replica 0 ", name_of(v[0].dtype()), " ", s);
+    sr[0] = s[0];
+    STRATA_CHECK(sr == s, "gather: replica ", r, " returned shape ", v[r].shape(), ", replica 0 ", v[0].shape(),
+                 " (only axis 0 may differ)");
+    rows += v[r].dim(0);
+  }
+  s[0] = rows;
+  Tensor out = Tensor::empty(s, v[0].dtype());
+  auto* dst = static_cast<char*>(out.raw_data());
+  for (const Tensor& t : v) {
+    const Tensor c = t.contiguous();
+    std::memcpy(dst, c.raw_data(), c.nbytes());
+    dst += c.nbytes();
+  }
+  return out;
 }
 
 inline double combine(ReduceOp op, double a, double b) {

@@ -23,6 +23,7 @@
 #include <strata/strategy/replica_pool.hpp>
 #include <strata/strategy/replicated.hpp>
 #include <strata/strategy/strategy.hpp>
+#include <strata/tensor/device.hpp>
 
 namespace strata {
 
@@ -55,6 +56,9 @@ class MirroredStrategy {
   explicit MirroredStrategy(int replicas = 2, MirroredOptions o = {})
       : n_(checked(replicas)), options_(o), comms_(Comm::make_group(n_, o.collective)), pool_(n_),
         engines_(static_cast<std::size_t>(n_)) {}
+  /// One replica per device (CPU devices: one thread each).
+  explicit MirroredStrategy(const std::vector<Device>& devices, MirroredOptions o = {})
+      : MirroredStrategy(cpu_replicas(devices), o) {}
   MirroredStrategy(const MirroredStrategy&) = delete;
   MirroredStrategy& operator=(const MirroredStrategy&) = delete;
 
@@ -108,6 +112,13 @@ class MirroredStrategy {
   }
 
   /// The reduction across all replicas (Mean: over num_replicas_in_sync values).
+  /// The replicas' values concatenated along axis 0, in replica order (tf's Strategy.gather).
+  Tensor gather(const PerReplica<Tensor>& v) const {
+    detail::check_cross_replica("gather()");
+    STRATA_CHECK_EQ(v.size(), static_cast<std::size_t>(n_), "gather: a PerReplica from another strategy");
+    return detail::concat_rows(v);
+  }
+
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) const {
     detail::check_cross_replica("reduce()");
     check_size(v.size());
@@ -120,6 +131,11 @@ class MirroredStrategy {
   }
 
  private:
+  static int cpu_replicas(const std::vector<Device>& devices) {
+    for (const Device& d : devices)
+      STRATA_CHECK(d.kind == DeviceKind::cpu, "MirroredStrategy on ", d, " needs a CUDA build (-Dcuda=enabled)");
+    return static_cast<int>(devices.size());
+  }
   static int checked(int replicas) {
     STRATA_CHECK(replicas >= 1 && static_cast<std::size_t>(replicas) <= kMaxLocalReplicas,
                  "MirroredStrategy: replicas must be in 1..", kMaxLocalReplicas, ", got ", replicas);

@@ -75,6 +75,12 @@ class OneDeviceStrategy {
     }
   }
 
+  /// The values of every replica concatenated along axis 0: the one replica's value.
+  Tensor gather(const PerReplica<Tensor>& v) const {
+    STRATA_CHECK_EQ(v.size(), std::size_t{1}, "gather: a PerReplica from another strategy");
+    return v[0];
+  }
+
   /// The reduction over the one replica: its own value.
   Tensor reduce(ReduceOp, const PerReplica<Tensor>& v) const {
     STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
