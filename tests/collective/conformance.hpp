@@ -6,12 +6,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <span>
 #include <vector>
 
 #include "doctest.hpp"
 
 #include <strata/collective/collective.hpp>
+#include <strata/support/error.hpp>
 #include <strata/tensor/half.hpp>
 
 /// How a test runs `n` ranks of a policy; specialised by each policy's test program.
@@ -149,3 +152,51 @@ TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.AsyncAllreduceKeepsOrder", P, 
   });
 }
 
+namespace conformance {
+
+/// RELIABILITY A5 cases: after 50 matching allreduces, rank 0 and the others call mismatched
+/// collectives.
+inline constexpr int kMismatchCases = 6;
+
+/// Runs A5 case `k` on one rank of a communicator in debug mode (fingerprints checked) with at
+/// least 2 ranks: every rank must fail with both calls and the differing field named — never
+/// hang or compute. (A mismatch may leave the communicator unusable: InProcess aborts its
+/// group; use a fresh one per case.)
+template <class P>
+void mismatch_case(P& c, int k) {
+  REQUIRE(c.size() >= 2);
+  std::vector<float> f(8, 1.0f), g(8 * static_cast<std::size_t>(c.size()));
+  std::vector<std::int32_t> i(8, 1);
+  for (int s = 0; s < 50; ++s) c.allreduce(std::span(f), ReduceOp::Max);
+  struct Case {
+    const char* name;
+    std::function<void()> a, b;  // rank 0 calls a, the others b
+    const char* differs;
+  };
+  const Case cases[kMismatchCases] = {
+      {"allreduce vs broadcast", [&] { c.allreduce(std::span(f), ReduceOp::Sum); }, [&] { c.broadcast(std::span(f), 0); },
+       "collective"},
+      {"count 8 vs 4", [&] { c.allreduce(std::span(f), ReduceOp::Sum); },
+       [&] { c.allreduce(std::span(f).first(4), ReduceOp::Sum); }, "count"},
+      {"int32 vs float32", [&] { c.allreduce(std::span(i), ReduceOp::Sum); },
+       [&] { c.allreduce(std::span(f), ReduceOp::Sum); }, "dtype"},
+      {"sum vs max", [&] { c.allreduce(std::span(f), ReduceOp::Sum); }, [&] { c.allreduce(std::span(f), ReduceOp::Max); },
+       "op"},
+      {"broadcast vs allgather", [&] { c.broadcast(std::span(f), 0); },
+       [&] { c.allgather(std::span<const float>(f), std::span(g)); }, "collective"},
+      {"barrier vs allreduce", [&] { c.barrier(); }, [&] { c.allreduce(std::span(f), ReduceOp::Sum); }, "collective"},
+  };
+  const Case& m = cases[k];
+  std::string what;
+  try {
+    (c.rank() == 0 ? m.a : m.b)();
+  } catch (const strata::collective_error& e) {
+    what = e.what();
+  }
+  INFO(m.name, ", rank ", c.rank(), ": ", what);
+  CHECK(what.find("[strata.collective.mismatch]") != std::string::npos);
+  CHECK(what.find("#50") != std::string::npos);  // the sequence number of the mismatched call
+  CHECK(what.find(std::string("differs in: ") + m.differs) != std::string::npos);
+}
+
+}  // namespace conformance

@@ -1,6 +1,8 @@
 // The conformance suite (conformance.hpp) on collective::InProcess: ranks are threads.
 #include "collective/conformance.hpp"
 
+#include <chrono>
+
 #include <strata/collective/in_process.hpp>
 
 using strata::collective::InProcess;
@@ -32,4 +34,14 @@ TEST_CASE("Collective.Half.RoundTripsEveryValue") {
   CHECK(static_cast<float>(strata::Half(1.0f / 3.0f)) == doctest::Approx(0.33325195f));
   CHECK(static_cast<float>(strata::Half(70000.0f)) == INFINITY);
   CHECK(static_cast<float>(strata::BFloat16(1.0f + 1.0f / 256.0f)) == 1.0f);  // ties to even
+}
+
+TEST_CASE("Collective.InProcess.MismatchMatrix" * doctest::timeout(60)) {
+  strata::collective::Options o;
+  o.timeout = std::chrono::milliseconds(10'000);
+  o.check_fingerprints = true;
+  for (int n : {2, 3})
+    for (int k = 0; k < conformance::kMismatchCases; ++k)
+      strata::collective::InProcess::launch(n, [k](strata::collective::InProcess& c) { conformance::mismatch_case(c, k); },
+                                            o);
 }

@@ -50,6 +50,17 @@ TEST_CASE_TEMPLATE_INVOKE(allreduce_suite, Gloo);
 TEST_CASE_TEMPLATE_INVOKE(data_movement_suite, Gloo);
 TEST_CASE_TEMPLATE_INVOKE(async_suite, Gloo);
 
+TEST_CASE("Collective.Gloo.MismatchMatrix") {
+  const auto p = strata::runtime::detect_process();
+  if (p.world_size < 2) return;
+  strata::collective::Options o = strata::collective::Options::from_env();
+  o.check_fingerprints = true;
+  for (int k = 0; k < conformance::kMismatchCases; ++k) {
+    Gloo c(p, "mismatch" + std::to_string(k), o);
+    conformance::mismatch_case(c, k);
+  }
+}
+
 TEST_CASE("Collective.Gloo.BadInterfaceListsTheAvailableOnes") {
   ::setenv("STRATA_IFNAME", "nosuchif0", 1);
   auto p = strata::runtime::detect_process();

@@ -43,6 +43,15 @@ TEST_CASE("Collective.Mpi.DebugModeNamesMismatchedCalls") {
                        strata::collective_error);
 }
 
+TEST_CASE("Collective.Mpi.MismatchMatrix") {
+  strata::collective::Options o;
+  o.check_fingerprints = true;
+  for (int k = 0; k < conformance::kMismatchCases; ++k) {
+    Mpi c(MPI_COMM_WORLD, o);
+    if (c.size() >= 2) conformance::mismatch_case(c, k);
+  }
+}
+
 int main(int argc, char** argv) {
   Mpi::initialize();
   int rank = 0;

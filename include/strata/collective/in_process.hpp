@@ -254,12 +254,7 @@ class InProcess : public TypedFrontEnd<InProcess> {
     const Fingerprint& first = group_->slot(0).fp;
     for (int k = 1; k < size(); ++k) {
       const Fingerprint& theirs = group_->slot(k).fp;
-      if (!(theirs == first)) {
-        std::ostringstream os;
-        os << "[strata.collective.mismatch] ranks called different collectives: rank 0 called " << first.str()
-           << ", rank " << k << " called " << theirs.str();
-        return os.str();
-      }
+      if (!(theirs == first)) return collective::mismatch_message(0, first, k, theirs);
     }
     return {};
   }

@@ -8,6 +8,7 @@
 #include <cstdlib>  // std::getenv, std::strtod
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <strata/collective/reduce_op.hpp>
 #include <strata/support/check.hpp>
@@ -84,17 +85,30 @@ struct Fingerprint {
   }
 };
 
+/// The report of rank `a` and rank `b` calling different collectives, naming what differs.
+inline std::string mismatch_message(int a, const Fingerprint& fa, int b, const Fingerprint& fb) {
+  std::ostringstream os;
+  os << "[strata.collective.mismatch] ranks called different collectives: rank " << a << " called " << fa.str()
+     << ", rank " << b << " called " << fb.str() << "; differs in:";
+  const char* sep = " ";
+  auto field = [&](bool differs, const char* name) {
+    if (differs) os << std::exchange(sep, ", ") << name;
+  };
+  field(fa.kind != fb.kind, "collective");
+  field(fa.op != fb.op, "op");
+  field(fa.dtype != fb.dtype, "dtype");
+  field(fa.count != fb.count, "count");
+  field(fa.root != fb.root, "root");
+  field(fa.seq != fb.seq, "sequence number");
+  return os.str();
+}
+
 /// Given every rank's packed fingerprint (`size` x kWords words), the message naming the first
 /// rank whose call differs from `mine` (this is `rank`), or "" if all agree.
 inline std::string fingerprint_mismatch(int rank, const Fingerprint& mine, const std::uint64_t* all, int size) {
   for (int k = 0; k < size; ++k) {
     const Fingerprint theirs = Fingerprint::unpack(all + Fingerprint::kWords * static_cast<std::size_t>(k));
-    if (!(theirs == mine)) {
-      std::ostringstream os;
-      os << "[strata.collective.mismatch] ranks called different collectives: rank " << rank << " called "
-         << mine.str() << ", rank " << k << " called " << theirs.str();
-      return os.str();
-    }
+    if (!(theirs == mine)) return mismatch_message(rank, mine, k, theirs);
   }
   return {};
 }
