@@ -1,6 +1,7 @@
 // A job whose rank 1 misbehaves, for tests/collective/run_gloo_fault.sh (under strata-run):
 //   gloo_fault skip   rank 1 never calls the second allreduce: the others time out, naming it
 //   gloo_fault kill   rank 1 SIGKILLs itself: the others fail at once from the closed socket
+//   gloo_fault stop   rank 1 SIGSTOPs itself: the others time out (not sooner), naming it
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   c.allreduce(std::span(x), strata::ReduceOp::Sum);
   if (c.rank() == 1) {
     if (mode == "kill") std::raise(SIGKILL);
+    if (mode == "stop") std::raise(SIGSTOP);
     std::this_thread::sleep_for(std::chrono::seconds(30));
     return 0;
   }

@@ -12,7 +12,12 @@ fail() { echo "FAIL: $*"; exit 1; }
 ((rc != 0)) || fail "the job exited 0"
 ((rc != 124)) || fail "the job hung until the outer timeout"
 [[ $out != *"went unnoticed"* ]] || fail "a rank finished without noticing"
-if [[ $mode == skip ]]; then
+if [[ $mode == stop ]]; then  # RELIABILITY A3: a timeout (2 s), not sooner, naming the stopped rank
+  grep -q "^\[[02]\] rank [02]: \[strata.collective.timeout\] allreduce #1 .*did not arrive: rank 1 is stopped" <<<"$out" ||
+    fail "no survivor named the stopped rank 1"
+  ((elapsed_ms >= 1000)) || fail "failed after ${elapsed_ms} ms, before half the 2 s deadline"
+  ((elapsed_ms < 20000)) || fail "took ${elapsed_ms} ms"
+elif [[ $mode == skip ]]; then
   grep -q "^\[[02]\] rank [02]: \[strata.collective.timeout\] allreduce #1" <<<"$out" || fail "no timeout naming allreduce #1"
   ((elapsed_ms < 20000)) || fail "took ${elapsed_ms} ms"
 else

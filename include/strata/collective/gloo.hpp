@@ -78,27 +78,29 @@ inline void claim_rank(const std::string& dir, const std::string& prefix, int ra
                dir, " is left from an earlier job (use a fresh directory per job)");
 }
 
-/// Whether process `pid` on this host still runs (a zombie or a missing one does not).
-inline bool process_running(long pid) {
+/// The scheduler state of process `pid` on this host, from /proc: 'R', 'S', 'D', 'T' (stopped),
+/// 't' (traced), 'Z' (zombie), ... or 'X' when it no longer exists.
+inline char process_state(long pid) {
   FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return false;
+  if (!f) return 'X';
   char buf[512] = {};
   const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
   std::fclose(f);
   const char* close = std::strrchr(buf, ')');  // "pid (comm) S ..."; comm may hold spaces
-  if (n == 0 || !close || close[1] != ' ') return true;
-  return close[2] != 'Z' && close[2] != 'X';
+  return n == 0 || !close || close[1] != ' ' ? '?' : close[2];
 }
 
-/// The ranks of rendezvous `prefix` whose claimed process ran on this host and has exited:
-/// who a connection reset came from. Polls briefly, since a killed peer's sockets close a
-/// moment before its process is gone. Empty when none can be named (e.g. peers on other hosts).
-inline std::vector<int> lost_local_ranks(const std::string& dir, const std::string& prefix, int self, int size) {
+/// The ranks of rendezvous `prefix` whose claimed process runs on this host and is in one of
+/// `states` (e.g. "XZ": gone; "Tt": stopped). Polls up to `tries` x 10 ms until one is found,
+/// since a killed peer's sockets close a moment before its process is gone. Empty when none
+/// can be named (e.g. the peers run on other hosts).
+inline std::vector<int> local_ranks_in_state(const std::string& dir, const std::string& prefix, int self, int size,
+                                             const char* states, int tries) {
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
   const std::string mine = std::string(host) + ":";
-  std::vector<int> lost;
-  for (int attempt = 0; attempt < 20 && lost.empty(); ++attempt) {
+  std::vector<int> found;
+  for (int attempt = 0; attempt < tries && found.empty(); ++attempt) {
     if (attempt) ::usleep(10000);
     for (int r = 0; r < size; ++r) {
       if (r == self) continue;
@@ -109,10 +111,10 @@ inline std::vector<int> lost_local_ranks(const std::string& dir, const std::stri
       std::fclose(f);
       const std::string claim = read ? buf : "";
       if (claim.rfind(mine, 0) != 0) continue;  // another host: cannot tell
-      if (!process_running(std::atol(claim.c_str() + mine.size()))) lost.push_back(r);
+      if (std::strchr(states, process_state(std::atol(claim.c_str() + mine.size())))) found.push_back(r);
     }
   }
-  return lost;
+  return found;
 }
 
 /// The names of this host's network interfaces, for error messages.
@@ -326,13 +328,17 @@ class Gloo : public TypedFrontEnd<Gloo> {
     } catch (const gloo::IoException& e) {
       const std::string what = e.what();
       const bool timed_out = what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
+      // Name the peer behind it where this host can tell: a rank that is gone (connection
+      // reset) or one that is stopped (the timeout of a rank that never arrives).
       std::string blame;
-      if (!timed_out) {
-        const std::vector<int> lost = detail::lost_local_ranks(rendezvous_dir_, prefix_, rank_, size_);
-        for (std::size_t i = 0; i < lost.size(); ++i)
-          blame += (i ? ", rank " : "peer lost: rank ") + std::to_string(lost[i]);
-        if (!blame.empty()) blame += lost.size() == 1 ? " is no longer running; " : " are no longer running; ";
-      }
+      const std::vector<int> ranks =
+          timed_out ? detail::local_ranks_in_state(rendezvous_dir_, prefix_, rank_, size_, "Tt", 1)
+                    : detail::local_ranks_in_state(rendezvous_dir_, prefix_, rank_, size_, "XZ", 20);
+      for (std::size_t i = 0; i < ranks.size(); ++i)
+        blame += (i ? ", rank " : timed_out ? "did not arrive: rank " : "peer lost: rank ") + std::to_string(ranks[i]);
+      if (!blame.empty())
+        blame += timed_out ? (ranks.size() == 1 ? " is stopped (SIGSTOP or a debugger); " : " are stopped (SIGSTOP or a debugger); ")
+                           : (ranks.size() == 1 ? " is no longer running; " : " are no longer running; ");
       const std::string msg = "[strata.collective." + std::string(timed_out ? "timeout" : "peer") + "] " + fp.str() +
                               " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " + blame + what;
       aborted_ = msg;
