@@ -1,6 +1,7 @@
 // A job whose rank 1 misbehaves, for tests/collective/run_mpi_fault.sh:
 //   mpi_fault skip   rank 1 never calls the second allreduce: the others' deadline aborts the job
 //   mpi_fault kill   rank 1 SIGKILLs itself: mpirun aborts the job
+//   mpi_fault stop   rank 1 SIGSTOPs itself: the others' deadline aborts the job, naming it
 #include <csignal>
 #include <cstdio>
 #include <span>
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   c.allreduce(std::span(x), strata::ReduceOp::Sum);
   if (c.rank() == 1) {
     if (mode == "kill") std::raise(SIGKILL);
+    if (mode == "stop") std::raise(SIGSTOP);
     std::this_thread::sleep_for(std::chrono::seconds(30));  // stalls: never reaches the next call
     return 0;
   }

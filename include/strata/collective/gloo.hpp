@@ -44,6 +44,7 @@
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
 #include <strata/runtime/process.hpp>
+#include <strata/runtime/process_state.hpp>
 #include <strata/support/error.hpp>
 
 namespace strata::collective {
@@ -78,18 +79,6 @@ inline void claim_rank(const std::string& dir, const std::string& prefix, int ra
                dir, " is left from an earlier job (use a fresh directory per job)");
 }
 
-/// The scheduler state of process `pid` on this host, from /proc: 'R', 'S', 'D', 'T' (stopped),
-/// 't' (traced), 'Z' (zombie), ... or 'X' when it no longer exists.
-inline char process_state(long pid) {
-  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return 'X';
-  char buf[512] = {};
-  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  const char* close = std::strrchr(buf, ')');  // "pid (comm) S ..."; comm may hold spaces
-  return n == 0 || !close || close[1] != ' ' ? '?' : close[2];
-}
-
 /// The ranks of rendezvous `prefix` whose claimed process runs on this host and is in one of
 /// `states` (e.g. "XZ": gone; "Tt": stopped). Polls up to `tries` x 10 ms until one is found,
 /// since a killed peer's sockets close a moment before its process is gone. Empty when none
@@ -111,7 +100,7 @@ inline std::vector<int> local_ranks_in_state(const std::string& dir, const std::
       std::fclose(f);
       const std::string claim = read ? buf : "";
       if (claim.rfind(mine, 0) != 0) continue;  // another host: cannot tell
-      if (std::strchr(states, process_state(std::atol(claim.c_str() + mine.size())))) found.push_back(r);
+      if (std::strchr(states, runtime::process_state(std::atol(claim.c_str() + mine.size())))) found.push_back(r);
     }
   }
   return found;

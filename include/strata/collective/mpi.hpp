@@ -16,6 +16,7 @@
 #endif
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -39,6 +40,7 @@
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
+#include <strata/runtime/process_state.hpp>
 #include <strata/support/error.hpp>
 
 namespace strata::collective {
@@ -157,6 +159,12 @@ class Mpi : public TypedFrontEnd<Mpi> {
     detail::mpi_check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    // Every rank's (host, pid), so a timeout can name a peer on this host that is stopped or gone.
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    const std::uint64_t mine[2] = {std::hash<std::string>{}(host), static_cast<std::uint64_t>(::getpid())};
+    peers_.resize(2 * static_cast<std::size_t>(size_));
+    detail::mpi_check(MPI_Allgather(mine, 2, MPI_UINT64_T, peers_.data(), 2, MPI_UINT64_T, comm_), "MPI_Allgather");
   }
   Mpi(const Mpi&) = delete;
   Mpi& operator=(const Mpi&) = delete;
@@ -310,8 +318,18 @@ class Mpi : public TypedFrontEnd<Mpi> {
   std::string timeout_message(const Fingerprint& fp) const {
     std::ostringstream os;
     os << "[strata.collective.timeout] " << fp.str() << " on rank " << rank_ << " of " << size_
-       << ": not complete within " << std::chrono::duration<double>(options_.timeout).count()
-       << " s (a rank stalled or skipped it); aborting the job";
+       << ": not complete within " << std::chrono::duration<double>(options_.timeout).count() << " s (";
+    // Peers on this host that cannot arrive: stopped, or gone.
+    std::string blame;
+    for (int r = 0; r < size_; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      if (r == rank_ || ur * 2 + 1 >= peers_.size() || peers_[2 * ur] != peers_[2 * static_cast<std::size_t>(rank_)])
+        continue;
+      const char st = runtime::process_state(static_cast<long>(peers_[2 * ur + 1]));
+      if (runtime::is_stopped(st)) blame += (blame.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " is stopped");
+      if (runtime::is_gone(st)) blame += (blame.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " is gone");
+    }
+    os << (blame.empty() ? "a rank stalled or skipped it" : "did not arrive: " + blame) << "); aborting the job";
     return os.str();
   }
   [[noreturn]] void die_timeout(const Fingerprint& fp) {
@@ -334,6 +352,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
 
   Options options_;
   Fingerprint current_;  ///< the blocking call in progress, for the watchdog's message
+  std::vector<std::uint64_t> peers_;  ///< (host hash, pid) per rank
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   std::uint64_t seq_ = 0;
