@@ -31,7 +31,7 @@ void usage() {
       "usage: fashion_mnist [--model mlp|cnn] [--epochs N] [--seed S] [--batch B] [--lr X]\n"
       "                     [--momentum M] [--data DIR] [--threads T] [--max-steps N] [--no-eval] [--quiet]\n"
       "                     [--strategy one_device|mirrored|central_storage|multi_worker_mirrored]\n"
-      "                     [--replicas N] [--collective mpi|gloo]\n"
+      "                     [--replicas N] [--collective mpi|gloo] [--compression none|fp16|bf16]\n"
       "--batch is per replica: the global batch is B x replicas, and the learning rate applies to it.");
 }
 
@@ -52,7 +52,7 @@ double parse_double(const std::string& flag, const char* v) {
 
 int main(int argc, char** argv) try {
   fmnist::Config cfg;
-  std::string strategy_name = "one_device", collective;
+  std::string strategy_name = "one_device", collective, compression = "none";
   int threads = 1, replicas = 2;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -70,6 +70,7 @@ int main(int argc, char** argv) try {
     else if (a == "--strategy") strategy_name = value();
     else if (a == "--replicas") replicas = static_cast<int>(parse_int(a, value()));
     else if (a == "--collective") collective = value();
+    else if (a == "--compression") compression = value();
     else if (a == "--threads") threads = static_cast<int>(parse_int(a, value()));
     else if (a == "--max-steps") cfg.max_steps = parse_int(a, value());
     else if (a == "--no-eval") cfg.evaluate = false;
@@ -105,6 +106,14 @@ int main(int argc, char** argv) try {
                   static_cast<long long>(r.steps), r.final_loss, accuracy.c_str(), r.examples_per_s, comm.c_str(),
                   hidden.c_str());
   };
+  if (compression != "none" && compression != "fp16" && compression != "bf16")
+    throw strata::invalid_argument("[strata.example] --compression expects none, fp16 or bf16, got '" + compression + "'");
+  if (strategy_name != "multi_worker_mirrored" && compression != "none")
+    throw strata::invalid_argument("[strata.example] --compression applies to --strategy multi_worker_mirrored only");
+  const strata::MultiWorkerOptions multi_worker{
+      .compression = compression == "fp16"   ? strata::Compression::fp16
+                     : compression == "bf16" ? strata::Compression::bf16
+                                             : strata::Compression::none};
   if (strategy_name != "multi_worker_mirrored" && !collective.empty())
     throw strata::invalid_argument("[strata.example] --collective applies to --strategy multi_worker_mirrored only");
   if (strategy_name == "one_device") {
@@ -119,14 +128,14 @@ int main(int argc, char** argv) try {
   } else if (strategy_name == "multi_worker_mirrored") {
     if (collective == "mpi") {
 #if STRATA_HAS_MPI
-      strata::MultiWorkerMirroredStrategy<strata::collective::Mpi> s;
+      strata::MultiWorkerMirroredStrategy<strata::collective::Mpi> s(multi_worker);
       train_and_report(s);
 #else
       throw strata::invalid_argument("[strata.example] this build has no MPI (configure with -Dmpi=enabled)");
 #endif
     } else if (collective == "gloo") {
 #if STRATA_HAS_GLOO
-      strata::MultiWorkerMirroredStrategy<strata::collective::Gloo> s;
+      strata::MultiWorkerMirroredStrategy<strata::collective::Gloo> s(multi_worker);
       train_and_report(s);
 #else
       throw strata::invalid_argument("[strata.example] this build has no Gloo (configure with -Dgloo=enabled)");

@@ -137,6 +137,17 @@ void gloo_reduce(ReduceOp op, void* out, const void* a, const void* b, std::size
   combine<T>(op, n, o, y);
 }
 
+/// Gloo's reduce-function shape for a 16-bit float sum: out = a + b (out may alias either).
+template <class S>
+void add16_into(void* out, const void* a, const void* b, std::size_t n) {
+  S* o = static_cast<S*>(out);
+  const S* x = static_cast<const S*>(a);
+  const S* y = static_cast<const S*>(b);
+  if (o == y) std::swap(x, y);  // a sum commutes
+  if (o != x) std::copy_n(x, n, o);
+  add16<S>(n, o, y);
+}
+
 }  // namespace detail
 
 /// A rank of a Gloo context.
@@ -262,6 +273,26 @@ class Gloo : public TypedFrontEnd<Gloo> {
   }
   /// Fails this rank's later collectives with `reason` (Gloo has no way to interrupt a peer).
   void abort(const std::string& reason) { aborted_ = reason.empty() ? "aborted" : reason; }
+
+  /// Sums `count` 16-bit floats (`dtype` f16 or bf16) in place with 16 bits per element on
+  /// the wire: each partial sum is added in float32 and rounded back (gradient compression;
+  /// the plain allreduce of f16/bf16 carries float32 instead and rounds once).
+  void allreduce_sum16_raw(void* x, std::size_t count, DType dtype) {
+    STRATA_CHECK(dtype == DType::f16 || dtype == DType::bf16, "allreduce_sum16_raw of ", name_of(dtype));
+    const Fingerprint fp = next(OpKind::allreduce, ReduceOp::Sum, dtype, count, 0);
+    if (count == 0 || size_ == 1) return;
+    guarded(fp, [&] {
+      gloo::AllreduceOptions o(ctx_);
+      o.setTimeout(options_.timeout);
+      o.setOutput(static_cast<std::uint16_t*>(x), count);
+      if (dtype == DType::f16)
+        o.setReduceFunction([](void* r, const void* a, const void* b, std::size_t n) { detail::add16_into<Half>(r, a, b, n); });
+      else
+        o.setReduceFunction(
+            [](void* r, const void* a, const void* b, std::size_t n) { detail::add16_into<BFloat16>(r, a, b, n); });
+      gloo::allreduce(o);
+    });
+  }
 
   void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
     const Fingerprint fp = next(OpKind::allreduce, op, dtype, count, 0);

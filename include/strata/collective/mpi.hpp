@@ -265,6 +265,15 @@ class Mpi : public TypedFrontEnd<Mpi> {
     MPI_Abort(comm_, 1);
   }
 
+  /// Sums `count` 16-bit floats (`dtype` f16 or bf16) in place with 16 bits per element on
+  /// the wire: each partial sum is added in float32 and rounded back (gradient compression;
+  /// the plain allreduce of f16/bf16 carries float32 instead and rounds once).
+  void allreduce_sum16_raw(void* x, std::size_t count, DType dtype) {
+    STRATA_CHECK(dtype == DType::f16 || dtype == DType::bf16, "allreduce_sum16_raw of ", name_of(dtype));
+    const Fingerprint fp{OpKind::allreduce, ReduceOp::Sum, dtype, count, 0, 0};
+    run(fp, [&] { return MPI_Allreduce(MPI_IN_PLACE, x, count_of(count), MPI_UINT16_T, sum16_op(dtype), comm_); });
+  }
+
   void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
     if (dtype == DType::f16 || dtype == DType::bf16) {  // accumulate in float32, round once
       std::vector<float> acc(count);
@@ -332,6 +341,24 @@ class Mpi : public TypedFrontEnd<Mpi> {
     os << (blame.empty() ? "a rank stalled or skipped it" : "did not arrive: " + blame) << "); aborting the job";
     return os.str();
   }
+  /// The MPI_Op adding 16-bit floats of `dtype` through float32, created once.
+  static MPI_Op sum16_op(DType dtype) {
+    static const MPI_Op half = make_sum16_op<Half>(), bf16 = make_sum16_op<BFloat16>();
+    return dtype == DType::f16 ? half : bf16;
+  }
+  template <class S>
+  static MPI_Op make_sum16_op() {
+    MPI_Op op = MPI_OP_NULL;
+    detail::mpi_check(MPI_Op_create(
+                          [](void* in, void* inout, int* len, MPI_Datatype*) {
+                            detail::add16<S>(static_cast<std::size_t>(*len), static_cast<S*>(inout),
+                                             static_cast<const S*>(in));
+                          },
+                          /*commute=*/1, &op),
+                      "MPI_Op_create");
+    return op;
+  }
+
   [[noreturn]] void die_timeout(const Fingerprint& fp) {
     std::fprintf(stderr, "%s\n", timeout_message(fp).c_str());
     std::fflush(stderr);

@@ -31,6 +31,7 @@ namespace strata {
 /// Options of MultiWorkerMirroredStrategy besides the collective's own.
 struct MultiWorkerOptions {
   std::size_t bucket_bytes = default_bucket_bytes();  ///< gradient bucket size (see GradientEngine)
+  Compression compression = Compression::none;        ///< 16-bit gradients on the wire
 };
 
 /// One replica per process.
@@ -78,7 +79,8 @@ class MultiWorkerMirroredStrategy {
         STRATA_CHECK(p.is_contiguous(), "scope(): parameters must be contiguous to be broadcast");
         comm_.broadcast_raw(p.raw_data(), static_cast<std::size_t>(p.numel()), p.dtype(), 0);
       }
-      owned_.push_back(std::make_unique<GradientEngine<C>>(comm_, made.parameters(), options_.bucket_bytes));
+      owned_.push_back(std::make_unique<GradientEngine<C>>(comm_, made.parameters(), options_.bucket_bytes,
+                                                           options_.compression));
       engines_.push_back(owned_.back().get());
     }
     return made;

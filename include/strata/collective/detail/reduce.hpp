@@ -70,4 +70,11 @@ inline void store(std::size_t n, const A* src, S* dst) {
     for (std::size_t i = 0; i < n; ++i) dst[i] = S(src[i]);
 }
 
+/// acc[i] = round16(float(acc[i]) + float(src[i])): one hop of an all-reduce whose elements
+/// travel as 16-bit floats (S = Half or BFloat16) and add in float32.
+template <class S>
+void add16(std::size_t n, S* STRATA_RESTRICT acc, const S* STRATA_RESTRICT src) {
+  for (std::size_t i = 0; i < n; ++i) acc[i] = S(static_cast<float>(acc[i]) + static_cast<float>(src[i]));
+}
+
 }  // namespace strata::collective::detail
