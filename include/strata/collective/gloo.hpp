@@ -22,7 +22,9 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <csignal>
 #include <fcntl.h>
+#include <signal.h>
 #include <ifaddrs.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -186,6 +188,10 @@ class Gloo : public TypedFrontEnd<Gloo> {
                      " is readable by other users (mode ", std::oct, (st.st_mode & 0777), "); use a directory of mode 0700");
     }
     if (size_ == 1) return;  // a group of one needs no context: every collective is local
+    // A write to the socket of a peer that died must fail as an error naming it, not kill this
+    // process with SIGPIPE; left alone if the program installed its own handler.
+    struct sigaction old {};
+    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
     device_ = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     ctx->setTimeout(options_.timeout);

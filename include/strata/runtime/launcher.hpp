@@ -201,11 +201,14 @@ inline int launch_processes(const LaunchOptions& o) {
       return !rk.running;
     };
     auto failed = [](const Rank& rk) { return !WIFEXITED(rk.status) || WEXITSTATUS(rk.status) != 0; };
+    // How much a death says about the cause: a signal from outside (SIGKILL, SIGSEGV, ...)
+    // over a SIGPIPE (a write to a dead peer's socket: a consequence) over an exit status.
+    auto weight = [](int st) { return WIFSIGNALED(st) ? (WTERMSIG(st) == SIGPIPE ? 1 : 2) : 0; };
     auto pick = [&](int current) {
       for (std::size_t r = 0; r < ranks.size(); ++r) {
         const auto& rk = ranks[r];
         if (rk.running || !failed(rk)) continue;
-        if (current < 0 || (WIFSIGNALED(rk.status) && !WIFSIGNALED(ranks[current].status)))
+        if (current < 0 || weight(rk.status) > weight(ranks[static_cast<std::size_t>(current)].status))
           current = static_cast<int>(r);
       }
       return current;
@@ -213,7 +216,7 @@ inline int launch_processes(const LaunchOptions& o) {
     bool any_running = false;
     for (auto& rk : ranks) any_running = !reap(rk) || any_running;
     if (int blamed = failing ? -1 : pick(-1); blamed >= 0) {
-      if (!WIFSIGNALED(ranks[blamed].status)) {  // give a dying rank a moment to be reaped
+      if (weight(ranks[static_cast<std::size_t>(blamed)].status) < 2) {  // a dying rank may be reaped in a moment
         ::usleep(30000);
         for (auto& rk : ranks) reap(rk);
         blamed = pick(blamed);
