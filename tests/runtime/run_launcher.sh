@@ -28,4 +28,16 @@ out=$("$run" -np 2 2>&1); rc=$?
 ((rc != 0)) && grep -q "no program to run" <<<"$out" || fail "missing program not named: $out"
 out=$("$run" -np 1 /nonexistent/program 2>&1); rc=$?
 ((rc == 127)) && grep -q "cannot run '/nonexistent/program'" <<<"$out" || fail "missing executable: rc $rc: $out"
+# A port in use is named before any rank starts (RELIABILITY D6); python3 holds one.
+portfile=$(mktemp)
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(30)' >"$portfile" &
+holder=$!
+for _ in $(seq 100); do [[ -s $portfile ]] && break; sleep 0.05; done
+port=$(cat "$portfile")
+out=$("$run" -np 2 --port "$port" "$probe" ok 2>&1); rc=$?
+kill "$holder" 2>/dev/null
+rm -f "$portfile"
+((rc != 0)) && grep -q -- "--port $port on 127.0.0.1 is not free" <<<"$out" || fail "port in use not named: rc $rc: $out"
 echo PASS

@@ -46,6 +46,22 @@ namespace detail {
 inline volatile sig_atomic_t g_launcher_signal = 0;
 extern "C" inline void launcher_on_signal(int sig) { g_launcher_signal = sig; }
 
+/// Fails, naming the port, if `port` on 127.0.0.1 cannot be bound (RELIABILITY D6: port in use).
+inline void check_port_free(int port) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  STRATA_CHECK(s >= 0, "socket(): ", std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  const int rc = ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  const int err = errno;
+  ::close(s);
+  if (rc != 0)
+    STRATA_THROW(::strata::invalid_argument, "strata.runtime", "strata-run: --port ", port, " on 127.0.0.1 is not free (",
+                 std::strerror(err), "); pick another port, or leave --port out for a free one");
+}
+
 /// A port on 127.0.0.1 nobody listens on right now.
 inline int free_port() {
   const int s = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -92,6 +108,7 @@ inline int launch_processes(const LaunchOptions& o) {
   STRATA_CHECK(o.nproc >= 1, "strata-run: -np must be at least 1, got ", o.nproc);
   STRATA_CHECK(!o.command.empty(), "strata-run: no program to run (usage: strata-run -np N [--] program args...)");
   STRATA_CHECK(o.port >= 0 && o.port <= 65535, "strata-run: --port ", o.port, " is outside 0..65535");
+  if (o.port) detail::check_port_free(o.port);
   const int port = o.port ? o.port : detail::free_port();
   std::string dir_template = (std::filesystem::temp_directory_path() / "strata-run-XXXXXX").string();
   STRATA_CHECK(::mkdtemp(dir_template.data()) != nullptr, "strata-run: mkdtemp: ", std::strerror(errno));  // mode 0700
