@@ -145,9 +145,16 @@ class EpochState {
   void produce() {
     try {
       for (std::int64_t k = 0; k < num_batches_; ++k) {
-        Batch b = make(k);
+        // Wait for a free slot before assembling the batch, so that at most ring size + 1
+        // batches (the consumer's) are ever alive: the allocator reaches that peak in the
+        // first steps, and the steady state allocates nothing however the threads interleave.
+        {
+          std::unique_lock lock(mu_);
+          cv_.wait(lock, [&] { return count_ < ring_.size() || stop_; });
+          if (stop_) return;
+        }
+        Batch b = make(k);  // only this thread adds to the ring: the slot stays free
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return count_ < ring_.size() || stop_; });
         if (stop_) return;
         ring_[(head_ + count_) % ring_.size()] = std::move(b);
         ++count_;
