@@ -53,14 +53,32 @@ namespace strata::collective {
 
 namespace detail {
 
+/// A rank's claim file in the rendezvous directory: "host:pid" of the process that holds it.
+inline std::string claim_path(const std::string& dir, const std::string& prefix, int rank) {
+  return dir + "/" + prefix + ".rank" + std::to_string(rank) + ".claim";
+}
+/// The claim of rank `rank`, or "" if there is none (yet).
+inline std::string read_claim(const std::string& dir, const std::string& prefix, int rank) {
+  FILE* f = std::fopen(claim_path(dir, prefix, rank).c_str(), "r");
+  if (!f) return {};
+  char buf[300] = {};
+  const bool read = std::fgets(buf, sizeof buf, f) != nullptr;
+  std::fclose(f);
+  return read ? buf : "";
+}
+/// "host:" of this process's claims.
+inline std::string host_prefix() {
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  return std::string(host) + ":";
+}
+
 /// Claims `rank` of rendezvous `prefix` in `dir` by creating a file only one process can
 /// create (O_EXCL), holding "host:pid". A second claim is a duplicate rank (RELIABILITY D5):
 /// it fails at once, naming both claimants.
 inline void claim_rank(const std::string& dir, const std::string& prefix, int rank) {
-  char host[256] = "?";
-  ::gethostname(host, sizeof host - 1);
-  const std::string me = std::string(host) + ":" + std::to_string(::getpid());
-  const std::string path = dir + "/" + prefix + ".rank" + std::to_string(rank) + ".claim";
+  const std::string me = host_prefix() + std::to_string(::getpid());
+  const std::string path = claim_path(dir, prefix, rank);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd >= 0) {
     const ssize_t n = ::write(fd, me.data(), me.size());
@@ -70,12 +88,8 @@ inline void claim_rank(const std::string& dir, const std::string& prefix, int ra
   }
   if (errno != EEXIST)
     STRATA_THROW(::strata::io_error, "strata.collective.rendezvous", "cannot create ", path, ": ", std::strerror(errno));
-  std::string other = "another process";
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    char buf[300] = {};
-    if (std::fgets(buf, sizeof buf, f)) other = buf;
-    std::fclose(f);
-  }
+  std::string other = read_claim(dir, prefix, rank);
+  if (other.empty()) other = "another process";
   STRATA_THROW(::strata::invalid_argument, "strata.collective.rendezvous", "rank ", rank, " of rendezvous '", prefix,
                "' claimed by ", other, " and ", me, ": two processes have the same rank (STRATA_RANK), or ",
                dir, " is left from an earlier job (use a fresh directory per job)");
@@ -87,21 +101,14 @@ inline void claim_rank(const std::string& dir, const std::string& prefix, int ra
 /// can be named (e.g. the peers run on other hosts).
 inline std::vector<int> local_ranks_in_state(const std::string& dir, const std::string& prefix, int self, int size,
                                              const char* states, int tries) {
-  char host[256] = "?";
-  ::gethostname(host, sizeof host - 1);
-  const std::string mine = std::string(host) + ":";
+  const std::string mine = host_prefix();
   std::vector<int> found;
   for (int attempt = 0; attempt < tries && found.empty(); ++attempt) {
     if (attempt) ::usleep(10000);
     for (int r = 0; r < size; ++r) {
       if (r == self) continue;
-      FILE* f = std::fopen((dir + "/" + prefix + ".rank" + std::to_string(r) + ".claim").c_str(), "r");
-      if (!f) continue;
-      char buf[300] = {};
-      const bool read = std::fgets(buf, sizeof buf, f) != nullptr;
-      std::fclose(f);
-      const std::string claim = read ? buf : "";
-      if (claim.rfind(mine, 0) != 0) continue;  // another host: cannot tell
+      const std::string claim = read_claim(dir, prefix, r);
+      if (claim.rfind(mine, 0) != 0) continue;  // none, or another host: cannot tell
       if (std::strchr(states, runtime::process_state(std::atol(claim.c_str() + mine.size())))) found.push_back(r);
     }
   }

@@ -110,6 +110,7 @@ inline int launch_processes(const LaunchOptions& o) {
   STRATA_CHECK(o.port >= 0 && o.port <= 65535, "strata-run: --port ", o.port, " is outside 0..65535");
   if (o.port) detail::check_port_free(o.port);
   const int port = o.port ? o.port : detail::free_port();
+  // mkdtemp replaces the trailing X's with a unique suffix.
   std::string dir_template = (std::filesystem::temp_directory_path() / "strata-run-XXXXXX").string();
   STRATA_CHECK(::mkdtemp(dir_template.data()) != nullptr, "strata-run: mkdtemp: ", std::strerror(errno));  // mode 0700
   const std::string rdv_dir = dir_template;

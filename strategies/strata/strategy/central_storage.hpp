@@ -20,9 +20,9 @@
 #include <strata/strategy/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
-#include <strata/strategy/replica_pool.hpp>
 #include <strata/strategy/replicated.hpp>
 #include <strata/strategy/strategy.hpp>
+#include <strata/strategy/thread_replicas.hpp>
 
 namespace strata {
 
@@ -33,7 +33,7 @@ namespace strata {
 /// strata::CentralStorageStrategy strategy(2);   // two CPU replicas over one set of variables
 /// @endcode
 template <class NoCollective = void>
-class CentralStorageStrategy {
+class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrategy<NoCollective>> {
   static_assert(std::is_void_v<NoCollective>,
                 "CentralStorageStrategy takes no collective: its replicas share one process and one copy of the "
                 "variables. Write CentralStorageStrategy<> (or let the constructor deduce it); for one replica per "
@@ -43,13 +43,8 @@ class CentralStorageStrategy {
   static constexpr const char* name = "central_storage";
 
   explicit CentralStorageStrategy(int replicas = 2, collective::Options o = collective::Options::from_env())
-      : n_(checked(replicas)), comms_(collective::InProcess::make_group(n_, o)), pool_(n_),
-        pending_(static_cast<std::size_t>(n_)) {}
-  CentralStorageStrategy(const CentralStorageStrategy&) = delete;
-  CentralStorageStrategy& operator=(const CentralStorageStrategy&) = delete;
-
-  int num_replicas_in_sync() const noexcept { return n_; }
-  bool is_chief() const noexcept { return true; }
+      : detail::ThreadReplicas<CentralStorageStrategy>(replicas, "CentralStorageStrategy", o),
+        pending_(static_cast<std::size_t>(this->n_)) {}
 
   /// One object per replica over one set of variables: replica r's parameters are views of
   /// replica 0's storage.
@@ -57,11 +52,11 @@ class CentralStorageStrategy {
     requires std::invocable<F&>
   Replicated<std::invoke_result_t<F&>> scope(F&& factory) {
     detail::check_cross_replica("scope()");
-    auto copies = detail::make_replicas(factory, n_);
+    auto copies = detail::make_replicas(factory, this->n_);
     using T = std::invoke_result_t<F&>;
     if constexpr (detail::HasParameters<T>) {
       const std::vector<Tensor>& central = copies[0]->parameters();
-      for (int r = 1; r < n_; ++r) {
+      for (int r = 1; r < this->n_; ++r) {
         const std::vector<Tensor>& mine = copies[static_cast<std::size_t>(r)]->parameters();
         for (std::size_t k = 0; k < mine.size(); ++k) mine[k].impl()->share_storage_of(*central[k].impl());
       }
@@ -69,45 +64,7 @@ class CentralStorageStrategy {
     return Replicated<T>(std::move(copies));
   }
 
-  data::Pipeline distribute(const data::Pipeline& p) const { return p.options().prefetch > 0 ? p : p.prefetch(2); }
-
-  template <class F>
-    requires std::invocable<F&, ReplicaContext&, const data::Batch&>
-  auto run(F&& fn, const data::Batch& batch) {
-    return run_replicas<std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>>(
-        [&](ReplicaContext& ctx, int r) { return fn(ctx, detail::replica_rows(batch, r, n_)); });
-  }
-  template <class F>
-    requires std::invocable<F&, ReplicaContext&>
-  auto run(F&& fn) {
-    return run_replicas<std::invoke_result_t<F&, ReplicaContext&>>([&](ReplicaContext& ctx, int) { return fn(ctx); });
-  }
-
-  /// The replicas' values concatenated along axis 0, in replica order (tf's Strategy.gather).
-  Tensor gather(const PerReplica<Tensor>& v) const {
-    detail::check_cross_replica("gather()");
-    STRATA_CHECK_EQ(v.size(), static_cast<std::size_t>(n_), "gather: a PerReplica from another strategy");
-    return detail::concat_rows(v);
-  }
-
-  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) const {
-    detail::check_cross_replica("reduce()");
-    STRATA_CHECK_EQ(v.size(), static_cast<std::size_t>(n_), "reduce: a PerReplica from another strategy");
-    return detail::reduce_local(op, v, static_cast<std::size_t>(n_));
-  }
-  double reduce(ReduceOp op, const PerReplica<double>& v) const {
-    detail::check_cross_replica("reduce()");
-    STRATA_CHECK_EQ(v.size(), static_cast<std::size_t>(n_), "reduce: a PerReplica from another strategy");
-    return detail::reduce_local(op, v, static_cast<std::size_t>(n_));
-  }
-
  private:
-  static int checked(int replicas) {
-    STRATA_CHECK(replicas >= 1 && static_cast<std::size_t>(replicas) <= kMaxLocalReplicas,
-                 "CentralStorageStrategy: replicas must be in 1..", kMaxLocalReplicas, ", got ", replicas);
-    return replicas;
-  }
-
   class Context final : public ReplicaContext {
    public:
     Context(CentralStorageStrategy& s, int r) : s_(s), r_(r) {}
@@ -129,10 +86,9 @@ class CentralStorageStrategy {
         strata::detail::visit_floating(dst.dtype(), "apply_gradients", [&](auto tag) {
           using T = decltype(tag);
           T* d = dst.template data<T>();
-          for (int q = 1; q < s_.n_; ++q) {
-            const T* src = s_.pending_[static_cast<std::size_t>(q)][i].template data<T>();
-            for (std::int64_t e = lo; e < hi; ++e) d[e] += src[e];
-          }
+          for (int q = 1; q < s_.n_; ++q)
+            collective::detail::combine<T>(ReduceOp::Sum, static_cast<std::size_t>(hi - lo), d + lo,
+                                           s_.pending_[static_cast<std::size_t>(q)][i].template data<T>() + lo);
         });
       }
       comm().barrier();  // replica 0's gradients hold the sum
@@ -142,38 +98,20 @@ class CentralStorageStrategy {
     void set_gradient_sync(bool on) override { sync_ = on; }
 
    private:
-    collective::InProcess& comm() { return s_.comms_[static_cast<std::size_t>(r_)]; }
+    collective::InProcess& comm() { return s_.comm(r_); }
     CentralStorageStrategy& s_;
     int r_;
     bool sync_ = true;
   };
 
-  template <class R, class Step>
-  auto run_replicas(Step&& step) {
-    detail::check_cross_replica("run()");
-    auto error = [this](int r, const char* what) {
-      comms_[static_cast<std::size_t>(r)].abort("replica " + std::to_string(r) + " failed: " + what);
-    };
-    if constexpr (std::is_void_v<R>) {
-      auto job = [&](int r) {
-        Context ctx(*this, r);
-        step(ctx, r);
-      };
-      pool_.run(job, error);
-    } else {
-      PerReplica<R> out(static_cast<std::size_t>(n_));
-      auto job = [&](int r) {
-        Context ctx(*this, r);
-        out[static_cast<std::size_t>(r)] = step(ctx, r);
-      };
-      pool_.run(job, error);
-      return out;
-    }
+  friend class detail::ThreadReplicas<CentralStorageStrategy>;
+
+  template <class F>
+  void with_context(int r, F&& f) {
+    Context ctx(*this, r);
+    f(ctx);
   }
 
-  int n_;
-  std::vector<collective::InProcess> comms_;
-  detail::ReplicaPool pool_;
   std::vector<Gradients> pending_;  // each replica's gradients in the step being applied
 };
 

@@ -89,6 +89,7 @@ class GradientEngine {
                  "gradient compression applies to multi-process collectives; ", C::name, " replicas share memory");
     state_->engine = this;
     slot_of_.resize(params_.size());
+    fired_.assign(params_.size(), false);
     // Buckets, last parameter first; a dtype change starts a new bucket.
     for (std::size_t k = params_.size(); k-- > 0;) {
       const Tensor& p = params_[k];
@@ -165,7 +166,6 @@ class GradientEngine {
       stats_.reduce_seconds += bk.seconds;  // written by the thread that ran it, before `done`
       bk.seconds = 0;
       bk.pending = bk.members.size();
-      bk.launched = false;
     }
     std::fill(fired_.begin(), fired_.end(), false);
     next_ = 0;
@@ -181,7 +181,6 @@ class GradientEngine {
     std::size_t count = 0, bytes = 0, pending = 0;
     Tensor buffer;
     Tensor wire;  // the 16-bit copy a compressed bucket travels as
-    bool launched = false;
     collective::Work done;
     double seconds = 0;  // its all-reduce's duration in this step
   };
@@ -209,10 +208,9 @@ class GradientEngine {
     g = std::move(view);
   }
 
-  bool fired(std::size_t k) const noexcept { return k < fired_.size() && fired_[k]; }
+  bool fired(std::size_t k) const noexcept { return fired_[k]; }
 
   void mark(std::size_t k) {
-    if (fired_.size() != params_.size()) fired_.assign(params_.size(), false);
     fired_[k] = true;
     Bucket& bk = buckets_[slot_of_[k].bucket];
     --bk.pending;
@@ -243,7 +241,6 @@ class GradientEngine {
   void launch_ready() {
     while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
       Bucket& bk = buckets_[next_++];
-      bk.launched = true;
       void* p = bk.buffer.raw_data();
       if constexpr (detail::reduces_on_replica_thread<C>) {
         const auto t0 = Clock::now();

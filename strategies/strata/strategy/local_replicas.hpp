@@ -4,7 +4,6 @@
 /// PerReplica values across the local replicas.
 #pragma once
 
-#include <algorithm>
 #include <concepts>
 #include <cstring>
 #include <memory>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include <strata/autograd/grad_mode.hpp>
+#include <strata/collective/detail/reduce.hpp>  // combine, divide
 #include <strata/collective/reduce_op.hpp>
 #include <strata/data/dataset.hpp>
 #include <strata/data/pipeline.hpp>   // split_begin
@@ -102,21 +102,14 @@ inline Tensor concat_rows(const PerReplica<Tensor>& v) {
   return out;
 }
 
-inline double combine(ReduceOp op, double a, double b) {
-  switch (op) {
-    case ReduceOp::Min: return std::min(a, b);
-    case ReduceOp::Max: return std::max(a, b);
-    case ReduceOp::Prod: return a * b;
-    default: return a + b;
-  }
-}
-
-/// The elementwise reduction of the local replicas' values (Mean: over `denominator` values).
+/// The elementwise reduction of the local replicas' values (Mean: over `denominator` values),
+/// with the collectives' own reduction kernels.
 inline double reduce_local(ReduceOp op, const PerReplica<double>& v, std::size_t denominator) {
   STRATA_CHECK(v.size() > 0, "reduce of an empty PerReplica");
   double acc = v[0];
-  for (std::size_t r = 1; r < v.size(); ++r) acc = combine(op, acc, v[r]);
-  return op == ReduceOp::Mean ? acc / static_cast<double>(denominator) : acc;
+  for (std::size_t r = 1; r < v.size(); ++r) collective::detail::combine<double>(op, 1, &acc, &v[r]);
+  if (op == ReduceOp::Mean) collective::detail::divide<double>(1, &acc, static_cast<int>(denominator));
+  return acc;
 }
 inline Tensor reduce_local(ReduceOp op, const PerReplica<Tensor>& v, std::size_t denominator) {
   STRATA_CHECK(v.size() > 0, "reduce of an empty PerReplica");
@@ -124,18 +117,14 @@ inline Tensor reduce_local(ReduceOp op, const PerReplica<Tensor>& v, std::size_t
   Tensor acc = v[0].contiguous().clone();
   strata::detail::visit_floating(acc.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
-    T* a = acc.template data<T>();
-    const auto n = acc.numel();
+    const auto n = static_cast<std::size_t>(acc.numel());
     for (std::size_t r = 1; r < v.size(); ++r) {
       STRATA_CHECK(v[r].shape() == acc.shape() && v[r].dtype() == acc.dtype(), "reduce: replica ", r,
                    " returned shape ", v[r].shape(), ", replica 0 ", acc.shape());
       const Tensor c = v[r].contiguous();
-      const T* x = c.template data<T>();
-      for (std::int64_t i = 0; i < n; ++i)
-        a[i] = static_cast<T>(combine(op, static_cast<double>(a[i]), static_cast<double>(x[i])));
+      collective::detail::combine<T>(op, n, acc.template data<T>(), c.template data<T>());
     }
-    if (op == ReduceOp::Mean)
-      for (std::int64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] / static_cast<T>(denominator));
+    if (op == ReduceOp::Mean) collective::detail::divide<T>(n, acc.template data<T>(), static_cast<int>(denominator));
   });
   return acc;
 }

@@ -1,0 +1,111 @@
+/// \file
+/// ThreadReplicas<Derived>: what the strategies with all replicas as threads of one process
+/// (MirroredStrategy, CentralStorageStrategy) share — the InProcess group and the replica
+/// threads, distribute, run, reduce and gather. A strategy supplies its replica context:
+/// `with_context(r, f)` builds replica r's context on the stack and calls f(ctx).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <strata/collective/in_process.hpp>
+#include <strata/data/pipeline.hpp>
+#include <strata/strategy/local_replicas.hpp>
+#include <strata/strategy/per_replica.hpp>
+#include <strata/strategy/replica_context.hpp>
+#include <strata/strategy/replica_pool.hpp>
+
+namespace strata::detail {
+
+template <class Derived>
+class ThreadReplicas {
+ public:
+  ThreadReplicas(const ThreadReplicas&) = delete;
+  ThreadReplicas& operator=(const ThreadReplicas&) = delete;
+
+  int num_replicas_in_sync() const noexcept { return n_; }
+  bool is_chief() const noexcept { return true; }
+
+  /// The input pipeline, prefetching ahead; each batch is a global batch that run() splits.
+  data::Pipeline distribute(const data::Pipeline& p) const { return p.options().prefetch > 0 ? p : p.prefetch(2); }
+
+  /// Runs fn(ctx, rows) on every replica at once, each with its contiguous share of the
+  /// global batch's rows; returns the replicas' results.
+  template <class F>
+    requires std::invocable<F&, ReplicaContext&, const data::Batch&>
+  auto run(F&& fn, const data::Batch& batch) {
+    return run_replicas<std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>>(
+        [&](ReplicaContext& ctx, int r) { return fn(ctx, replica_rows(batch, r, n_)); });
+  }
+  /// Runs fn(ctx) on every replica at once.
+  template <class F>
+    requires std::invocable<F&, ReplicaContext&>
+  auto run(F&& fn) {
+    return run_replicas<std::invoke_result_t<F&, ReplicaContext&>>([&](ReplicaContext& ctx, int) { return fn(ctx); });
+  }
+
+  /// The replicas' values concatenated along axis 0, in replica order (tf's Strategy.gather).
+  Tensor gather(const PerReplica<Tensor>& v) const {
+    check_cross_replica("gather()");
+    check_size(v.size(), "gather");
+    return concat_rows(v);
+  }
+  /// The reduction across all replicas (Mean: over num_replicas_in_sync values).
+  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) const {
+    check_cross_replica("reduce()");
+    check_size(v.size(), "reduce");
+    return reduce_local(op, v, static_cast<std::size_t>(n_));
+  }
+  double reduce(ReduceOp op, const PerReplica<double>& v) const {
+    check_cross_replica("reduce()");
+    check_size(v.size(), "reduce");
+    return reduce_local(op, v, static_cast<std::size_t>(n_));
+  }
+
+ protected:
+  ThreadReplicas(int replicas, const char* strategy, const collective::Options& o)
+      : n_(checked(replicas, strategy)), comms_(collective::InProcess::make_group(n_, o)), pool_(n_) {}
+  ~ThreadReplicas() = default;
+
+  collective::InProcess& comm(int r) noexcept { return comms_[static_cast<std::size_t>(r)]; }
+
+  int n_;
+
+ private:
+  static int checked(int replicas, const char* strategy) {
+    STRATA_CHECK(replicas >= 1 && static_cast<std::size_t>(replicas) <= kMaxLocalReplicas, strategy,
+                 ": replicas must be in 1..", kMaxLocalReplicas, ", got ", replicas);
+    return replicas;
+  }
+  void check_size(std::size_t n, const char* what) const {
+    STRATA_CHECK_EQ(n, static_cast<std::size_t>(n_), what, ": a PerReplica from another strategy");
+  }
+
+  template <class R, class Step>
+  auto run_replicas(Step&& step) {
+    check_cross_replica("run()");
+    auto error = [this](int r, const char* what) {
+      comm(r).abort("replica " + std::to_string(r) + " failed: " + what);
+    };
+    auto& self = static_cast<Derived&>(*this);
+    if constexpr (std::is_void_v<R>) {
+      auto job = [&](int r) { self.with_context(r, [&](ReplicaContext& ctx) { step(ctx, r); }); };
+      pool_.run(job, error);
+    } else {
+      PerReplica<R> out(static_cast<std::size_t>(n_));
+      auto job = [&](int r) {
+        self.with_context(r, [&](ReplicaContext& ctx) { out[static_cast<std::size_t>(r)] = step(ctx, r); });
+      };
+      pool_.run(job, error);
+      return out;
+    }
+  }
+
+  std::vector<collective::InProcess> comms_;
+  ReplicaPool pool_;
+};
+
+}  // namespace strata::detail
