@@ -75,8 +75,28 @@ void check_allreduce(int n, std::size_t count, ReduceOp op) {
     for (std::size_t i = 0; i < count; ++i) {
       const double want = expected<S, A>(n, i, op);
       if (uncast<S>(x[i]) != want || uncast<S>(y[i]) != want) {
-        FAIL_CHECK("rank ", c.rank(), " of ", n, ", ", strata::name_of(op), ", ", strata::name_of(strata::dtype_v<S>),
+        FAIL_CHECK("rank ", c.rank(), " of ", n, ", ", std::string(strata::name_of(op)), ", ", std::string(strata::name_of(strata::dtype_v<S>)),
                    " x ", count, ": element ", i, " is ", uncast<S>(x[i]), " / ", uncast<S>(y[i]), ", expected ", want);
+        return;
+      }
+    }
+  });
+}
+
+/// Reduce-scatter of n shares of `count` elements: rank r's result is share r of the
+/// reduction, i.e. elements r * count .. (r + 1) * count of the serial reference.
+template <class P, class S, class A>
+void check_reduce_scatter(int n, std::size_t count, ReduceOp op) {
+  World<P>::run(n, [&](P& c) {
+    std::vector<S> in(count * static_cast<std::size_t>(n)), out(count);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = cast<S>(value(c.rank(), i, op));
+    c.reduce_scatter(std::span<const S>(in), std::span(out), op);
+    for (std::size_t i = 0; i < count; ++i) {
+      const double want = expected<S, A>(n, static_cast<std::size_t>(c.rank()) * count + i, op);
+      if (uncast<S>(out[i]) != want) {
+        FAIL_CHECK("reduce_scatter on rank ", c.rank(), " of ", n, ", ", std::string(strata::name_of(op)), ", ",
+                   std::string(strata::name_of(strata::dtype_v<S>)), " x ", count, ": element ", i, " is ", uncast<S>(out[i]),
+                   ", expected ", want);
         return;
       }
     }
@@ -85,8 +105,10 @@ void check_allreduce(int n, std::size_t count, ReduceOp op) {
 
 template <class P, class S, class A>
 void check_all_ops(int n, std::size_t count) {
-  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Min, ReduceOp::Max, ReduceOp::Prod})
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Min, ReduceOp::Max, ReduceOp::Prod}) {
     check_allreduce<P, S, A>(n, count, op);
+    check_reduce_scatter<P, S, A>(n, count, op);
+  }
 }
 
 }  // namespace conformance
@@ -107,6 +129,7 @@ TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.Allreduce", P, allreduce_suite
   for (int n : {2, 3, 4}) {
     check_allreduce<P, float, float>(n, (1u << 20) + 3, ReduceOp::Sum);
     check_allreduce<P, strata::BFloat16, float>(n, (1u << 20) + 3, ReduceOp::Max);
+    check_reduce_scatter<P, float, float>(n, (1u << 18) + 3, ReduceOp::Sum);
   }
 }
 
