@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Duplicate rank (RELIABILITY D5): a world of 2 started as ranks 0, 1 and 1. The second rank 1
 # must fail at once naming both claimants (the first two form a valid world and are stopped).
-#   usage: run_gloo_duplicate_rank.sh GLOO_FAULT_EXE
+#   usage: run_gloo_duplicate_rank.sh GLOO_FAULT_EXE [file|tcp]
 set -u
-exe=$1
+exe=$1 rendezvous=${2:-file}
 dir=$(mktemp -d)
 chmod 700 "$dir"
 trap 'rm -rf "$dir"' EXIT
-export STRATA_WORLD_SIZE=2 STRATA_RENDEZVOUS_DIR=$dir STRATA_COLLECTIVE_TIMEOUT=3
+export STRATA_WORLD_SIZE=2 STRATA_COLLECTIVE_TIMEOUT=3
+source "$(dirname "$0")/rendezvous_env.sh"
 STRATA_RANK=0 timeout 60 "$exe" skip >"$dir/out0" 2>&1 & p0=$!
 STRATA_RANK=1 timeout 60 "$exe" skip >"$dir/out1" 2>&1 & p1=$!
 sleep 0.5  # the first rank 1 claims first

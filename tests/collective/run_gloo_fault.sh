@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs gloo_fault under strata-run and checks that the job fails within a bound, each
-# surviving rank naming the collective.   usage: run_gloo_fault.sh STRATA_RUN EXE MODE
+# surviving rank naming the collective.   usage: run_gloo_fault.sh STRATA_RUN EXE MODE [file|tcp]
 set -u
-run=$1 exe=$2 mode=$3
+run=$1 exe=$2 mode=$3 rendezvous=${4:-file}
 start=$(date +%s%N)
-out=$(timeout 60 "$run" -np 3 --grace 2 -- "$exe" "$mode" 2>&1); rc=$?
+out=$(timeout 60 "$run" -np 3 --rendezvous "$rendezvous" --grace 2 -- "$exe" "$mode" 2>&1); rc=$?
 elapsed_ms=$((($(date +%s%N) - start) / 1000000))
 echo "$out" | tail -20
 echo "exit status $rc after ${elapsed_ms} ms"

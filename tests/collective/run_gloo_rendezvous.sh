@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Incomplete rendezvous (RELIABILITY A7): a world of 3 in which rank 2 never starts. Both
 # started ranks must fail within the deadline, naming the missing rank.
-#   usage: run_gloo_rendezvous.sh GLOO_FAULT_EXE
+#   usage: run_gloo_rendezvous.sh GLOO_FAULT_EXE [file|tcp]
 set -u
-exe=$1
+exe=$1 rendezvous=${2:-file}
 dir=$(mktemp -d)
 chmod 700 "$dir"
 trap 'rm -rf "$dir"' EXIT
+export STRATA_WORLD_SIZE=3
+source "$(dirname "$0")/rendezvous_env.sh"
 start=$(date +%s%N)
 for r in 0 1; do
-  STRATA_RANK=$r STRATA_WORLD_SIZE=3 STRATA_RENDEZVOUS_DIR=$dir timeout 60 "$exe" skip >"$dir/out$r" 2>&1 &
+  STRATA_RANK=$r timeout 60 "$exe" skip >"$dir/out$r" 2>&1 &
 done
 rc=0
 for job in $(jobs -p); do wait "$job" || rc=$((rc + 1)); done

@@ -1,7 +1,8 @@
 /// \file
 /// collective::Gloo — the ranks are processes connected by Gloo's TCP transport; launched by
 /// strata-run (or anything that sets the STRATA_* variables). Rendezvous goes through a file
-/// store in STRATA_RENDEZVOUS_DIR (strata-run makes a fresh one, mode 0700); the network
+/// store in STRATA_RENDEZVOUS_DIR (strata-run makes a fresh one, mode 0700) or, when that is
+/// unset, the TCP store rank 0 serves on STRATA_MASTER_ADDR:PORT (runtime/tcp_store.hpp); the network
 /// interface is STRATA_IFNAME (default: loopback, 127.0.0.1). Gloo's own deadline applies to
 /// every call: a stalled peer is a timeout error naming the collective and its sequence
 /// number; a dead peer is an error at once (its socket closes).
@@ -47,25 +48,19 @@
 #include <strata/collective/typed_front_end.hpp>
 #include <strata/runtime/process.hpp>
 #include <strata/runtime/process_state.hpp>
+#include <strata/runtime/tcp_store.hpp>
 #include <strata/support/error.hpp>
 
 namespace strata::collective {
 
 namespace detail {
 
-/// A rank's claim file in the rendezvous directory: "host:pid" of the process that holds it.
-inline std::string claim_path(const std::string& dir, const std::string& prefix, int rank) {
-  return dir + "/" + prefix + ".rank" + std::to_string(rank) + ".claim";
-}
-/// The claim of rank `rank`, or "" if there is none (yet).
-inline std::string read_claim(const std::string& dir, const std::string& prefix, int rank) {
-  FILE* f = std::fopen(claim_path(dir, prefix, rank).c_str(), "r");
-  if (!f) return {};
-  char buf[300] = {};
-  const bool read = std::fgets(buf, sizeof buf, f) != nullptr;
-  std::fclose(f);
-  return read ? buf : "";
-}
+/// Gloo's file store, with its key check made public (to name ranks that never arrived).
+struct FileStore : gloo::rendezvous::FileStore {
+  using gloo::rendezvous::FileStore::FileStore;
+  using gloo::rendezvous::FileStore::check;
+};
+
 /// "host:" of this process's claims.
 inline std::string host_prefix() {
   char host[256] = "?";
@@ -73,43 +68,134 @@ inline std::string host_prefix() {
   return std::string(host) + ":";
 }
 
-/// Claims `rank` of rendezvous `prefix` in `dir` by creating a file only one process can
-/// create (O_EXCL), holding "host:pid". A second claim is a duplicate rank (RELIABILITY D5):
-/// it fails at once, naming both claimants.
-inline void claim_rank(const std::string& dir, const std::string& prefix, int rank) {
-  const std::string me = host_prefix() + std::to_string(::getpid());
-  const std::string path = claim_path(dir, prefix, rank);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd >= 0) {
-    const ssize_t n = ::write(fd, me.data(), me.size());
-    ::close(fd);
-    if (n == static_cast<ssize_t>(me.size())) return;
-    STRATA_THROW(::strata::io_error, "strata.collective.rendezvous", "cannot write ", path, ": ", std::strerror(errno));
+/// Where the ranks of one communicator meet: a Gloo file store in a private directory, or the
+/// job's TCP store. Besides Gloo's keys it holds each rank's claim, "host:pid": taken with an
+/// exclusive create, so a second process with the same rank fails at once (RELIABILITY D5),
+/// and read back after the rendezvous to name a lost or stopped peer on this host.
+class Rendezvous {
+ public:
+  /// A file store in `dir` (STRATA_RENDEZVOUS_DIR), checked to be a private directory.
+  static Rendezvous files(const std::string& dir, const std::string& prefix) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      STRATA_THROW(::strata::invalid_argument, "strata.collective.gloo", "STRATA_RENDEZVOUS_DIR=", dir, " is not a directory");
+    if (st.st_mode & (S_IRWXG | S_IRWXO))
+      STRATA_THROW(::strata::invalid_argument, "strata.collective.gloo", "STRATA_RENDEZVOUS_DIR=", dir,
+                   " is readable by other users (mode ", std::oct, (st.st_mode & 0777), "); use a directory of mode 0700");
+    Rendezvous r(prefix);
+    r.dir_ = dir;
+    r.files_ = std::make_shared<FileStore>(dir);
+    r.store_ = std::make_shared<gloo::rendezvous::PrefixStore>(prefix, *r.files_);
+    return r;
   }
-  if (errno != EEXIST)
-    STRATA_THROW(::strata::io_error, "strata.collective.rendezvous", "cannot create ", path, ": ", std::strerror(errno));
-  std::string other = read_claim(dir, prefix, rank);
-  if (other.empty()) other = "another process";
-  STRATA_THROW(::strata::invalid_argument, "strata.collective.rendezvous", "rank ", rank, " of rendezvous '", prefix,
-               "' claimed by ", other, " and ", me, ": two processes have the same rank (STRATA_RANK), or ",
-               dir, " is left from an earlier job (use a fresh directory per job)");
-}
+  /// The job's TCP store at host:port (rank 0 serves it).
+  static Rendezvous tcp(const std::string& host, int port, int rank, const std::string& prefix,
+                        std::chrono::milliseconds timeout) {
+    Rendezvous r(prefix);
+    r.tcp_ = &runtime::TcpStore::instance(host, port, rank, timeout);
+    r.tcp_adapter_ = std::make_shared<TcpStoreAdapter>(*r.tcp_, timeout);
+    r.store_ = std::make_shared<gloo::rendezvous::PrefixStore>(prefix, *r.tcp_adapter_);
+    return r;
+  }
 
-/// The ranks of rendezvous `prefix` whose claimed process runs on this host and is in one of
+  gloo::rendezvous::Store& store() { return *store_; }
+  std::string where() const { return tcp_ ? "TCP store " + tcp_->host() + ":" + std::to_string(tcp_->port()) : dir_; }
+
+  /// Claims `rank`, or fails naming both claimants.
+  void claim(int rank) {
+    const std::string me = host_prefix() + std::to_string(::getpid());
+    std::string other;
+    if (tcp_) {
+      other = tcp_->claim(claim_key(rank), me);
+      if (other.empty()) return;
+    } else {
+      const std::string path = claim_path(rank);
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+      if (fd >= 0) {
+        const ssize_t n = ::write(fd, me.data(), me.size());
+        ::close(fd);
+        if (n == static_cast<ssize_t>(me.size())) return;
+        STRATA_THROW(::strata::io_error, "strata.collective.rendezvous", "cannot write ", path, ": ", std::strerror(errno));
+      }
+      if (errno != EEXIST)
+        STRATA_THROW(::strata::io_error, "strata.collective.rendezvous", "cannot create ", path, ": ", std::strerror(errno));
+      other = read_file(path);
+      if (other.empty()) other = "another process";
+    }
+    STRATA_THROW(::strata::invalid_argument, "strata.collective.rendezvous", "rank ", rank, " of rendezvous '", prefix_,
+                 "' claimed by ", other, " and ", me, ": two processes have the same rank (STRATA_RANK)",
+                 tcp_ ? "" : ", or " + dir_ + " is left from an earlier job (use a fresh directory per job)");
+  }
+  /// Every rank's claim ("host:pid"; empty where none can be read).
+  std::vector<std::string> claims(int size) {
+    std::vector<std::string> out(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      if (tcp_) {
+        const std::vector<char> v = tcp_->get(claim_key(r), std::chrono::seconds(5));
+        out[static_cast<std::size_t>(r)].assign(v.begin(), v.end());
+      } else {
+        out[static_cast<std::size_t>(r)] = read_file(claim_path(r));
+      }
+    }
+    return out;
+  }
+  /// The ranks that never published their address (Gloo's keys are "prefix/rank").
+  std::vector<int> missing(int size) {
+    std::vector<int> out;
+    for (int k = 0; k < size; ++k) {
+      const std::string key = prefix_ + "/" + std::to_string(k);
+      if (!(tcp_ ? tcp_->check(key) : files_->check({key}))) out.push_back(k);
+    }
+    return out;
+  }
+
+ private:
+  explicit Rendezvous(std::string prefix) : prefix_(std::move(prefix)) {}
+
+  /// Gloo's store interface over the TCP store; waits are bounded by the communicator's timeout.
+  struct TcpStoreAdapter : gloo::rendezvous::Store {
+    TcpStoreAdapter(runtime::TcpStore& s, std::chrono::milliseconds t) : store(s), timeout(t) {}
+    void set(const std::string& key, const std::vector<char>& data) override { store.set(key, data); }
+    std::vector<char> get(const std::string& key) override { return store.get(key, timeout); }
+    void wait(const std::vector<std::string>& keys) override { wait(keys, timeout); }
+    void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+      for (const auto& k : keys) store.get(k, t);
+    }
+    runtime::TcpStore& store;
+    std::chrono::milliseconds timeout;
+  };
+
+  std::string claim_key(int rank) const { return "strata.claim/" + prefix_ + "/" + std::to_string(rank); }
+  std::string claim_path(int rank) const { return dir_ + "/" + prefix_ + ".rank" + std::to_string(rank) + ".claim"; }
+  static std::string read_file(const std::string& path) {
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (!f) return {};
+    char buf[300] = {};
+    const bool read = std::fgets(buf, sizeof buf, f) != nullptr;
+    std::fclose(f);
+    return read ? buf : "";
+  }
+
+  std::string prefix_, dir_;
+  std::shared_ptr<FileStore> files_;
+  runtime::TcpStore* tcp_ = nullptr;
+  std::shared_ptr<TcpStoreAdapter> tcp_adapter_;
+  std::shared_ptr<gloo::rendezvous::Store> store_;
+};
+
+/// The ranks (other than `self`) whose claimed process runs on this host and is in one of
 /// `states` (e.g. "XZ": gone; "Tt": stopped). Polls up to `tries` x 10 ms until one is found,
 /// since a killed peer's sockets close a moment before its process is gone. Empty when none
 /// can be named (e.g. the peers run on other hosts).
-inline std::vector<int> local_ranks_in_state(const std::string& dir, const std::string& prefix, int self, int size,
-                                             const char* states, int tries) {
+inline std::vector<int> local_ranks_in_state(const std::vector<std::string>& claims, int self, const char* states, int tries) {
   const std::string mine = host_prefix();
   std::vector<int> found;
   for (int attempt = 0; attempt < tries && found.empty(); ++attempt) {
     if (attempt) ::usleep(10000);
-    for (int r = 0; r < size; ++r) {
-      if (r == self) continue;
-      const std::string claim = read_claim(dir, prefix, r);
-      if (claim.rfind(mine, 0) != 0) continue;  // none, or another host: cannot tell
-      if (std::strchr(states, runtime::process_state(std::atol(claim.c_str() + mine.size())))) found.push_back(r);
+    for (std::size_t r = 0; r < claims.size(); ++r) {
+      if (static_cast<int>(r) == self || claims[r].rfind(mine, 0) != 0) continue;  // none, or another host
+      if (std::strchr(states, runtime::process_state(std::atol(claims[r].c_str() + mine.size()))))
+        found.push_back(static_cast<int>(r));
     }
   }
   return found;
@@ -130,12 +216,6 @@ inline std::string interface_names() {
 
 /// Gloo's reduction callback: out = a op b (out may alias a or b), through the vectorised
 /// combine() kernels.
-/// Gloo's file store, with its key check made public (to name ranks that never arrived).
-struct FileStore : gloo::rendezvous::FileStore {
-  using gloo::rendezvous::FileStore::FileStore;
-  using gloo::rendezvous::FileStore::check;
-};
-
 template <class T>
 void gloo_reduce(ReduceOp op, void* out, const void* a, const void* b, std::size_t n) {
   T* o = static_cast<T*>(out);
@@ -164,8 +244,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
  public:
   static constexpr const char* name = "gloo";
 
-  /// A rank of the job this process belongs to (runtime::detect_process()); needs
-  /// STRATA_RENDEZVOUS_DIR when there is more than one rank. `prefix` separates the
+  /// A rank of the job this process belongs to (runtime::detect_process()). `prefix` separates the
   /// communicators of one job: every rank creates them in the same order with the same prefix.
   explicit Gloo(const std::string& prefix = "world", Options o = Options::from_env())
       : Gloo(runtime::detect_process(), prefix, o) {}
@@ -183,18 +262,11 @@ class Gloo : public TypedFrontEnd<Gloo> {
       attr.hostname = p.master_addr == "127.0.0.1" || p.master_addr == "localhost" ? "127.0.0.1" : p.master_addr;
       if (p.world_size > 1 && p.launcher == "env") attr.hostname = "127.0.0.1";
     }
-    if (size_ > 1) {
-      STRATA_CHECK(!p.rendezvous_dir.empty(), "collective::Gloo with ", size_, " ranks needs STRATA_RENDEZVOUS_DIR "
-                   "(run it under strata-run, or set it to an empty directory only you can read)");
-      struct stat st {};
-      if (::stat(p.rendezvous_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        STRATA_THROW(::strata::invalid_argument, "strata.collective.gloo", "STRATA_RENDEZVOUS_DIR=", p.rendezvous_dir,
-                     " is not a directory");
-      if (st.st_mode & (S_IRWXG | S_IRWXO))
-        STRATA_THROW(::strata::invalid_argument, "strata.collective.gloo", "STRATA_RENDEZVOUS_DIR=", p.rendezvous_dir,
-                     " is readable by other users (mode ", std::oct, (st.st_mode & 0777), "); use a directory of mode 0700");
-    }
     if (size_ == 1) return;  // a group of one needs no context: every collective is local
+    // A file store where the launcher made a private directory; else the job's TCP store.
+    detail::Rendezvous rdv = p.rendezvous_dir.empty()
+                                 ? detail::Rendezvous::tcp(p.master_addr, p.master_port, rank_, prefix, options_.timeout)
+                                 : detail::Rendezvous::files(p.rendezvous_dir, prefix);
     // A write to the socket of a peer that died must fail as an error naming it, not kill this
     // process with SIGPIPE; left alone if the program installed its own handler.
     struct sigaction old {};
@@ -202,25 +274,19 @@ class Gloo : public TypedFrontEnd<Gloo> {
     device_ = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     ctx->setTimeout(options_.timeout);
-    detail::claim_rank(p.rendezvous_dir, prefix, rank_);
-    rendezvous_dir_ = p.rendezvous_dir;
-    prefix_ = prefix;
-    detail::FileStore files(p.rendezvous_dir);
+    rdv.claim(rank_);
     try {
-      gloo::rendezvous::PrefixStore store(prefix, files);
-      ctx->connectFullMesh(store, device_);
+      ctx->connectFullMesh(rdv.store(), device_);
     } catch (const std::exception& e) {
-      // Name the ranks that never published their address (PrefixStore keys are "prefix/rank").
-      std::vector<int> missing;
-      for (int k = 0; k < size_; ++k)
-        if (!files.check({prefix + "/" + std::to_string(k)})) missing.push_back(k);
+      const std::vector<int> missing = rdv.missing(size_);
       std::ostringstream os;
-      os << "[strata.collective.rendezvous] rank " << rank_ << ": rendezvous '" << prefix << "' failed (world_size="
-         << size_ << ", joined=" << size_ - static_cast<int>(missing.size()) << ", missing=[";
+      os << "[strata.collective.rendezvous] rank " << rank_ << ": rendezvous '" << prefix << "' at " << rdv.where()
+         << " failed (world_size=" << size_ << ", joined=" << size_ - static_cast<int>(missing.size()) << ", missing=[";
       for (std::size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << missing[i];
       os << "]): " << e.what();
       throw collective_error(os.str());
     }
+    claims_ = rdv.claims(size_);  // every rank claimed before publishing its address
     ctx_ = std::move(ctx);
   }
   Gloo(Gloo&&) noexcept = default;
@@ -419,8 +485,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
       // reset) or one that is stopped (the timeout of a rank that never arrives).
       std::string blame;
       const std::vector<int> ranks =
-          timed_out ? detail::local_ranks_in_state(rendezvous_dir_, prefix_, rank_, size_, "Tt", 1)
-                    : detail::local_ranks_in_state(rendezvous_dir_, prefix_, rank_, size_, "XZ", 20);
+          timed_out ? detail::local_ranks_in_state(claims_, rank_, "Tt", 1) : detail::local_ranks_in_state(claims_, rank_, "XZ", 20);
       for (std::size_t i = 0; i < ranks.size(); ++i)
         blame += (i ? ", rank " : timed_out ? "did not arrive: rank " : "peer lost: rank ") + std::to_string(ranks[i]);
       if (!blame.empty())
@@ -457,7 +522,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
   int rank_ = 0, size_ = 1;
   std::uint64_t seq_ = 0;
   std::string aborted_;
-  std::string rendezvous_dir_, prefix_;  // where the ranks' claims are (to name a lost peer)
+  std::vector<std::string> claims_;  // every rank's "host:pid" (to name a lost or stopped peer)
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::vector<double> scratch_;  // reduce-scatter's two partial shares (grow-only; double-aligned)

@@ -38,6 +38,7 @@ struct LaunchOptions {
   int port = 0;                                    ///< 0: a free port on 127.0.0.1
   std::string master_addr = "127.0.0.1";
   std::chrono::milliseconds grace{3000};           ///< SIGTERM to SIGKILL
+  bool tcp_rendezvous = false;                     ///< a TCP store on the port instead of a directory
   std::vector<std::string> command;                ///< program and its arguments
 };
 
@@ -147,7 +148,10 @@ inline int launch_processes(const LaunchOptions& o) {
       ::setenv("STRATA_LOCAL_SIZE", std::to_string(o.nproc).c_str(), 1);
       ::setenv("STRATA_MASTER_ADDR", o.master_addr.c_str(), 1);
       ::setenv("STRATA_MASTER_PORT", std::to_string(port).c_str(), 1);
-      ::setenv("STRATA_RENDEZVOUS_DIR", rdv_dir.c_str(), 1);
+      if (o.tcp_rendezvous)
+        ::unsetenv("STRATA_RENDEZVOUS_DIR");  // rank 0 serves a TCP store on the master port
+      else
+        ::setenv("STRATA_RENDEZVOUS_DIR", rdv_dir.c_str(), 1);
       std::vector<char*> argv;
       for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
@@ -267,7 +271,8 @@ inline int launch_processes(const LaunchOptions& o) {
   return status_out;
 }
 
-/// Parses `strata-run` arguments: -np N (or --nproc N), --port P, --grace SECONDS, [--] command...
+/// Parses `strata-run` arguments: -np N (or --nproc N), --port P, --rendezvous file|tcp,
+/// --grace SECONDS, [--] command...
 inline LaunchOptions parse_launch_args(int argc, char** argv) {
   LaunchOptions o;
   bool have_np = false;
@@ -283,6 +288,10 @@ inline LaunchOptions parse_launch_args(int argc, char** argv) {
       have_np = true;
     } else if (a == "--port") {
       o.port = static_cast<int>(detail::env_int("--port", value(), 1, 65535));
+    } else if (a == "--rendezvous") {
+      const std::string kind = value();
+      STRATA_CHECK(kind == "file" || kind == "tcp", "strata-run: --rendezvous ", kind, " is not file or tcp");
+      o.tcp_rendezvous = kind == "tcp";
     } else if (a == "--grace") {
       o.grace = std::chrono::milliseconds(detail::env_int("--grace", value(), 0, 3600) * 1000);
     } else if (a == "--") {
@@ -290,7 +299,7 @@ inline LaunchOptions parse_launch_args(int argc, char** argv) {
       break;
     } else if (!a.empty() && a[0] == '-') {
       STRATA_THROW(::strata::invalid_argument, "strata.runtime", "strata-run: unknown option '", a,
-                   "' (usage: strata-run -np N [--port P] [--grace S] [--] program args...)");
+                   "' (usage: strata-run -np N [--port P] [--rendezvous file|tcp] [--grace S] [--] program args...)");
     } else {
       break;
     }
