@@ -17,6 +17,7 @@
 namespace fs = std::filesystem;
 using strata::data::Pipeline;
 using strata::data::TensorDataset;
+using strata::Tensor;
 
 namespace {
 
@@ -173,6 +174,60 @@ TEST_CASE("Data.Pipeline.BatchesAndRemainder") {
   CHECK(epoch_labels(drop).size() == 8);
   CHECK(drop.num_batches() == 2);
   CHECK(Pipeline(counting(10)).batch(4).take(1).num_batches() == 1);
+}
+
+TEST_CASE("Data.Pipeline.PaddedRemainder") {
+  Pipeline pad = Pipeline(counting(10)).batch(4, strata::data::Remainder::pad);
+  std::vector<std::int64_t> sizes, padding, global;
+  std::vector<std::int64_t> labels;
+  for (const auto& b : pad) {
+    sizes.push_back(b.size);
+    padding.push_back(b.padding);
+    global.push_back(b.global_size);
+    CHECK(b.x.dim(0) == 4);
+    const auto y = b.y.to_vector<std::int64_t>();
+    labels.insert(labels.end(), y.begin(), y.end());
+    if (b.padding) {
+      const auto x = b.x.to_vector<float>();
+      for (std::size_t i = 2 * x.size() / 4; i < x.size(); ++i) CHECK(x[i] == 0.0f);  // padding inputs are 0
+    }
+  }
+  CHECK(sizes == std::vector<std::int64_t>{4, 4, 4});
+  CHECK(padding == std::vector<std::int64_t>{0, 0, 2});
+  CHECK(global == std::vector<std::int64_t>{4, 4, 2});  // real examples: what the loss is scaled by
+  CHECK(labels == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, strata::kPadLabel, strata::kPadLabel});
+  // One worker's part of the padded batch: worker 1 of 2 gets only padding.
+  Pipeline part = Pipeline(counting(10)).batch(4, strata::data::Remainder::pad).split(2, 1);
+  std::vector<std::int64_t> part_padding;
+  for (const auto& b : part) part_padding.push_back(b.padding);
+  CHECK(part_padding == std::vector<std::int64_t>{0, 0, 2});
+  // Padding needs class labels to mark.
+  strata::data::TensorDataset floats(strata::zeros({3, 2}), strata::zeros({3}));
+  CHECK_THROWS_WITH_AS(Pipeline(floats).batch(2, strata::data::Remainder::pad),
+                       doctest::Contains("needs integer class labels"), strata::invalid_argument);
+}
+
+TEST_CASE("Data.Loss.PaddingRowsAddNothing") {
+  // cross-entropy over [examples; padding rows] equals cross-entropy over the examples, with
+  // the same gradient for the examples' rows and zero for the padding rows.
+  strata::Generator g(9);
+  Tensor logits = strata::uniform({5, 3}, -2, 2, g);
+  Tensor labels = strata::from_vector<std::int64_t>({5}, {2, 0, 1, strata::kPadLabel, strata::kPadLabel});
+  const std::vector<float> all = logits.to_vector<float>();
+  Tensor real = strata::from_vector<float>({3, 3}, std::vector<float>(all.begin(), all.begin() + 9));
+  Tensor real_labels = strata::from_vector<std::int64_t>({3}, {2, 0, 1});
+  logits.requires_grad_(true);
+  real.requires_grad_(true);
+  const std::vector<Tensor> pa{logits}, pb{real};
+  Tensor a = strata::softmax_cross_entropy(logits, labels, 1.0 / 3);
+  const auto ga = strata::grad(a, pa)[0].to_vector<float>();
+  Tensor b = strata::softmax_cross_entropy(real, real_labels, 1.0 / 3);
+  const auto gb = strata::grad(b, pb)[0].to_vector<float>();
+  CHECK(a.item() == doctest::Approx(b.item()).epsilon(1e-6));
+  for (std::size_t i = 0; i < 9; ++i) CHECK(ga[i] == doctest::Approx(gb[i]).epsilon(1e-6));
+  for (std::size_t i = 9; i < 15; ++i) CHECK(ga[i] == 0.0f);
+  CHECK_THROWS_WITH_AS(strata::softmax_cross_entropy(logits, strata::from_vector<std::int64_t>({5}, {0, 0, 0, -2, 0}), 1.0),
+                       doctest::Contains("is not the padding label"), strata::invalid_argument);
 }
 
 TEST_CASE("Data.Pipeline.ShardsAreDisjointAndComplete") {

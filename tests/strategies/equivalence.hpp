@@ -19,6 +19,7 @@ struct Setup {
   std::int64_t global_batch = 26;   // uneven over 3 and 4 replicas
   int accumulation = 1;             // micro-batches per step (k)
   bool conv = false;                // a small CNN instead of the MLP
+  strata::data::Remainder remainder = strata::data::Remainder::keep;  // of the last, partial batch
 };
 
 inline strata::data::TensorDataset dataset(const Setup& s) {
@@ -48,7 +49,7 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
   strata::manual_seed(7);
   auto net = strategy.scope([&] { return model(s.conv); });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2, {.momentum = 0.9}); });
-  auto data = strategy.distribute(strata::data::Pipeline(dataset(s)).shuffle(3).batch(s.global_batch));
+  auto data = strategy.distribute(strata::data::Pipeline(dataset(s)).shuffle(3).batch(s.global_batch, s.remainder));
   for (auto& batch : data) {
     auto out = strategy.run(
         [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
@@ -68,7 +69,7 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
               auto grads = strata::grad(loss, net.parameters(), mode);
               // A replica's own collective while gradient buckets may be in flight: it must
               // come after them on every replica, and see every replica's rows.
-              Tensor rows = strata::full({1}, static_cast<double>(b.size), strata::DType::f64);
+              Tensor rows = strata::full({1}, static_cast<double>(b.size - b.padding), strata::DType::f64);
               ctx.all_reduce(strata::ReduceOp::Sum, rows);
               STRATA_CHECK(rows.item() == static_cast<double>(b.global_size), "all_reduce of the rows per replica gave ",
                            rows.item(), ", expected the global batch ", b.global_size);

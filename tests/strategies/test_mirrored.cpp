@@ -47,6 +47,21 @@ TEST_CASE("Strategy.Mirrored.EquivalentToOneDevice") {
     }
 }
 
+// The last batch padded to full size (10 examples + 16 padding rows: some replicas get only
+// padding) trains exactly as the partial batch does on one device.
+TEST_CASE("Strategy.Mirrored.PaddedLastBatchEquivalentToPartial") {
+  equivalence::Setup s;
+  const auto ref = reference(s);
+  s.remainder = strata::data::Remainder::pad;
+  for (int n : {1, 2, 3, 4}) {
+    CAPTURE(n);
+    strata::MirroredStrategy strategy(n);
+    CHECK(equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref) < 1e-5);
+  }
+  strata::OneDeviceStrategy one;
+  CHECK(equivalence::max_relative_difference(equivalence::train_steps(one, s), ref) < 1e-6);
+}
+
 TEST_CASE("Strategy.CentralStorage.EquivalentToOneDevice") {
   for (int k : {1, 2}) {
     equivalence::Setup s;

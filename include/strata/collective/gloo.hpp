@@ -12,7 +12,7 @@
 
 #if !STRATA_HAS_GLOO
 #error "strata::collective::Gloo needs Gloo: configure strata with -Dgloo=enabled (Debian: libgloo-dev), or build with Gloo and -DSTRATA_HAS_GLOO=1"
-#endif
+#else  // the rest only where the build has it: the #error above is then the only message
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -534,3 +534,5 @@ class Gloo : public TypedFrontEnd<Gloo> {
 
 template <>
 inline constexpr bool strata::enable_collective<strata::collective::Gloo> = true;
+
+#endif  // STRATA_HAS_GLOO

@@ -13,7 +13,7 @@
 
 #if !STRATA_HAS_MPI
 #error "strata::collective::Mpi needs MPI: configure strata with -Dmpi=enabled (Debian: libopenmpi-dev openmpi-bin), or build with MPI and -DSTRATA_HAS_MPI=1"
-#endif
+#else  // the rest only where the build has it: the #error above is then the only message
 
 #include <mpi.h>
 #include <unistd.h>
@@ -389,3 +389,5 @@ class Mpi : public TypedFrontEnd<Mpi> {
 
 template <>
 inline constexpr bool strata::enable_collective<strata::collective::Mpi> = true;
+
+#endif  // STRATA_HAS_MPI

@@ -37,7 +37,8 @@ inline Tensor slice_rows(const Tensor& t, std::int64_t lo, std::int64_t hi) {
 /// One step's examples for one replica.
 struct Batch {
   Tensor x, y;
-  std::int64_t size = 0;         ///< examples in this batch (this replica)
+  std::int64_t size = 0;         ///< rows in this batch (this replica), padding included
+  std::int64_t padding = 0;      ///< trailing rows that are padding (label kPadLabel): Remainder::pad
   std::int64_t global_size = 0;  ///< examples in this step across every replica
   std::int64_t epoch = 0;        ///< 0-based epoch this batch belongs to
   std::int64_t index = 0;        ///< 0-based step within the epoch

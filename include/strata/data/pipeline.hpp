@@ -26,12 +26,16 @@
 
 namespace strata::data {
 
+/// What becomes of an epoch's last, partial batch.
+enum class Remainder { keep, drop, pad };
+
 /// How one epoch is laid out: which examples, in which order, in batches of what size.
 struct PipelineOptions {
   bool shuffle = false;
   std::uint64_t seed = 0;
   std::int64_t batch_size = 1;
   bool drop_remainder = false;
+  bool pad_remainder = false;  ///< the last batch padded to batch_size rows (Remainder::pad)
   std::int64_t num_shards = 1, shard_index = 0;
   std::int64_t num_splits = 1, split_index = 0;  ///< this worker's rows of every global batch
   int prefetch = 0;
@@ -68,15 +72,19 @@ inline std::int64_t split_begin(std::int64_t count, std::int64_t i, std::int64_t
 }
 
 /// Copies rows `idx` of `src` ([N, ...], contiguous) into a new tensor [idx.size(), ...].
-inline Tensor gather_rows(const Tensor& src, const std::int64_t* idx, std::int64_t count) {
+inline Tensor gather_rows(const Tensor& src, const std::int64_t* idx, std::int64_t count, std::int64_t rows = -1,
+                          int fill_byte = 0) {
+  if (rows < 0) rows = count;
   Shape s = src.shape();
-  s[0] = count;
+  s[0] = rows;
   Tensor out = Tensor::empty(s, src.dtype());
   const std::size_t row = src.dim(0) == 0 ? 0 : src.nbytes() / static_cast<std::size_t>(src.dim(0));
   const auto* from = static_cast<const char*>(src.raw_data());
   auto* to = static_cast<char*>(out.raw_data());
   for (std::int64_t i = 0; i < count; ++i)
     std::memcpy(to + static_cast<std::size_t>(i) * row, from + static_cast<std::size_t>(idx[i]) * row, row);
+  if (rows > count)  // padding rows after the examples
+    std::memset(to + static_cast<std::size_t>(count) * row, fill_byte, static_cast<std::size_t>(rows - count) * row);
   return out;
 }
 
@@ -131,12 +139,16 @@ class EpochState {
   Batch make(std::int64_t k) const {
     const std::int64_t start = k * o_.batch_size;
     const std::int64_t count = std::min<std::int64_t>(o_.batch_size, static_cast<std::int64_t>(order_.size()) - start);
-    const std::int64_t lo = split_begin(count, o_.split_index, o_.num_splits);
-    const std::int64_t hi = split_begin(count, o_.split_index + 1, o_.num_splits);
+    // Padded, a partial batch keeps the full batch's rows: the examples, then padding rows.
+    const std::int64_t rows = o_.pad_remainder ? o_.batch_size : count;
+    const std::int64_t lo = split_begin(rows, o_.split_index, o_.num_splits);
+    const std::int64_t hi = split_begin(rows, o_.split_index + 1, o_.num_splits);
+    const std::int64_t real = std::max<std::int64_t>(0, std::min(hi, count) - lo);
     Batch b;
-    b.x = gather_rows(ds_->x, order_.data() + start + lo, hi - lo);
-    b.y = gather_rows(ds_->y, order_.data() + start + lo, hi - lo);
+    b.x = gather_rows(ds_->x, order_.data() + start + lo, real, hi - lo, 0);
+    b.y = gather_rows(ds_->y, order_.data() + start + lo, real, hi - lo, 0xFF);  // -1: kPadLabel
     b.size = hi - lo;
+    b.padding = hi - lo - real;
     b.global_size = count;
     b.epoch = epoch_;
     b.index = k;
@@ -199,10 +211,21 @@ class Pipeline {
   }
   /// Groups examples into batches of `size`; the last, partial batch is kept unless dropped.
   Pipeline batch(std::int64_t size, bool drop_remainder = false) const {
+    return batch(size, drop_remainder ? Remainder::drop : Remainder::keep);
+  }
+  /// Groups examples into batches of `size`; the last, partial batch is kept (smaller),
+  /// dropped, or padded to `size` rows: zero inputs labelled kPadLabel (-1), which the losses
+  /// skip, so every replica's share has a fixed shape (needs integer labels).
+  Pipeline batch(std::int64_t size, Remainder remainder) const {
     STRATA_CHECK(size > 0, "batch size must be positive, got ", size);
+    if (remainder == Remainder::pad && ds_)
+      STRATA_CHECK(ds_->y.dtype() == DType::i64 || ds_->y.dtype() == DType::i32,
+                   "batch(", size, ", Remainder::pad) needs integer class labels (padding rows are labelled -1), got ",
+                   name_of(ds_->y.dtype()));
     Pipeline p = *this;
     p.o_.batch_size = size;
-    p.o_.drop_remainder = drop_remainder;
+    p.o_.drop_remainder = remainder == Remainder::drop;
+    p.o_.pad_remainder = remainder == Remainder::pad;
     return p;
   }
   /// Keeps every num_shards-th example (after shuffling) starting at `index`: one worker's share.

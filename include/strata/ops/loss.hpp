@@ -10,6 +10,9 @@
 
 namespace strata {
 
+/// The label of a padding row: the losses and metrics skip it.
+inline constexpr int kPadLabel = -1;
+
 namespace ops::detail {
 
 inline void log_softmax_backward(autograd::Node& n, std::uint64_t epoch) {
@@ -65,7 +68,8 @@ inline Tensor log_softmax(const Tensor& x) {
 
 /// scale * sum over rows of (logsumexp(logits[r]) - logits[r, labels[r]]), as a 0-d tensor:
 /// softmax and cross-entropy fused, stable for any logit magnitude. Labels are int32/int64
-/// class indices in [0, C).
+/// class indices in [0, C), or kPadLabel (-1) for a padding row, which adds nothing to the
+/// loss or the gradient (Pipeline::batch(n, Remainder::pad)).
 inline Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double scale) {
   STRATA_CHECK(logits.defined() && logits.ndim() == 2, "cross_entropy needs logits [N, C], got ", logits.shape());
   STRATA_CHECK(labels.defined() && labels.ndim() == 1 && labels.dim(0) == logits.dim(0), "cross_entropy: labels shape ",
@@ -76,8 +80,8 @@ inline Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, 
     using L = decltype(ltag);
     const L* l = lc.template data<L>();
     for (std::int64_t r = 0; r < rows; ++r)
-      STRATA_CHECK(l[r] >= 0 && static_cast<std::int64_t>(l[r]) < cols, "cross_entropy: label ", +l[r], " at row ", r,
-                   " is outside [0, ", cols, ")");
+      STRATA_CHECK((l[r] >= 0 && static_cast<std::int64_t>(l[r]) < cols) || l[r] == kPadLabel, "cross_entropy: label ",
+                   +l[r], " at row ", r, " is outside [0, ", cols, ") and is not the padding label ", kPadLabel);
   });
   Tensor prob = Tensor::empty(logits.shape(), logits.dtype());
   Tensor out = Tensor::empty({}, logits.dtype());

@@ -71,6 +71,8 @@ inline data::Batch replica_rows(const data::Batch& global, int r, int n) {
   b.x = data::slice_rows(global.x, lo, hi);
   b.y = data::slice_rows(global.y, lo, hi);
   b.size = hi - lo;
+  const std::int64_t real_end = global.size - global.padding;  // padding rows come last
+  b.padding = hi - std::max(lo, std::min(hi, real_end));
   b.global_size = global.global_size;
   b.epoch = global.epoch;
   b.index = global.index;

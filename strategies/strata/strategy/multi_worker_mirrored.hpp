@@ -164,6 +164,15 @@ class MultiWorkerMirroredStrategy {
     comm_.allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
     return t;
   }
+  /// A replica's own value (not the PerReplica run() returns): a compile-time error.
+  template <ReplicaValue V>
+  void reduce(ReduceOp, const V&) const {
+    detail::reject_replica_value<V>();
+  }
+  template <ReplicaValue V>
+  void gather(const V&) const {
+    detail::reject_replica_value<V>();
+  }
   double reduce(ReduceOp op, const PerReplica<double>& v) {
     detail::check_cross_replica("reduce()");
     STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");

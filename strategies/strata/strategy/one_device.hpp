@@ -86,6 +86,15 @@ class OneDeviceStrategy {
     STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
     return v[0];
   }
+  /// A replica's own value (not the PerReplica run() returns): a compile-time error.
+  template <ReplicaValue V>
+  void reduce(ReduceOp, const V&) const {
+    detail::reject_replica_value<V>();
+  }
+  template <ReplicaValue V>
+  void gather(const V&) const {
+    detail::reject_replica_value<V>();
+  }
   double reduce(ReduceOp, const PerReplica<double>& v) const {
     STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
     return v[0];

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <type_traits>
 
 #include <strata/support/check.hpp>
 
@@ -39,5 +40,27 @@ template <class T>
 const PerReplica<T>& local_results(const PerReplica<T>& v) noexcept {
   return v;
 }
+
+namespace detail {
+template <class T>
+inline constexpr bool is_per_replica_v = false;
+template <class T>
+inline constexpr bool is_per_replica_v<PerReplica<T>> = true;
+template <class T>
+inline constexpr bool dependent_false_v = false;
+
+/// Instantiated by a strategy's reduce() or gather() of something that is not a PerReplica —
+/// typically a replica's own tensor or loss, inside the replica function.
+template <class V>
+void reject_replica_value() {
+  static_assert(dependent_false_v<V>,
+                "strategy.reduce() and gather() take the PerReplica value that run() returns; inside a replica "
+                "function, reduce a replica's own value with ctx.all_reduce(op, tensor)");
+}
+}  // namespace detail
+
+/// Anything but a PerReplica: the argument of a reduce() or gather() that cannot compile.
+template <class V>
+concept ReplicaValue = !detail::is_per_replica_v<std::remove_cvref_t<V>>;
 
 }  // namespace strata

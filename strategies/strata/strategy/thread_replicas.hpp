@@ -59,6 +59,15 @@ class ThreadReplicas {
     check_size(v.size(), "reduce");
     return reduce_local(op, v, static_cast<std::size_t>(n_));
   }
+  /// A replica's own value (not the PerReplica run() returns): a compile-time error.
+  template <ReplicaValue V>
+  void reduce(ReduceOp, const V&) const {
+    detail::reject_replica_value<V>();
+  }
+  template <ReplicaValue V>
+  void gather(const V&) const {
+    detail::reject_replica_value<V>();
+  }
   double reduce(ReduceOp op, const PerReplica<double>& v) const {
     check_cross_replica("reduce()");
     check_size(v.size(), "reduce");

@@ -56,20 +56,21 @@ double softmax_xent_forward(std::int64_t rows, std::int64_t cols, const T* x, co
     }
     const T inv = T(1) / s;
     for (std::int64_t c = 0; c < cols; ++c) pr[c] *= inv;
-    total += static_cast<double>(mx + std::log(s) - xr[label[r]]);
+    if (label[r] >= 0) total += static_cast<double>(mx + std::log(s) - xr[label[r]]);  // < 0: a padding row
   }
   return total;
 }
 
-/// dx[r, c] = scale * (prob[r, c] - [c == label[r]]).
+/// dx[r, c] = scale * (prob[r, c] - [c == label[r]]); 0 for a padding row (label < 0).
 template <class T, class Label>
 void softmax_xent_backward(std::int64_t rows, std::int64_t cols, const T* prob, const Label* label, T scale, T* dx,
                            bool accumulate) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* pr = prob + r * cols;
     T* dr = dx + r * cols;
+    const bool pad = label[r] < 0;
     for (std::int64_t c = 0; c < cols; ++c) {
-      const T v = scale * (pr[c] - (c == static_cast<std::int64_t>(label[r]) ? T(1) : T(0)));
+      const T v = pad ? T(0) : scale * (pr[c] - (c == static_cast<std::int64_t>(label[r]) ? T(1) : T(0)));
       dr[c] = accumulate ? dr[c] + v : v;
     }
   }
