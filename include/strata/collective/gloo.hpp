@@ -93,7 +93,10 @@ class Rendezvous {
                         std::chrono::milliseconds timeout) {
     Rendezvous r(prefix);
     r.tcp_ = &runtime::TcpStore::instance(host, port, rank, timeout);
-    r.tcp_adapter_ = std::make_shared<TcpStoreAdapter>(*r.tcp_, timeout);
+    // Rank 0 serves the store, and its process takes the store with it when it fails: it waits
+    // a second longer, so the other ranks read who is missing before it gives up.
+    r.tcp_adapter_ = std::make_shared<TcpStoreAdapter>(*r.tcp_, timeout,
+                                                       rank == 0 ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(0));
     r.store_ = std::make_shared<gloo::rendezvous::PrefixStore>(prefix, *r.tcp_adapter_);
     return r;
   }
@@ -154,15 +157,19 @@ class Rendezvous {
 
   /// Gloo's store interface over the TCP store; waits are bounded by the communicator's timeout.
   struct TcpStoreAdapter : gloo::rendezvous::Store {
-    TcpStoreAdapter(runtime::TcpStore& s, std::chrono::milliseconds t) : store(s), timeout(t) {}
+    TcpStoreAdapter(runtime::TcpStore& s, std::chrono::milliseconds t, std::chrono::milliseconds m)
+        : store(s), timeout(t), margin(m) {}
     void set(const std::string& key, const std::vector<char>& data) override { store.set(key, data); }
-    std::vector<char> get(const std::string& key) override { return store.get(key, timeout); }
+    std::vector<char> get(const std::string& key) override { return store.get(key, timeout + margin); }
     void wait(const std::vector<std::string>& keys) override { wait(keys, timeout); }
     void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
-      for (const auto& k : keys) store.get(k, t);
+      const auto deadline = std::chrono::steady_clock::now() + t + margin;
+      for (const auto& k : keys)
+        store.get(k, std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                 deadline - std::chrono::steady_clock::now())));
     }
     runtime::TcpStore& store;
-    std::chrono::milliseconds timeout;
+    std::chrono::milliseconds timeout, margin;  // margin: rank 0 outwaits the others
   };
 
   std::string claim_key(int rank) const { return "strata.claim/" + prefix_ + "/" + std::to_string(rank); }
@@ -278,12 +285,18 @@ class Gloo : public TypedFrontEnd<Gloo> {
     try {
       ctx->connectFullMesh(rdv.store(), device_);
     } catch (const std::exception& e) {
-      const std::vector<int> missing = rdv.missing(size_);
       std::ostringstream os;
       os << "[strata.collective.rendezvous] rank " << rank_ << ": rendezvous '" << prefix << "' at " << rdv.where()
-         << " failed (world_size=" << size_ << ", joined=" << size_ - static_cast<int>(missing.size()) << ", missing=[";
-      for (std::size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << missing[i];
-      os << "]): " << e.what();
+         << " failed (world_size=" << size_;
+      try {
+        const std::vector<int> missing = rdv.missing(size_);
+        os << ", joined=" << size_ - static_cast<int>(missing.size()) << ", missing=[";
+        for (std::size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << missing[i];
+        os << "]";
+      } catch (const std::exception&) {
+        os << ", the store is gone: cannot tell who is missing";
+      }
+      os << "): " << e.what();
       throw collective_error(os.str());
     }
     claims_ = rdv.claims(size_);  // every rank claimed before publishing its address
