@@ -45,6 +45,12 @@ class Work {
     std::exception_ptr error;
     std::mutex mu;
     std::condition_variable cv;
+    /// Re-arms a completed state for the next collective (its Work has been waited for), so
+    /// a caller that issues one collective per step can keep one State instead of allocating.
+    void reset() noexcept {
+      error = nullptr;
+      done.store(false, std::memory_order_relaxed);
+    }
     void finish(std::exception_ptr e) {
       error = e;
       {
@@ -124,18 +130,22 @@ class AsyncWorker {
   std::unique_ptr<State> st_;
 };
 
+/// Runs `op` and completes `st` with its outcome (its exception, if it throws).
+template <class Op>
+void complete(Work::State& st, Op&& op) noexcept {
+  try {
+    op();
+    st.finish(nullptr);
+  } catch (...) {
+    st.finish(std::current_exception());
+  }
+}
+
 /// Queues `op` on `worker` and returns the Work that completes (or fails) with it.
 template <class Op>
 Work run_async(AsyncWorker& worker, Op op) {
   auto st = std::make_shared<Work::State>();
-  worker.enqueue([op = std::move(op), st]() mutable {
-    try {
-      op();
-      st->finish(nullptr);
-    } catch (...) {
-      st->finish(std::current_exception());
-    }
-  });
+  worker.enqueue([op = std::move(op), st]() mutable { complete(*st, op); });
   return Work(st);
 }
 

@@ -344,17 +344,10 @@ class Gloo : public TypedFrontEnd<Gloo> {
   /// partial share to the right neighbour; (n - 1) / n of the input crosses the wire, half of
   /// an allreduce. 16-bit floats go through float32, like allreduce_raw.
   void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
-    if (dtype == DType::f16 || dtype == DType::bf16) {
-      detail::visit_collective_dtype(dtype, [&](auto s, auto) {
-        using S = decltype(s);
-        const std::size_t all = count * static_cast<std::size_t>(size_);
-        std::vector<float> full(all), part(count);
-        detail::load<S, float>(all, static_cast<const S*>(in), full.data());
-        reduce_scatter_raw(full.data(), part.data(), count, DType::f32, op);
-        detail::store<float, S>(count, part.data(), static_cast<S*>(out));
+    if (dtype == DType::f16 || dtype == DType::bf16)  // through float32, like allreduce_raw
+      return detail::reduce_scatter_through_float32(in, out, count, dtype, size_, [&](const float* full, float* part) {
+        reduce_scatter_raw(full, part, count, DType::f32, op);
       });
-      return;
-    }
     const Fingerprint fp = next(OpKind::reduce_scatter, op, dtype, count, 0);
     if (count == 0) return;
     if (size_ == 1) {
@@ -451,7 +444,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
   void ring_reduce_scatter(const T* in, T* out, std::size_t count, ReduceOp op) {
     const int n = size_;
     const std::size_t bytes = count * sizeof(T);
-    if (scratch_.size() < 2 * count * sizeof(T) / sizeof(double) + 2) scratch_.resize(2 * count * sizeof(T) / sizeof(double) + 2);
+    scratch_.resize(std::max(scratch_.size(), (2 * bytes + sizeof(double) - 1) / sizeof(double)));
     T* part[2] = {reinterpret_cast<T*>(scratch_.data()), reinterpret_cast<T*>(scratch_.data()) + count};
     auto input = ctx_->createUnboundBuffer(const_cast<T*>(in), bytes * static_cast<std::size_t>(n));
     auto parts = ctx_->createUnboundBuffer(part[0], 2 * bytes);

@@ -190,17 +190,10 @@ class Mpi : public TypedFrontEnd<Mpi> {
         [&] { return MPI_Allgather(in, count_of(count), t, out, count_of(count), t, comm_); });
   }
   void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
-    if (dtype == DType::f16 || dtype == DType::bf16) {  // through float32, like allreduce_raw
-      detail::visit_collective_dtype(dtype, [&](auto s, auto) {
-        using S = decltype(s);
-        const std::size_t all = count * static_cast<std::size_t>(size_);
-        std::vector<float> full(all), part(count);
-        detail::load<S, float>(all, static_cast<const S*>(in), full.data());
-        reduce_scatter_raw(full.data(), part.data(), count, DType::f32, op);
-        detail::store<float, S>(count, part.data(), static_cast<S*>(out));
+    if (dtype == DType::f16 || dtype == DType::bf16)  // through float32, like allreduce_raw
+      return detail::reduce_scatter_through_float32(in, out, count, dtype, size_, [&](const float* full, float* part) {
+        reduce_scatter_raw(full, part, count, DType::f32, op);
       });
-      return;
-    }
     run(Fingerprint{OpKind::reduce_scatter, op, dtype, count, 0, 0}, [&] {
       return MPI_Reduce_scatter_block(in, out, count_of(count), detail::mpi_type(dtype), detail::mpi_op(op), comm_);
     });

@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -117,7 +118,7 @@ class Server {
     const char c = 0;
     (void)!::write(wake_[1], &c, 1);
     thread_.join();
-    for (auto& [fd, _] : clients_) ::close(fd);
+    for (int fd : clients_) ::close(fd);
     ::close(listen_fd_);
     ::close(wake_[0]);
     ::close(wake_[1]);
@@ -129,7 +130,7 @@ class Server {
   void loop() {
     for (;;) {
       std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
-      for (auto& [fd, _] : clients_) fds.push_back({fd, POLLIN, 0});
+      for (int fd : clients_) fds.push_back({fd, POLLIN, 0});
       if (::poll(fds.data(), fds.size(), -1) < 0) {
         if (errno == EINTR) continue;
         return;
@@ -140,7 +141,7 @@ class Server {
         if (c >= 0) {
           const int one = 1;
           ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          clients_[c] = true;
+          clients_.insert(c);
         }
       }
       for (std::size_t i = 2; i < fds.size(); ++i)
@@ -197,7 +198,7 @@ class Server {
 
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
-  std::map<int, bool> clients_;
+  std::set<int> clients_;
   std::map<std::string, std::vector<char>> data_;
   std::map<std::string, std::vector<int>> waiters_;
   std::thread thread_;

@@ -182,6 +182,7 @@ class GradientEngine {
     Tensor buffer;
     Tensor wire;  // the 16-bit copy a compressed bucket travels as
     collective::Work done;
+    std::shared_ptr<collective::Work::State> state;  // `done`'s state, re-armed each step
     double seconds = 0;  // its all-reduce's duration in this step
   };
   using Clock = std::chrono::steady_clock;
@@ -241,25 +242,38 @@ class GradientEngine {
   void launch_ready() {
     while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
       Bucket& bk = buckets_[next_++];
-      void* p = bk.buffer.raw_data();
       if constexpr (detail::reduces_on_replica_thread<C>) {
+        void* p = bk.buffer.raw_data();
         const auto t0 = Clock::now();
         comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
         bk.seconds = seconds_since(t0);
         stats_.exposed_seconds += bk.seconds;
       } else {
-        bk.done = collective::detail::run_async(worker_, [this, &bk, p] {
-          const auto t0 = Clock::now();
-          if (!bk.wire.defined())
-            comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
-          else if (compression_ == Compression::fp16)
-            reduce_compressed<Half>(static_cast<float*>(p), bk);
-          else
-            reduce_compressed<BFloat16>(static_cast<float*>(p), bk);
-          bk.seconds = seconds_since(t0);
-        });
+        // One State per bucket, re-armed, and a job small enough for std::function to hold
+        // inline: handing a bucket to the communication thread allocates nothing.
+        if (!bk.state) bk.state = std::make_shared<collective::Work::State>();
+        bk.state->reset();
+        bk.done = collective::Work(bk.state);
+        worker_.enqueue([this, b = next_ - 1] { reduce_on_comm_thread(buckets_[b]); });
       }
     }
+  }
+
+  // The communication thread's work for one bucket.
+  void reduce_on_comm_thread(Bucket& bk)
+    requires(!detail::reduces_on_replica_thread<C>)
+  {
+    collective::detail::complete(*bk.state, [&] {
+      const auto t0 = Clock::now();
+      void* p = bk.buffer.raw_data();
+      if (!bk.wire.defined())
+        comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
+      else if (compression_ == Compression::fp16)
+        reduce_compressed<Half>(static_cast<float*>(p), bk);
+      else
+        reduce_compressed<BFloat16>(static_cast<float*>(p), bk);
+      bk.seconds = seconds_since(t0);
+    });
   }
 
   C& comm_;

@@ -41,7 +41,7 @@ struct MultiWorkerOptions {
 /// strata::MultiWorkerMirroredStrategy<strata::collective::Gloo> strategy;  // under strata-run
 /// @endcode
 template <class C>
-class MultiWorkerMirroredStrategy {
+class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
   static_assert(Collective<C>, "MultiWorkerMirroredStrategy<C>: C must be a collective policy (collective::Mpi, "
                                "collective::Gloo)");
   static_assert(!std::is_same_v<C, collective::InProcess>,
@@ -164,15 +164,8 @@ class MultiWorkerMirroredStrategy {
     comm_.allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
     return t;
   }
-  /// A replica's own value (not the PerReplica run() returns): a compile-time error.
-  template <ReplicaValue V>
-  void reduce(ReduceOp, const V&) const {
-    detail::reject_replica_value<V>();
-  }
-  template <ReplicaValue V>
-  void gather(const V&) const {
-    detail::reject_replica_value<V>();
-  }
+  using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
+  using detail::RejectsReplicaValues::reduce;
   double reduce(ReduceOp op, const PerReplica<double>& v) {
     detail::check_cross_replica("reduce()");
     STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");

@@ -22,7 +22,7 @@ namespace strata {
 /// for (auto& batch : strategy.distribute(pipeline))
 ///   strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) { ...; return loss; }, batch);
 /// @endcode
-class OneDeviceStrategy {
+class OneDeviceStrategy : detail::RejectsReplicaValues {
  public:
   static constexpr const char* name = "one_device";
 
@@ -86,15 +86,8 @@ class OneDeviceStrategy {
     STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
     return v[0];
   }
-  /// A replica's own value (not the PerReplica run() returns): a compile-time error.
-  template <ReplicaValue V>
-  void reduce(ReduceOp, const V&) const {
-    detail::reject_replica_value<V>();
-  }
-  template <ReplicaValue V>
-  void gather(const V&) const {
-    detail::reject_replica_value<V>();
-  }
+  using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
+  using detail::RejectsReplicaValues::reduce;
   double reduce(ReduceOp, const PerReplica<double>& v) const {
     STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
     return v[0];

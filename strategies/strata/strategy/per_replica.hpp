@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include <strata/collective/reduce_op.hpp>
 #include <strata/support/check.hpp>
 
 namespace strata {
@@ -62,5 +63,20 @@ void reject_replica_value() {
 /// Anything but a PerReplica: the argument of a reduce() or gather() that cannot compile.
 template <class V>
 concept ReplicaValue = !detail::is_per_replica_v<std::remove_cvref_t<V>>;
+
+namespace detail {
+/// Part of every strategy's reduce() and gather() overload sets (a base, brought in with
+/// `using`): a replica's own value, not the PerReplica run() returns, is a compile-time error.
+struct RejectsReplicaValues {
+  template <ReplicaValue V>
+  void reduce(ReduceOp, const V&) const {
+    reject_replica_value<V>();
+  }
+  template <ReplicaValue V>
+  void gather(const V&) const {
+    reject_replica_value<V>();
+  }
+};
+}  // namespace detail
 
 }  // namespace strata

@@ -21,7 +21,7 @@
 namespace strata::detail {
 
 template <class Derived>
-class ThreadReplicas {
+class ThreadReplicas : RejectsReplicaValues {
  public:
   ThreadReplicas(const ThreadReplicas&) = delete;
   ThreadReplicas& operator=(const ThreadReplicas&) = delete;
@@ -59,15 +59,8 @@ class ThreadReplicas {
     check_size(v.size(), "reduce");
     return reduce_local(op, v, static_cast<std::size_t>(n_));
   }
-  /// A replica's own value (not the PerReplica run() returns): a compile-time error.
-  template <ReplicaValue V>
-  void reduce(ReduceOp, const V&) const {
-    detail::reject_replica_value<V>();
-  }
-  template <ReplicaValue V>
-  void gather(const V&) const {
-    detail::reject_replica_value<V>();
-  }
+  using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
+  using detail::RejectsReplicaValues::reduce;
   double reduce(ReduceOp op, const PerReplica<double>& v) const {
     check_cross_replica("reduce()");
     check_size(v.size(), "reduce");

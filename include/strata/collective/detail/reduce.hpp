@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include <strata/collective/reduce_op.hpp>
 #include <strata/config.hpp>               // STRATA_RESTRICT
@@ -68,6 +69,26 @@ inline void store(std::size_t n, const A* src, S* dst) {
     std::copy_n(src, n, dst);
   else
     for (std::size_t i = 0; i < n; ++i) dst[i] = S(src[i]);
+}
+
+/// A reduce-scatter of 16-bit floats (`dtype` f16 or bf16) through float32, accumulated in
+/// float32 and rounded once: converts all `size` shares of `in`, lets `reduce32(full, part)`
+/// reduce-scatter them as float32, and rounds this rank's share into `out`.
+template <class F>
+void reduce_scatter_through_float32(const void* in, void* out, std::size_t count, DType dtype, int size, F&& reduce32) {
+  auto run = [&](auto s) {
+    using S = decltype(s);
+    const std::size_t all = count * static_cast<std::size_t>(size);
+    std::vector<float> full(all), part(count);
+    load<S, float>(all, static_cast<const S*>(in), full.data());
+    reduce32(full.data(), part.data());
+    store<float, S>(count, part.data(), static_cast<S*>(out));
+  };
+  STRATA_CHECK(dtype == DType::f16 || dtype == DType::bf16, "reduce_scatter_through_float32 of ", name_of(dtype));
+  if (dtype == DType::f16)
+    run(Half{});
+  else
+    run(BFloat16{});
 }
 
 /// acc[i] = round16(float(acc[i]) + float(src[i])): one hop of an all-reduce whose elements
