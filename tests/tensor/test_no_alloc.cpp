@@ -6,6 +6,10 @@
 #include <cstdlib>
 #include <new>
 
+#if STRATA_HAS_GLOO
+#include <strata/collective/gloo.hpp>
+#endif
+
 #include "fashion_mnist/models.hpp"
 #include "fashion_mnist/step.hpp"
 
@@ -89,3 +93,12 @@ TEST_CASE("Tensor.Allocator.SteadyStateMirroredStepAllocatesNothingPerStep") {
   strata::CentralStorageStrategy central(2);
   CHECK(steady_state_allocations(central, fmnist::make_mlp, {1, 28, 28}) <= 2);
 }
+
+#if STRATA_HAS_GLOO
+// The multi-process path: the engine hands each bucket to its communication thread every step
+// (a process of one here, so nothing crosses a wire, but the hand-off is the same).
+TEST_CASE("Tensor.Allocator.SteadyStateMultiWorkerStepAllocatesNothingPerStep") {
+  strata::MultiWorkerMirroredStrategy<strata::collective::Gloo> mwm({.bucket_bytes = 256 * 1024});
+  CHECK(steady_state_allocations(mwm, fmnist::make_mlp, {1, 28, 28}) <= 2);
+}
+#endif
