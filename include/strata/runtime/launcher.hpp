@@ -111,10 +111,12 @@ inline int launch_processes(const LaunchOptions& o) {
   STRATA_CHECK(o.port >= 0 && o.port <= 65535, "strata-run: --port ", o.port, " is outside 0..65535");
   if (o.port) detail::check_port_free(o.port);
   const int port = o.port ? o.port : detail::free_port();
-  // mkdtemp replaces the trailing X's with a unique suffix.
-  std::string dir_template = (std::filesystem::temp_directory_path() / "strata-run-XXXXXX").string();
-  STRATA_CHECK(::mkdtemp(dir_template.data()) != nullptr, "strata-run: mkdtemp: ", std::strerror(errno));  // mode 0700
-  const std::string rdv_dir = dir_template;
+  // A file-store rendezvous gets a fresh private directory (mkdtemp: mode 0700, the X's made unique).
+  std::string rdv_dir;
+  if (!o.tcp_rendezvous) {
+    rdv_dir = (std::filesystem::temp_directory_path() / "strata-run-XXXXXX").string();
+    STRATA_CHECK(::mkdtemp(rdv_dir.data()) != nullptr, "strata-run: mkdtemp: ", std::strerror(errno));
+  }
 
   struct sigaction sa {};
   sa.sa_handler = detail::launcher_on_signal;
@@ -267,7 +269,7 @@ inline int launch_processes(const LaunchOptions& o) {
     if (!any_running && !any_output) break;
   }
   std::error_code ec;
-  std::filesystem::remove_all(rdv_dir, ec);
+  if (!rdv_dir.empty()) std::filesystem::remove_all(rdv_dir, ec);
   return status_out;
 }
 
