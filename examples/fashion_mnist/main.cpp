@@ -7,6 +7,7 @@
 //   fashion_mnist --strategy mirrored --replicas 2                 (two replica threads)
 //   mpirun -np 2 fashion_mnist --strategy multi_worker_mirrored --collective mpi
 //   strata-run -np 2 fashion_mnist --strategy multi_worker_mirrored --collective gloo
+//   mpirun -np 3 fashion_mnist --strategy parameter_server --servers 1 --mode sync|async
 //
 // The strategy is chosen at run time by dispatching to the template's instantiations.
 #include <cmath>
@@ -19,6 +20,7 @@
 
 #if STRATA_HAS_MPI
 #include <strata/collective/mpi.hpp>
+#include <strata/strategy/parameter_server.hpp>
 #endif
 #if STRATA_HAS_GLOO
 #include <strata/collective/gloo.hpp>
@@ -30,8 +32,9 @@ void usage() {
   std::puts(
       "usage: fashion_mnist [--model mlp|cnn] [--epochs N] [--seed S] [--batch B] [--lr X]\n"
       "                     [--momentum M] [--data DIR] [--threads T] [--max-steps N] [--no-eval] [--quiet]\n"
-      "                     [--strategy one_device|mirrored|central_storage|multi_worker_mirrored]\n"
+      "                     [--strategy one_device|mirrored|central_storage|multi_worker_mirrored|parameter_server]\n"
       "                     [--replicas N] [--collective mpi|gloo] [--compression none|fp16|bf16]\n"
+      "                     [--servers S] [--mode sync|async] [--staleness N] [--update-on servers|workers]\n"
       "--batch is per replica: the global batch is B x replicas, and the learning rate applies to it.");
 }
 
@@ -53,7 +56,9 @@ double parse_double(const std::string& flag, const char* v) {
 int main(int argc, char** argv) try {
   fmnist::Config cfg;
   std::string strategy_name = "one_device", collective, compression = "none";
-  int threads = 1, replicas = 2;
+  int threads = 1, replicas = 2, servers = 0;
+  long long staleness = -1;
+  std::string mode, update_on;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* {
@@ -71,6 +76,10 @@ int main(int argc, char** argv) try {
     else if (a == "--replicas") replicas = static_cast<int>(parse_int(a, value()));
     else if (a == "--collective") collective = value();
     else if (a == "--compression") compression = value();
+    else if (a == "--servers") servers = static_cast<int>(parse_int(a, value()));
+    else if (a == "--mode") mode = value();
+    else if (a == "--staleness") staleness = parse_int(a, value());
+    else if (a == "--update-on") update_on = value();
     else if (a == "--threads") threads = static_cast<int>(parse_int(a, value()));
     else if (a == "--max-steps") cfg.max_steps = parse_int(a, value());
     else if (a == "--no-eval") cfg.evaluate = false;
@@ -114,6 +123,9 @@ int main(int argc, char** argv) try {
       .compression = compression == "fp16"   ? strata::Compression::fp16
                      : compression == "bf16" ? strata::Compression::bf16
                                              : strata::Compression::none};
+  if (strategy_name != "parameter_server" && (servers != 0 || !mode.empty() || staleness != -1 || !update_on.empty()))
+    throw strata::invalid_argument("[strata.example] --servers, --mode, --staleness and --update-on apply to --strategy "
+                                   "parameter_server only");
   if (strategy_name != "multi_worker_mirrored" && !collective.empty())
     throw strata::invalid_argument("[strata.example] --collective applies to --strategy multi_worker_mirrored only");
   if (strategy_name == "one_device") {
@@ -144,9 +156,31 @@ int main(int argc, char** argv) try {
       throw strata::invalid_argument("[strata.example] --strategy multi_worker_mirrored needs --collective mpi or "
                                      "gloo, got '" + collective + "'");
     }
+  } else if (strategy_name == "parameter_server") {
+    if (mode.empty()) mode = "sync";
+    if (update_on.empty()) update_on = "servers";
+    if (mode != "sync" && mode != "async")
+      throw strata::invalid_argument("[strata.example] --mode expects sync or async, got '" + mode + "'");
+    if (update_on != "servers" && update_on != "workers")
+      throw strata::invalid_argument("[strata.example] --update-on expects servers or workers, got '" + update_on + "'");
+    if (servers < 0) throw strata::invalid_argument("[strata.example] --servers must be at least 1");
+#if STRATA_HAS_MPI
+    const strata::ParameterServerOptions o{.servers = servers, .update_on_servers = update_on == "servers",
+                                           .staleness = staleness};
+    if (mode == "sync") {
+      strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Sync> s(o);
+      train_and_report(s);
+    } else {
+      strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Async> s(o);
+      train_and_report(s);
+    }
+#else
+    throw strata::invalid_argument("[strata.example] --strategy parameter_server needs MPI (configure with -Dmpi=enabled)");
+#endif
   } else {
     throw strata::invalid_argument("[strata.example] unknown strategy '" + strategy_name +
-                                   "' (expected one_device, mirrored, central_storage or multi_worker_mirrored)");
+                                   "' (expected one_device, mirrored, central_storage, multi_worker_mirrored or "
+                                   "parameter_server)");
   }
   return 0;
 } catch (const std::exception& e) {

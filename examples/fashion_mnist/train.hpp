@@ -117,6 +117,8 @@ Report train(S& strategy, const Config& cfg) {
   report.final_loss = report.losses.empty() ? NAN : report.losses.back();
   report.test_accuracy = report.epoch_accuracy.empty() ? NAN : report.epoch_accuracy.back();
   report.examples_per_s = train_seconds > 0 ? static_cast<double>(examples) / train_seconds : 0;
+  if constexpr (requires { strategy.job_examples_per_s(1.0); })  // asynchronous workers count their own examples
+    report.examples_per_s = strategy.job_examples_per_s(report.examples_per_s);
   if constexpr (requires { strategy.gradient_stats(); }) {
     const strata::GradientStats st = strategy.gradient_stats();
     if (st.steps > 0) {

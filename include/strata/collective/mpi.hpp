@@ -178,6 +178,12 @@ class Mpi : public TypedFrontEnd<Mpi> {
   int size() const noexcept { return size_; }
   MPI_Comm comm() const noexcept { return comm_; }
   std::uint64_t sequence() const noexcept { return seq_; }
+  /// Rank r's process state (runtime::process_state) when it runs on this host, '?' otherwise.
+  char peer_state(int r) const {
+    const auto ur = static_cast<std::size_t>(r), me = static_cast<std::size_t>(rank_);
+    if (r < 0 || ur * 2 + 1 >= peers_.size() || peers_[2 * ur] != peers_[2 * me]) return '?';
+    return runtime::process_state(static_cast<long>(peers_[2 * ur + 1]));
+  }
 
   // The typed overloads (allreduce, broadcast, allgather, reduce_scatter) come from TypedFrontEnd.
   void broadcast_raw(void* x, std::size_t count, DType dtype, int root) {
@@ -324,10 +330,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
     // Peers on this host that cannot arrive: stopped, or gone.
     std::string blame;
     for (int r = 0; r < size_; ++r) {
-      const auto ur = static_cast<std::size_t>(r);
-      if (r == rank_ || ur * 2 + 1 >= peers_.size() || peers_[2 * ur] != peers_[2 * static_cast<std::size_t>(rank_)])
-        continue;
-      const char st = runtime::process_state(static_cast<long>(peers_[2 * ur + 1]));
+      const char st = r == rank_ ? '?' : peer_state(r);
       if (runtime::is_stopped(st)) blame += (blame.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " is stopped");
       if (runtime::is_gone(st)) blame += (blame.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " is gone");
     }

@@ -21,6 +21,9 @@ class Adam : public Optimizer {
     for (auto& e : detail::named_slots("exp_avg_sq", v_)) out.push_back(std::move(e));
     return out;
   }
+  std::unique_ptr<Optimizer> clone_for(std::vector<Tensor> params) const override {
+    return std::unique_ptr<Optimizer>(new Adam(std::move(params), lr(), o_, decoupled_));
+  }
 
  protected:
   Adam(std::vector<Tensor> params, double lr, AdamOptions o, bool decoupled)

@@ -6,6 +6,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,7 @@ class Optimizer {
   template <GradientAggregator Ctx>
   void apply_gradients(Ctx& ctx, Gradients grads) {
     check_matches(grads);
+    if constexpr (requires { ctx.note_learning_rate(lr_); }) ctx.note_learning_rate(lr_);
     if (ctx.aggregate_gradients(grads))
       step();
     else
@@ -75,6 +77,10 @@ class Optimizer {
 
   /// Named state tensors (buffers per parameter), for checkpoints.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
+
+  /// A fresh optimizer of the same kind and settings (the current learning rate, no state)
+  /// over `params`: how a parameter server runs the user's optimizer on its partitions.
+  virtual std::unique_ptr<Optimizer> clone_for(std::vector<Tensor> params) const = 0;
 
  protected:
   virtual void update(std::size_t i, Tensor& p, const Tensor& g) = 0;

@@ -31,6 +31,9 @@ class Sgd : public Optimizer {
     return detail::named_slots("momentum_buffer", bufs_);
   }
   const SgdOptions& options() const noexcept { return o_; }
+  std::unique_ptr<Optimizer> clone_for(std::vector<Tensor> params) const override {
+    return std::make_unique<Sgd>(std::move(params), lr(), o_);
+  }
 
  protected:
   void update(std::size_t i, Tensor& p, const Tensor& g) override {

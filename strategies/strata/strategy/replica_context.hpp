@@ -26,6 +26,9 @@ class ReplicaContext {
   /// applies the update (false on replicas that share the variables of one that does, as in
   /// CentralStorageStrategy). What Optimizer::apply_gradients calls before its update.
   virtual bool aggregate_gradients(Gradients grads) = 0;
+  /// Called by apply_gradients before aggregate_gradients with the learning rate it is about to
+  /// apply: a strategy that runs the update elsewhere (on parameter servers) passes it on.
+  virtual void note_learning_rate(double lr) { (void)lr; }
   /// Called by apply_gradients after the update: makes the new values visible to every replica.
   virtual void finish_update() {}
 

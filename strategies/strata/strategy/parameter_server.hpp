@@ -1,0 +1,302 @@
+/// \file
+/// ParameterServerStrategy<C, Mode>: variables sharded over server ranks, workers computing
+/// (MXNet KVStore dist_sync/dist_async, TF ParameterServerStrategy). C picks the transport
+/// (collective::Mpi: MPI point-to-point), Mode is ps::Sync or ps::Async. Every rank runs the
+/// same training loop: on a server, iterating distribute()'s range serves the workers until
+/// they finish the epoch, so the loop body runs on workers only; after every epoch all ranks
+/// hold the servers' values. See docs/parameter_server.md.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/config.hpp>
+#include <strata/data/pipeline.hpp>
+#include <strata/optim/optimizer.hpp>
+#include <strata/strategy/local_replicas.hpp>  // HasParameters
+#include <strata/strategy/parameter_server/roles.hpp>
+#include <strata/strategy/parameter_server/server.hpp>
+#include <strata/strategy/parameter_server/shards.hpp>
+#include <strata/strategy/parameter_server/transport.hpp>
+#include <strata/strategy/parameter_server/worker.hpp>
+#include <strata/strategy/per_replica.hpp>
+#include <strata/strategy/replica_context.hpp>
+#include <strata/strategy/replicated.hpp>
+#include <strata/strategy/strategy.hpp>
+
+namespace strata {
+
+namespace ps {
+/// Each step aggregates every worker's gradients before one update (MXNet dist_sync).
+struct Sync {};
+/// Each push is applied on arrival (MXNet dist_async, TF's default), optionally with a
+/// staleness bound.
+struct Async {};
+template <class M>
+concept Mode = std::same_as<M, Sync> || std::same_as<M, Async>;
+}  // namespace ps
+
+struct ParameterServerOptions {
+  int servers = 0;                       ///< server ranks (0: STRATA_NUM_SERVERS, else 1); see ps::Roles
+  bool update_on_servers = true;         ///< the optimizer runs on the servers (MXNet update_on_kvstore)
+  std::int64_t staleness = -1;           ///< Async: pushes a worker may run ahead of the slowest (-1: no bound)
+  std::int64_t partition_bytes = 256 << 10;  ///< variables this large are split over every server
+};
+
+/// The strategy for a C without a transport, or a Mode that is not one: a compile-time error.
+template <class C, class Mode = ps::Sync>
+class ParameterServerStrategy {
+  static_assert(ps::has_transport<C>, "ParameterServerStrategy<C, Mode>: C picks the transport between servers and "
+                                      "workers: collective::Mpi (in a build with -Dmpi=enabled)");
+  static_assert(ps::Mode<Mode>, "ParameterServerStrategy<C, Mode>: Mode is ps::Sync or ps::Async");
+};
+
+template <class C, class Mode>
+  requires ps::has_transport<C> && ps::Mode<Mode>
+class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
+  static constexpr bool sync = std::is_same_v<Mode, ps::Sync>;
+  using T = ps::Transport<C>;
+
+ public:
+  static constexpr const char* name = "parameter_server";
+
+  explicit ParameterServerStrategy(ParameterServerOptions o = {})
+      : o_(o), t_(o.servers), shards_(static_cast<int>(t_.roles().servers.size())) {
+    STRATA_CHECK(sync || o.update_on_servers, "ParameterServerStrategy<Async>: update_on_servers = false needs Sync "
+                 "(an asynchronous push is applied where it arrives)");
+    STRATA_CHECK(o.staleness >= -1, "ParameterServerStrategy: staleness must be -1 (no bound) or >= 0, got ", o.staleness);
+    if (t_.is_server())
+      server_.emplace(t_, shards_, typename ps::Server<T>::Settings{sync, o.update_on_servers, o.staleness});
+    else
+      worker_.emplace(t_, shards_, o.update_on_servers);
+  }
+  ParameterServerStrategy(const ParameterServerStrategy&) = delete;
+  ParameterServerStrategy& operator=(const ParameterServerStrategy&) = delete;
+
+  /// Workers in sync (Sync), or 1: an Async step is one worker's own update.
+  int num_replicas_in_sync() const noexcept { return sync ? num_workers() : 1; }
+  /// The first worker logs and writes checkpoints.
+  bool is_chief() const noexcept { return t_.rank() == t_.roles().workers.front(); }
+  bool is_server() const { return t_.is_server(); }
+  int num_workers() const noexcept { return static_cast<int>(t_.roles().workers.size()); }
+  int num_servers() const noexcept { return static_cast<int>(t_.roles().servers.size()); }
+  int rank() const noexcept { return t_.rank(); }
+  const ps::Shards& shards() const noexcept { return shards_; }
+  T& transport() noexcept { return t_; }
+
+  /// What `factory` makes. A model's parameters take the first worker's values on every rank
+  /// and are placed on the servers; an optimizer runs on the servers (update_on_servers).
+  template <class F>
+    requires std::invocable<F&>
+  std::invoke_result_t<F&> scope(F&& factory) {
+    detail::check_cross_replica("scope()");
+    using M = std::invoke_result_t<F&>;
+    M made = factory();
+    if constexpr (detail::HasParameters<M>) {
+      NoGradGuard no_grad;
+      for (const Tensor& p : made.parameters()) {
+        STRATA_CHECK(p.is_contiguous(), "scope(): parameters must be contiguous");
+        t_.world().broadcast_raw(p.raw_data(), static_cast<std::size_t>(p.numel()), p.dtype(), chief_rank());
+      }
+      const auto ids = shards_.add(made.parameters(), o_.partition_bytes);
+      if (server_) server_->hold(ids);
+    }
+    if constexpr (std::derived_from<M, optim::Optimizer>)
+      if (server_ && o_.update_on_servers) server_->attach(made);
+    return made;
+  }
+
+  class EpochRange;
+  /// This rank's input. Sync: a worker takes its rows of every global batch (as under
+  /// MultiWorkerMirroredStrategy). Async: a worker takes every W-th example of the epoch, in
+  /// batches of the pipeline's size. On a server, iterating serves the epoch (see the file).
+  EpochRange distribute(const data::Pipeline& p) {
+    const int w = t_.is_server() ? 0 : t_.roles().index_of(t_.rank());
+    data::Pipeline mine = sync ? p.split(num_workers(), w) : p.shard(num_workers(), w);
+    if (!t_.is_server() && mine.options().prefetch == 0) mine = mine.prefetch(2);
+    return EpochRange(*this, std::move(mine));
+  }
+
+  template <class F>
+    requires std::invocable<F&, ReplicaContext&, const data::Batch&>
+  auto run(F&& fn, const data::Batch& batch) {
+    return run_replica<std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>>(
+        [&](ReplicaContext& ctx) { return fn(ctx, batch); });
+  }
+  template <class F>
+    requires std::invocable<F&, ReplicaContext&>
+  auto run(F&& fn) {
+    return run_replica<std::invoke_result_t<F&, ReplicaContext&>>([&](ReplicaContext& ctx) { return fn(ctx); });
+  }
+
+  /// Sync: the reduction over the workers, the same on each. Async: this worker's value.
+  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) {
+    detail::check_cross_replica("reduce()");
+    STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
+    Tensor t = v[0].contiguous().clone();
+    if (sync) t_.group().allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
+    return t;
+  }
+  double reduce(ReduceOp op, const PerReplica<double>& v) {
+    detail::check_cross_replica("reduce()");
+    STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
+    double x = v[0];
+    if (sync) t_.group().allreduce_raw(&x, &x, 1, DType::f64, op);
+    return x;
+  }
+  using detail::RejectsReplicaValues::reduce;  // a replica's own value: a compile-time error
+
+  /// The job's training rate from this rank's: under Sync every worker counts the global
+  /// batch (unchanged); under Async each worker counts its own examples, so the job's rate
+  /// is the workers' sum (a collective of every rank: servers add 0).
+  double job_examples_per_s(double mine) {
+    if constexpr (sync) return mine;
+    double x = t_.is_server() ? 0.0 : mine;
+    t_.world().allreduce_raw(&x, &x, 1, DType::f64, ReduceOp::Sum);
+    return x;
+  }
+
+  /// Updates applied so far to partition `id`, on the server holding it (0 elsewhere).
+  std::int64_t server_updates(std::size_t id) const { return server_ ? server_->updates(id) : 0; }
+
+  /// The range distribute() returns.
+  class EpochRange {
+   public:
+    struct Sentinel {};
+    class Iterator {
+     public:
+      using value_type = data::Batch;
+      using difference_type = std::ptrdiff_t;
+      Iterator() = default;
+      Iterator(ParameterServerStrategy* s, data::Pipeline::Iterator it) : s_(s), it_(std::move(it)) {
+        if (it_ == data::Pipeline::Sentinel{}) close();
+      }
+      Iterator(Iterator&& o) noexcept : s_(std::exchange(o.s_, nullptr)), it_(std::move(o.it_)) {}
+      Iterator& operator=(Iterator&&) = delete;
+      ~Iterator() {
+        // Left early (break, an exception): the servers must still hear that this worker is done.
+        if (s_ && std::uncaught_exceptions() == 0) close();
+      }
+      const data::Batch& operator*() const noexcept { return *it_; }
+      const data::Batch* operator->() const noexcept { return &*it_; }
+      Iterator& operator++() {
+        ++it_;
+        if (it_ == data::Pipeline::Sentinel{}) close();
+        return *this;
+      }
+      void operator++(int) { ++*this; }
+      friend bool operator==(const Iterator& i, Sentinel) noexcept { return i.s_ == nullptr; }
+
+     private:
+      void close() { std::exchange(s_, nullptr)->finish_epoch(); }
+      ParameterServerStrategy* s_ = nullptr;
+      data::Pipeline::Iterator it_;
+    };
+
+    EpochRange(ParameterServerStrategy& s, data::Pipeline p) : s_(&s), p_(std::move(p)) {}
+    /// A worker: the epoch's first batch. A server: serves the whole epoch, then is at the end.
+    Iterator begin() {
+      if (s_->server_) {
+        s_->server_->serve_epoch();
+        s_->publish_values();
+        return Iterator();
+      }
+      return Iterator(s_, p_.begin());
+    }
+    Sentinel end() const noexcept { return {}; }
+    /// Batches per epoch of one worker.
+    std::int64_t num_batches() const noexcept { return p_.num_batches(); }
+
+   private:
+    ParameterServerStrategy* s_;
+    data::Pipeline p_;
+  };
+
+ private:
+  int chief_rank() const { return t_.roles().workers.front(); }
+
+  class Context final : public ReplicaContext {
+   public:
+    explicit Context(ParameterServerStrategy& s) : s_(s) {}
+    int replica_id_in_sync_group() const noexcept override {
+      return sync ? s_.t_.roles().index_of(s_.t_.rank()) : 0;
+    }
+    int num_replicas_in_sync() const noexcept override { return s_.num_replicas_in_sync(); }
+    void all_reduce(ReduceOp op, Tensor& t) override {
+      STRATA_CHECK(t.defined() && t.is_contiguous(), "all_reduce needs a defined, contiguous tensor");
+      if (sync) s_.t_.group().allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
+    }
+    void note_learning_rate(double lr) override { lr_ = lr; }
+    bool aggregate_gradients(Gradients g) override {
+      STRATA_CHECK(sync_on_, "apply_gradients inside NoSync: the gradients would stay on this worker");
+      s_.worker_->push_pull(g, lr_);
+      return !s_.o_.update_on_servers;  // else the servers updated and the parameters hold their values
+    }
+    void set_gradient_sync(bool on) override { sync_on_ = on; }
+
+   private:
+    ParameterServerStrategy& s_;
+    double lr_ = -1;
+    bool sync_on_ = true;
+  };
+
+  template <class R, class Step>
+  auto run_replica(Step&& step) {
+    detail::check_cross_replica("run()");
+    STRATA_CHECK(worker_.has_value(), "run() on server rank ", t_.rank(), ": servers serve inside the loop over "
+                 "distribute(), whose body runs on the workers only");
+    detail::ReplicaScope scope(0, /*step=*/true);
+    Context ctx(*this);
+    if constexpr (std::is_void_v<R>) {
+      step(ctx);
+    } else {
+      PerReplica<R> out(1);
+      out[0] = step(ctx);
+      return out;
+    }
+  }
+
+  void finish_epoch() {
+    worker_->finish_epoch();
+    publish_values();
+  }
+
+  /// Every rank takes the authoritative values: the servers' (update on servers), else the
+  /// workers' (all equal).
+  void publish_values() {
+    NoGradGuard no_grad;
+    if (o_.update_on_servers) {
+      if (server_) server_->values_into_variables();
+      for (const Tensor& v : shards_.variables) {
+        Tensor p = v;
+        if (!server_) p.fill_(0.0);
+        t_.world().allreduce_raw(p.raw_data(), p.raw_data(), static_cast<std::size_t>(p.numel()), p.dtype(), ReduceOp::Sum);
+      }
+    } else {
+      for (const Tensor& v : shards_.variables)
+        t_.world().broadcast_raw(v.raw_data(), static_cast<std::size_t>(v.numel()), v.dtype(), chief_rank());
+    }
+  }
+
+  ParameterServerOptions o_;
+  T t_;
+  ps::Shards shards_;
+  std::optional<ps::Server<T>> server_;
+  std::optional<ps::Worker<T>> worker_;
+};
+
+template <class C, class M>
+  requires ps::has_transport<C> && ps::Mode<M>
+inline constexpr bool enable_strategy<ParameterServerStrategy<C, M>> = true;
+
+}  // namespace strata
+
+#if STRATA_HAS_MPI
+#include <strata/strategy/parameter_server/mpi_transport.hpp>
+#endif

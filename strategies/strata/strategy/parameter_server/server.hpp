@@ -1,0 +1,288 @@
+/// \file
+/// ps::Server<T>: a server rank's side of a ParameterServerStrategy — the values of the
+/// partitions it holds, an optimizer per partition when the update runs here, and the request
+/// loop of one epoch over transport T.
+///
+///   Sync:  a partition's pushes are summed as they arrive (the first straight into the sum,
+///          the others through a scratch buffer); at the W-th the update runs (or not) and all
+///          W workers get the reply.
+///   Async: each push is applied on arrival and answered, unless the pusher is more than
+///          `staleness` pushes of that partition ahead of the slowest worker still running:
+///          then its reply is held until the others catch up or finish.
+/// Before a partition's buffers change, its replies still in flight complete (the workers
+/// posted their receives before pushing, so this never waits on a worker's compute).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/collective/detail/reduce.hpp>
+#include <strata/optim/optimizer.hpp>
+#include <strata/runtime/process_state.hpp>
+#include <strata/strategy/parameter_server/backoff.hpp>
+#include <strata/strategy/parameter_server/shards.hpp>
+
+namespace strata::ps {
+
+template <class T>
+class Server {
+ public:
+  struct Settings {
+    bool sync = true;
+    bool update_on_servers = true;
+    std::int64_t staleness = -1;
+  };
+
+  Server(T& transport, const Shards& shards, Settings s)
+      : t_(transport), shards_(shards), s_(s), me_(transport.roles().index_of(transport.rank())),
+        workers_(static_cast<int>(transport.roles().workers.size())) {}
+
+  /// Takes on this server's partitions among `ids` (just placed), from their variables' values.
+  void hold(const std::vector<std::size_t>& ids) {
+    NoGradGuard no_grad;
+    for (std::size_t id : ids) {
+      const Partition& q = shards_.partitions[id];
+      if (q.server != me_) continue;
+      if (slot_.size() <= id) slot_.resize(id + 1, -1);
+      slot_[id] = static_cast<int>(held_.size());
+      Held h;
+      h.id = id;
+      const Tensor& v = shards_.variables[q.variable];
+      h.value = Tensor::empty({q.count}, v.dtype());
+      std::memcpy(h.value.raw_data(), static_cast<const char*>(v.raw_data()) + shards_.byte_offset(q), shards_.bytes(q));
+      h.value.requires_grad_(true);
+      h.sum = Tensor::empty({q.count}, v.dtype());
+      if (s_.sync && workers_ > 1) h.scratch = Tensor::empty({q.count}, v.dtype());
+      h.clock.assign(static_cast<std::size_t>(workers_), 0);
+      held_.push_back(std::move(h));
+    }
+  }
+
+  /// Runs `opt`'s kind of optimizer on this server's partitions of its parameters.
+  void attach(const optim::Optimizer& opt) {
+    for (const Tensor& p : opt.params()) {
+      const std::ptrdiff_t v = shards_.index_of(p);
+      STRATA_CHECK(v >= 0, "ParameterServerStrategy: an optimizer created under scope() over a parameter that was "
+                   "not (create the model under the same strategy's scope() first)");
+      for (std::size_t id : shards_.of_variable[static_cast<std::size_t>(v)])
+        if (Held* h = find(id)) h->opt = opt.clone_for({h->value});
+    }
+  }
+
+  /// Serves requests until every worker has finished this epoch.
+  void serve_epoch() {
+    std::vector<char> done(static_cast<std::size_t>(workers_), 0);
+    int finished = 0;
+    typename T::Message m;
+    Backoff backoff;
+    auto last_check = std::chrono::steady_clock::now();
+    while (finished < workers_) {
+      if (progress_replies()) {  // replies first: MPI moves them only while this rank polls them
+        backoff.active();
+        std::this_thread::yield();
+        continue;
+      }
+      if (!t_.probe(m)) {
+        if (backoff.pause()) {
+          const auto now = std::chrono::steady_clock::now();
+          if (s_.sync && now - last_check > std::chrono::milliseconds(100)) {
+            last_check = now;
+            check_sync_deadline(now);
+          }
+        }
+        continue;
+      }
+      backoff.active();
+      const auto& roles = t_.roles();
+      STRATA_CHECK(!roles.is_server(m.source), "[strata.ps] server rank ", t_.rank(), ": a message from server rank ",
+                   m.source, " (tag ", m.tag, ")");
+      const int w = roles.index_of(m.source);
+      if (m.tag == kDoneTag) {
+        char byte = 0;
+        t_.receive(m, &byte);
+        done[static_cast<std::size_t>(w)] = 1;
+        ++finished;
+        running_.assign(done.size(), 1);
+        for (std::size_t i = 0; i < done.size(); ++i) running_[i] = !done[i];
+        if (!s_.sync)
+          for (Held& h : held_) release(h);
+      } else if (m.tag == kLearningRateTag) {
+        double lr = 0;
+        STRATA_CHECK_EQ(m.bytes, sizeof lr, "[strata.ps] a learning-rate message of the wrong size");
+        t_.receive(m, &lr);
+        for (Held& h : held_)
+          if (h.opt) h.opt->set_lr(lr);
+      } else {
+        const int id = m.tag - kPushTag;
+        Held* h = id >= 0 ? find(static_cast<std::size_t>(id)) : nullptr;
+        STRATA_CHECK(h != nullptr, "[strata.ps] server rank ", t_.rank(), ": worker rank ", m.source,
+                     " pushed to partition ", id, ", which this server does not hold (tag ", m.tag, ")");
+        STRATA_CHECK_EQ(m.bytes, h->sum.nbytes(), "[strata.ps] worker rank ", m.source, " pushed ", m.bytes,
+                        " bytes to partition ", id, " of ", h->sum.nbytes());
+        if (s_.sync)
+          push_sync(*h, w, m);
+        else
+          push_async(*h, w, m);
+      }
+    }
+    for (Held& h : held_) {
+      complete_replies(h);
+      STRATA_CHECK(h.arrived == 0, "[strata.ps] server rank ", t_.rank(), ": the epoch ended with partition ", h.id,
+                   " waiting for ", workers_ - h.arrived, " more pushes (the workers ran different numbers of steps)");
+    }
+    running_.clear();
+  }
+
+  /// Writes the values this server holds into its copies of the variables (the rest zero).
+  void values_into_variables() {
+    NoGradGuard no_grad;
+    for (const Tensor& v : shards_.variables) {
+      Tensor dst = v;
+      dst.fill_(0.0);
+    }
+    for (const Held& h : held_) {
+      const Partition& q = shards_.partitions[h.id];
+      std::memcpy(static_cast<char*>(shards_.variables[q.variable].raw_data()) + shards_.byte_offset(q),
+                  h.value.raw_data(), shards_.bytes(q));
+    }
+  }
+
+  /// The updates applied to partition `id` (held here) so far.
+  std::int64_t updates(std::size_t id) const {
+    const Held* h = const_cast<Server*>(this)->find(id);
+    return h && h->opt ? h->opt->steps() : 0;
+  }
+
+ private:
+  struct Held {
+    std::size_t id = 0;
+    Tensor value, sum, scratch;
+    std::unique_ptr<optim::Optimizer> opt;
+    int arrived = 0;                      // Sync: pushes of the step so far
+    std::vector<int> waiting;             // Sync: world ranks awaiting the reply; Async: held replies
+    std::vector<typename T::Request> replies;  // in flight
+    std::vector<std::int64_t> clock;      // Async: pushes per worker
+    std::chrono::steady_clock::time_point first{};
+  };
+
+  Held* find(std::size_t id) {
+    return id < slot_.size() && slot_[id] >= 0 ? &held_[static_cast<std::size_t>(slot_[id])] : nullptr;
+  }
+
+  /// Tests the replies in flight; true while some are.
+  bool progress_replies() {
+    bool pending = false;
+    for (Held& h : held_) {
+      if (h.replies.empty()) continue;
+      if (t_.test_all(h.replies))
+        h.replies.clear();
+      else
+        pending = true;
+    }
+    return pending;
+  }
+
+  void complete_replies(Held& h) {
+    t_.wait_all(h.replies, std::chrono::steady_clock::now() + t_.timeout(), [&] {
+      t_.abort("[strata.ps.timeout] server rank " + std::to_string(t_.rank()) + ": replies of partition " +
+               std::to_string(h.id) + " not taken within the timeout; aborting the job");
+    });
+    h.replies.clear();
+  }
+
+  void update(Held& h) {
+    STRATA_CHECK(h.opt != nullptr, "[strata.ps] partition ", h.id, " (variable ", shards_.partitions[h.id].variable,
+                 ") has no optimizer: create the optimizer under the strategy's scope(), or set update_on_servers = "
+                 "false");
+    h.value.impl()->ag.grad = h.sum;
+    const Tensor one[1] = {h.value};
+    h.opt->apply_gradients(Gradients{one});
+  }
+
+  void reply(Held& h, int to_rank) {
+    const Tensor& from = s_.update_on_servers ? h.value : h.sum;
+    h.replies.push_back(t_.isend(from.raw_data(), from.nbytes(), to_rank, static_cast<int>(h.id)));
+  }
+
+  void push_sync(Held& h, int w, typename T::Message& m) {
+    (void)w;
+    if (h.arrived == 0) {
+      complete_replies(h);  // the previous step's replies may still read the sum or value
+      t_.receive(m, h.sum.raw_data());
+      h.first = std::chrono::steady_clock::now();
+    } else {
+      t_.receive(m, h.scratch.raw_data());
+      strata::detail::visit_floating(h.sum.dtype(), "parameter server sum", [&](auto tag) {
+        using E = decltype(tag);
+        collective::detail::combine<E>(ReduceOp::Sum, static_cast<std::size_t>(h.sum.numel()), h.sum.template data<E>(),
+                                       h.scratch.template data<E>());
+      });
+    }
+    h.waiting.push_back(m.source);
+    if (++h.arrived < workers_) return;
+    if (s_.update_on_servers) update(h);
+    for (int r : h.waiting) reply(h, r);
+    h.waiting.clear();
+    h.arrived = 0;
+  }
+
+  void push_async(Held& h, int w, typename T::Message& m) {
+    complete_replies(h);  // replies of the old values must leave before they change
+    t_.receive(m, h.sum.raw_data());
+    update(h);
+    ++h.clock[static_cast<std::size_t>(w)];
+    h.waiting.push_back(m.source);
+    release(h);
+  }
+
+  /// Async: sends the held replies whose workers are within the staleness bound.
+  void release(Held& h) {
+    if (h.waiting.empty()) return;
+    std::int64_t slowest = std::numeric_limits<std::int64_t>::max();
+    for (std::size_t i = 0; i < h.clock.size(); ++i)
+      if (running_.empty() || running_[i]) slowest = std::min(slowest, h.clock[i]);
+    std::erase_if(h.waiting, [&](int r) {
+      const std::int64_t ahead = h.clock[static_cast<std::size_t>(t_.roles().index_of(r))] - slowest;
+      if (s_.staleness >= 0 && slowest != std::numeric_limits<std::int64_t>::max() && ahead > s_.staleness)
+        return false;
+      reply(h, r);
+      return true;
+    });
+  }
+
+  /// Sync: a step that has some pushes and waited past the timeout for the rest names who is missing.
+  void check_sync_deadline(std::chrono::steady_clock::time_point now) {
+    for (const Held& h : held_) {
+      if (h.arrived == 0 || now - h.first < t_.timeout()) continue;
+      std::ostringstream os;
+      os << "[strata.ps.timeout] server rank " << t_.rank() << ": partition " << h.id << " has " << h.arrived << " of "
+         << workers_ << " pushes of its step after " << std::chrono::duration<double>(t_.timeout()).count()
+         << " s; missing:";
+      for (int r : t_.roles().workers) {
+        if (std::find(h.waiting.begin(), h.waiting.end(), r) != h.waiting.end()) continue;
+        const char st = t_.peer_state(r);
+        os << " worker rank " << r
+           << (runtime::is_stopped(st) ? " (stopped)" : runtime::is_gone(st) ? " (gone)" : " (running or elsewhere)");
+      }
+      t_.abort(os.str() + "; aborting the job");
+    }
+  }
+
+  T& t_;
+  const Shards& shards_;
+  Settings s_;
+  int me_, workers_;
+  std::vector<Held> held_;
+  std::vector<int> slot_;        // partition id -> index in held_, or -1
+  std::vector<char> running_;    // Async: workers not yet done with the epoch (empty: all)
+};
+
+}  // namespace strata::ps

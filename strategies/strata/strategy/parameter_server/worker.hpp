@@ -1,0 +1,119 @@
+/// \file
+/// ps::Worker<T>: a worker rank's side of a ParameterServerStrategy — one push/pull per step.
+/// Each partition's reply receive is posted before its push is sent, straight into tensor
+/// memory: the new values into the parameter (update on the servers), or the summed gradient
+/// into a buffer that then becomes the parameter's gradient (update on the workers; the old
+/// gradient tensor is the next step's buffer). No copies, no allocation after the first step.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <strata/autograd/backward.hpp>
+#include <strata/runtime/process_state.hpp>
+#include <strata/strategy/parameter_server/shards.hpp>
+
+namespace strata::ps {
+
+template <class T>
+class Worker {
+ public:
+  Worker(T& transport, const Shards& shards, bool update_on_servers)
+      : t_(transport), shards_(shards), update_on_servers_(update_on_servers) {}
+
+  /// Sends `g` to the servers and waits for the replies: afterwards the parameters hold the
+  /// servers' new values (update on servers) or `g` holds the sum over all workers.
+  void push_pull(Gradients g, double lr) {
+    const auto& servers = t_.roles().servers;
+    if (update_on_servers_ && lr != sent_lr_) {  // the servers apply the rate the worker's optimizer has
+      for (int s : servers) post(t_.isend(&lr, sizeof lr, s, kLearningRateTag), s);
+      wait("the learning rate");
+      sent_lr_ = lr;
+    }
+    if (sums_.size() < shards_.variables.size()) sums_.resize(shards_.variables.size());
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const Tensor& p = g.params[i];
+      const std::ptrdiff_t v = shards_.index_of(p);
+      STRATA_CHECK(v >= 0, "ParameterServerStrategy: apply_gradients on parameter ", i,
+                   ", which was not created under the strategy's scope()");
+      const Tensor grad = g[i];
+      STRATA_CHECK(grad.defined() && grad.is_contiguous() && grad.dtype() == p.dtype(),
+                   "ParameterServerStrategy: the gradient of parameter ", i, " is missing or not contiguous");
+      char* into = static_cast<char*>(p.raw_data());
+      if (!update_on_servers_) {
+        Tensor& sum = sums_[static_cast<std::size_t>(v)];
+        if (!sum.defined()) sum = Tensor::empty(p.shape(), p.dtype());
+        into = static_cast<char*>(sum.raw_data());
+      }
+      for (std::size_t id : shards_.of_variable[static_cast<std::size_t>(v)]) {
+        const Partition& q = shards_.partitions[id];
+        const std::size_t off = shards_.byte_offset(q), bytes = shards_.bytes(q);
+        const int server = servers[static_cast<std::size_t>(q.server)];
+        post(t_.irecv(into + off, bytes, server, static_cast<int>(id)), server);
+        bytes_ += 2 * bytes;
+        post(t_.isend(static_cast<const char*>(grad.raw_data()) + off, bytes, server, kPushTag + static_cast<int>(id)),
+             server);
+      }
+    }
+    wait("replies");
+    if (!update_on_servers_)
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        Tensor& sum = sums_[static_cast<std::size_t>(shards_.index_of(g.params[i]))];
+        std::swap(g.params[i].impl()->ag.grad, sum);
+      }
+  }
+
+  /// Tells every server this worker has finished the epoch.
+  void finish_epoch() {
+    static const char byte = 0;
+    for (int s : t_.roles().servers) post(t_.isend(&byte, 1, s, kDoneTag), s);
+    wait("the end of the epoch");
+  }
+
+ private:
+  void post(typename T::Request r, int server) {
+    requests_.push_back(r);
+    peers_.push_back(server);
+  }
+
+  // The servers report a stalled step first (after the timeout); a worker waits a little longer.
+  void wait(const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + t_.timeout() + t_.timeout() / 4 + std::chrono::seconds(1);
+    t_.wait_all(requests_, deadline, [&] { t_.abort(timeout_message(what)); }, bytes_);
+    requests_.clear();
+    bytes_ = 0;
+    peers_.clear();
+  }
+
+  std::string timeout_message(const char* what) {
+    std::ostringstream os;
+    os << "[strata.ps.timeout] worker rank " << t_.rank() << ": " << what << " not complete after "
+       << std::chrono::duration<double>(t_.timeout() + t_.timeout() / 4).count() << " s; waiting for";
+    std::vector<int> named;
+    for (std::size_t k = 0; k < requests_.size(); ++k) {
+      const int s = peers_[k];
+      if (t_.test(requests_[k]) || std::find(named.begin(), named.end(), s) != named.end()) continue;
+      named.push_back(s);
+      const char st = t_.peer_state(s);
+      os << " server rank " << s
+         << (runtime::is_stopped(st) ? " (stopped)" : runtime::is_gone(st) ? " (gone)" : " (running or elsewhere)");
+    }
+    if (named.empty()) os << " the servers";
+    return os.str() + "; aborting the job";
+  }
+
+  T& t_;
+  const Shards& shards_;
+  bool update_on_servers_;
+  double sent_lr_ = -1;
+  std::vector<typename T::Request> requests_;
+  std::vector<int> peers_;        // the server rank of each request
+  std::size_t bytes_ = 0;         // pushed and pulled by the requests
+  std::vector<Tensor> sums_;      // update on workers: the next summed gradient of each variable
+};
+
+}  // namespace strata::ps

@@ -1,0 +1,155 @@
+// ParameterServerStrategy<Mpi> under mpirun: in Sync mode, with the update on the servers or
+// on the workers, with gradient accumulation, for the MLP and a CNN, every rank (servers
+// included) ends where OneDeviceStrategy ends on the same global batch — which is where
+// MultiWorkerMirroredStrategy ends (multi_worker_equivalence). In Async mode every push is
+// applied exactly once: each partition's server counts as many updates as the workers ran steps.
+//   parameter_server_equivalence SERVERS      exit status 0: every check held on this rank
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <chrono>
+
+#include <strata/collective/mpi.hpp>
+#include <strata/strategy/parameter_server.hpp>
+
+#include "strategies/equivalence.hpp"
+
+namespace {
+
+using Sync = strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Sync>;
+using Async = strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Async>;
+
+int check_sync(int servers) {
+  int failures = 0;
+  for (bool on_servers : {true, false})
+    for (bool conv : {false, true})
+      for (int k : {1, 2}) {
+        equivalence::Setup s;
+        s.conv = conv;
+        s.accumulation = k;
+        equivalence::Setup plain = s;
+        plain.accumulation = 1;
+        strata::OneDeviceStrategy one;
+        std::vector<double> ref_losses, losses;
+        const auto ref = equivalence::train_steps(one, plain, &ref_losses);
+        // 2 KiB partitions: the 32x32 and conv-to-dense weights are split over the servers.
+        Sync strategy({.servers = servers, .update_on_servers = on_servers, .partition_bytes = 2048});
+        const auto got = equivalence::train_steps(strategy, s, &losses);
+        const double diff = equivalence::max_relative_difference(got, ref);
+        double loss_diff = 0;
+        if (!strategy.is_server()) {
+          loss_diff = losses.size() == ref_losses.size() ? 0.0 : 1.0;
+          for (std::size_t i = 0; i < std::min(losses.size(), ref_losses.size()); ++i)
+            loss_diff = std::max(loss_diff, std::fabs(losses[i] - ref_losses[i]) / std::fabs(ref_losses[i]));
+        }
+        const bool ok = diff < 1e-5 && loss_diff < 1e-5;
+        failures += ok ? 0 : 1;
+        std::printf("%s rank %d (%s of %d servers, %d workers): sync, update on %s, %s k=%d: parameters differ by "
+                    "%.3g (relative), losses by %.3g over %zu steps\n",
+                    ok ? "ok  " : "FAIL", strategy.rank(), strategy.is_server() ? "server" : "worker",
+                    strategy.num_servers(), strategy.num_workers(), on_servers ? "servers" : "workers",
+                    conv ? "cnn" : "mlp", k, diff, loss_diff, losses.size());
+      }
+  return failures;
+}
+
+// Async: every worker's steps, summed, is every partition's update count on its server.
+int check_async(int servers, std::int64_t staleness) {
+  equivalence::Setup s;
+  Async strategy({.servers = servers, .staleness = staleness, .partition_bytes = 2048});
+  std::vector<double> losses;
+  const auto got = equivalence::train_steps(strategy, s, &losses);
+  strata::PerReplica<double> steps(1);
+  steps[0] = static_cast<double>(losses.size());
+  // The workers' total steps, through the job-wide collective (servers contribute 0).
+  double total = strategy.is_server() ? 0 : steps[0];
+  strategy.transport().world().allreduce_raw(&total, &total, 1, strata::DType::f64, strata::ReduceOp::Sum);
+  int failures = 0;
+  std::string counts;
+  for (std::size_t id = 0; id < strategy.shards().partitions.size(); ++id) {
+    const auto& q = strategy.shards().partitions[id];
+    if (!strategy.is_server() || strategy.shards().partitions[id].server != strategy.transport().roles().index_of(strategy.rank()))
+      continue;
+    const std::int64_t n = strategy.server_updates(id);
+    counts += " " + std::to_string(n);
+    failures += n == static_cast<std::int64_t>(total) ? 0 : 1;
+    (void)q;
+  }
+  bool finite = true;
+  for (const auto& p : got)
+    for (float v : p) finite = finite && std::isfinite(v);
+  failures += finite ? 0 : 1;
+  // Every worker's steps: its share of the examples, ceil(share / batch).
+  const std::int64_t want = (s.examples / strategy.num_workers() + s.global_batch - 1) / s.global_batch;
+  if (!strategy.is_server()) failures += std::llabs(static_cast<long long>(losses.size()) - want) <= 1 ? 0 : 1;
+  std::printf("%s rank %d (%s): async, staleness %lld: %zu steps here, %.0f in all; updates per held partition:%s\n",
+              failures == 0 ? "ok  " : "FAIL", strategy.rank(), strategy.is_server() ? "server" : "worker",
+              static_cast<long long>(staleness), losses.size(), total, counts.empty() ? " (none held)" : counts.c_str());
+  return failures;
+}
+
+// The staleness bound, observed: worker 1 sleeps 4 ms before each push. Bound 0: worker 0's
+// step k completes only after worker 1 pushed its step k. No bound: worker 0 finishes all its
+// steps before worker 1 starts its last (it never waits for it).
+int check_staleness(int servers, std::int64_t staleness) {
+  using Clock = std::chrono::steady_clock;
+  equivalence::Setup s;
+  Async strategy({.servers = servers, .staleness = staleness, .partition_bytes = 2048});
+  strata::manual_seed(7);
+  auto net = strategy.scope([&] { return equivalence::model(false); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2, {.momentum = 0.9}); });
+  const int w = strategy.is_server() ? -1 : strategy.transport().roles().index_of(strategy.rank());
+  std::vector<double> pushed, done;  // per step, seconds since the epoch of steady_clock
+  auto now = [] { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); };
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(equivalence::dataset(s)).batch(s.global_batch))) {
+    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      auto loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
+      auto grads = strata::grad(loss, net.parameters());
+      if (w == 1) std::this_thread::sleep_for(std::chrono::milliseconds(4));
+      pushed.push_back(now());
+      opt.apply_gradients(ctx, grads);
+      done.push_back(now());
+    }, batch);
+  }
+  // Every rank's first 11 (pushed, done) pairs, gathered over the whole job.
+  const std::size_t steps = 11;
+  std::vector<double> mine(2 * steps, 0.0);
+  for (std::size_t k = 0; k < std::min(steps, pushed.size()); ++k) {
+    mine[k] = pushed[k];
+    mine[steps + k] = done[k];
+  }
+  auto& world = strategy.transport().world();
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(world.size()));
+  world.allgather_raw(mine.data(), all.data(), mine.size(), strata::DType::f64);
+  const auto& workers = strategy.transport().roles().workers;
+  const double* fast = all.data() + 2 * steps * static_cast<std::size_t>(workers[0]);
+  const double* slow = all.data() + 2 * steps * static_cast<std::size_t>(workers[1]);
+  bool ok = true;
+  std::string detail;
+  if (staleness == 0) {
+    for (std::size_t k = 0; k < steps; ++k) ok = ok && fast[steps + k] >= slow[k];
+    detail = "worker 0's steps each end after worker 1's push of the same step";
+  } else {
+    ok = fast[2 * steps - 1] < slow[steps - 1];
+    detail = "worker 0 ended its last step " + std::to_string(1e3 * (slow[steps - 1] - fast[2 * steps - 1])) +
+             " ms before worker 1's last push";
+  }
+  std::printf("%s rank %d: async, staleness %lld: %s\n", ok ? "ok  " : "FAIL", strategy.rank(),
+              static_cast<long long>(staleness), detail.c_str());
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int servers = argc > 1 ? std::atoi(argv[1]) : 1;
+  try {
+    const int failures = check_sync(servers) + check_async(servers, -1) + check_async(servers, 0) +
+                         check_staleness(servers, 0) + check_staleness(servers, -1);
+    return failures == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::printf("error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,59 @@
+// A ParameterServerStrategy<Mpi> job (1 server, 2 workers) with one misbehaving rank, for
+// tests/strategies/run_parameter_server_fault.sh:
+//   stop-worker   Sync: worker rank 2 SIGSTOPs itself before its 4th push; the server names it
+//   stop-server   the server SIGSTOPs itself 300 ms into the epoch; the workers name it
+//   kill-server   the server SIGKILLs itself 300 ms into the epoch; mpirun ends the job
+//   kill-worker   Async: worker rank 2 SIGKILLs itself at its 4th step; mpirun ends the job
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <strata/collective/mpi.hpp>
+#include <strata/strata.hpp>
+#include <strata/strategy/parameter_server.hpp>
+
+template <class Mode>
+int run(const std::string& mode) {
+  strata::ParameterServerStrategy<strata::collective::Mpi, Mode> strategy({.servers = 1});
+  auto net = strategy.scope([] { return strata::nn::Sequential(strata::nn::Linear(8, 4)); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.01); });
+  const std::int64_t n = 200000;
+  strata::Generator g(1);
+  const strata::data::TensorDataset ds(strata::uniform({n, 8}, -1, 1, g), strata::zeros({n}, strata::DType::i64));
+  std::thread saboteur;
+  if (strategy.is_server() && (mode == "stop-server" || mode == "kill-server"))
+    saboteur = std::thread([mode] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::raise(mode == "stop-server" ? SIGSTOP : SIGKILL);
+    });
+  int step = 0;
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(ds).batch(2 * 4))) {
+    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      auto loss = strata::nn::cross_entropy(net(b.x), b.y, strata::nn::Reduction::sum_over_global_batch, b.global_size);
+      auto grads = strata::grad(loss, net.parameters());
+      if (strategy.rank() == 2 && ++step == 4) {
+        if (mode == "stop-worker") std::raise(SIGSTOP);
+        if (mode == "kill-worker") std::raise(SIGKILL);
+      }
+      opt.apply_gradients(ctx, grads);
+    }, batch);
+  }
+  if (saboteur.joinable()) saboteur.join();
+  std::printf("rank %d finished: the fault went unnoticed\n", strategy.rank());
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  try {
+    if (mode == "kill-worker") return run<strata::ps::Async>(mode);
+    if (mode == "stop-worker" || mode == "stop-server" || mode == "kill-server") return run<strata::ps::Sync>(mode);
+  } catch (const std::exception& e) {
+    std::printf("error: %s\n", e.what());
+    return 1;
+  }
+  std::printf("usage: parameter_server_fault stop-worker|stop-server|kill-server|kill-worker\n");
+  return 2;
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs parameter_server_fault under mpirun (1 server, 2 workers, a 2 s deadline) and checks
+# that the job fails within a bound, with the message the mode calls for (RELIABILITY B4-B5).
+#   usage: run_parameter_server_fault.sh MPIRUN EXE MODE
+set -u
+mpirun=$1 exe=$2 mode=$3
+start=$(date +%s%N)
+out=$(STRATA_COLLECTIVE_TIMEOUT=2 timeout 60 "$mpirun" -x STRATA_COLLECTIVE_TIMEOUT -np 3 "$exe" "$mode" 2>&1); rc=$?
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+echo "$out" | tail -20
+echo "exit status $rc after ${elapsed_ms} ms"
+fail() { echo "FAIL: $*"; exit 1; }
+((rc != 0)) || fail "the job exited 0"
+[[ $out != *"went unnoticed"* ]] || fail "a rank finished without noticing"
+case $mode in
+  stop-worker)
+    grep -q "\[strata.ps.timeout\] server rank 0: partition .* missing: worker rank 2 (stopped)" <<<"$out" ||
+      fail "the server did not name the stopped worker rank 2"
+    ((elapsed_ms >= 1000)) || fail "failed after ${elapsed_ms} ms, before half the deadline" ;;
+  stop-server)
+    grep -q "\[strata.ps.timeout\] worker rank [12]: replies not complete .* waiting for server rank 0 (stopped)" <<<"$out" ||
+      fail "no worker named the stopped server rank 0"
+    ((elapsed_ms >= 1000)) || fail "failed after ${elapsed_ms} ms, before half the deadline" ;;
+  kill-server)
+    ((rc != 124)) || fail "the job hung until the outer timeout"
+    grep -q "process rank 0 .* exited on signal 9" <<<"$out" || fail "mpirun did not name the killed server rank 0" ;;
+  kill-worker)
+    ((rc != 124)) || fail "the job hung until the outer timeout"
+    grep -q "process rank 2 .* exited on signal 9" <<<"$out" || fail "mpirun did not name the killed worker rank 2" ;;
+  *) fail "unknown mode $mode" ;;
+esac
+((elapsed_ms < 30000)) || fail "took ${elapsed_ms} ms"
+echo "PASS"
