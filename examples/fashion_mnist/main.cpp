@@ -8,6 +8,7 @@
 //   mpirun -np 2 fashion_mnist --strategy multi_worker_mirrored --collective mpi
 //   strata-run -np 2 fashion_mnist --strategy multi_worker_mirrored --collective gloo
 //   mpirun -np 3 fashion_mnist --strategy parameter_server --servers 1 --mode sync|async
+//   strata-run -np 3 fashion_mnist --strategy parameter_server --collective gloo --mode async
 //
 // The strategy is chosen at run time by dispatching to the template's instantiations.
 #include <cmath>
@@ -20,11 +21,11 @@
 
 #if STRATA_HAS_MPI
 #include <strata/collective/mpi.hpp>
-#include <strata/strategy/parameter_server.hpp>
 #endif
 #if STRATA_HAS_GLOO
 #include <strata/collective/gloo.hpp>
 #endif
+#include <strata/strategy/parameter_server.hpp>
 
 namespace {
 
@@ -126,8 +127,9 @@ int main(int argc, char** argv) try {
   if (strategy_name != "parameter_server" && (servers != 0 || !mode.empty() || staleness != -1 || !update_on.empty()))
     throw strata::invalid_argument("[strata.example] --servers, --mode, --staleness and --update-on apply to --strategy "
                                    "parameter_server only");
-  if (strategy_name != "multi_worker_mirrored" && !collective.empty())
-    throw strata::invalid_argument("[strata.example] --collective applies to --strategy multi_worker_mirrored only");
+  if (strategy_name != "multi_worker_mirrored" && strategy_name != "parameter_server" && !collective.empty())
+    throw strata::invalid_argument("[strata.example] --collective applies to --strategy multi_worker_mirrored or "
+                                   "parameter_server only");
   if (strategy_name == "one_device") {
     strata::OneDeviceStrategy s;
     train_and_report(s);
@@ -164,19 +166,32 @@ int main(int argc, char** argv) try {
     if (update_on != "servers" && update_on != "workers")
       throw strata::invalid_argument("[strata.example] --update-on expects servers or workers, got '" + update_on + "'");
     if (servers < 0) throw strata::invalid_argument("[strata.example] --servers must be at least 1");
-#if STRATA_HAS_MPI
     const strata::ParameterServerOptions o{.servers = servers, .update_on_servers = update_on == "servers",
                                            .staleness = staleness};
-    if (mode == "sync") {
-      strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Sync> s(o);
-      train_and_report(s);
-    } else {
-      strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Async> s(o);
-      train_and_report(s);
-    }
+    auto run_ps = [&]<class C>(C*) {
+      if (mode == "sync") {
+        strata::ParameterServerStrategy<C, strata::ps::Sync> s(o);
+        train_and_report(s);
+      } else {
+        strata::ParameterServerStrategy<C, strata::ps::Async> s(o);
+        train_and_report(s);
+      }
+    };
+    if (collective.empty() || collective == "mpi") {
+#if STRATA_HAS_MPI
+      run_ps(static_cast<strata::collective::Mpi*>(nullptr));
 #else
-    throw strata::invalid_argument("[strata.example] --strategy parameter_server needs MPI (configure with -Dmpi=enabled)");
+      throw strata::invalid_argument("[strata.example] this build has no MPI (configure with -Dmpi=enabled)");
 #endif
+    } else if (collective == "gloo") {
+#if STRATA_HAS_GLOO
+      run_ps(static_cast<strata::collective::Gloo*>(nullptr));
+#else
+      throw strata::invalid_argument("[strata.example] this build has no Gloo (configure with -Dgloo=enabled)");
+#endif
+    } else {
+      throw strata::invalid_argument("[strata.example] --collective expects mpi or gloo, got '" + collective + "'");
+    }
   } else {
     throw strata::invalid_argument("[strata.example] unknown strategy '" + strategy_name +
                                    "' (expected one_device, mirrored, central_storage, multi_worker_mirrored or "

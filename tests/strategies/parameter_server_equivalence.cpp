@@ -1,25 +1,28 @@
-// ParameterServerStrategy<Mpi> under mpirun: in Sync mode, with the update on the servers or
+// ParameterServerStrategy<Mpi> under mpirun (or <Gloo> under strata-run): in Sync mode, with the update on the servers or
 // on the workers, with gradient accumulation, for the MLP and a CNN, every rank (servers
 // included) ends where OneDeviceStrategy ends on the same global batch — which is where
 // MultiWorkerMirroredStrategy ends (multi_worker_equivalence). In Async mode every push is
 // applied exactly once: each partition's server counts as many updates as the workers ran steps.
-//   parameter_server_equivalence SERVERS      exit status 0: every check held on this rank
+//   parameter_server_equivalence mpi|gloo SERVERS   exit status 0: every check held on this rank
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
 #include <chrono>
 
+#if STRATA_HAS_MPI
 #include <strata/collective/mpi.hpp>
+#endif
+#if STRATA_HAS_GLOO
+#include <strata/collective/gloo.hpp>
+#endif
 #include <strata/strategy/parameter_server.hpp>
 
 #include "strategies/equivalence.hpp"
 
 namespace {
 
-using Sync = strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Sync>;
-using Async = strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Async>;
-
+template <class C>
 int check_sync(int servers) {
   int failures = 0;
   for (bool on_servers : {true, false})
@@ -34,7 +37,7 @@ int check_sync(int servers) {
         std::vector<double> ref_losses, losses;
         const auto ref = equivalence::train_steps(one, plain, &ref_losses);
         // 2 KiB partitions: the 32x32 and conv-to-dense weights are split over the servers.
-        Sync strategy({.servers = servers, .update_on_servers = on_servers, .partition_bytes = 2048});
+        strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .update_on_servers = on_servers, .partition_bytes = 2048});
         const auto got = equivalence::train_steps(strategy, s, &losses);
         const double diff = equivalence::max_relative_difference(got, ref);
         double loss_diff = 0;
@@ -55,9 +58,10 @@ int check_sync(int servers) {
 }
 
 // Async: every worker's steps, summed, is every partition's update count on its server.
+template <class C>
 int check_async(int servers, std::int64_t staleness) {
   equivalence::Setup s;
-  Async strategy({.servers = servers, .staleness = staleness, .partition_bytes = 2048});
+  strata::ParameterServerStrategy<C, strata::ps::Async> strategy({.servers = servers, .staleness = staleness, .partition_bytes = 2048});
   std::vector<double> losses;
   const auto got = equivalence::train_steps(strategy, s, &losses);
   strata::PerReplica<double> steps(1);
@@ -89,13 +93,14 @@ int check_async(int servers, std::int64_t staleness) {
   return failures;
 }
 
-// The staleness bound, observed: worker 1 sleeps 4 ms before each push. Bound 0: worker 0's
+// The staleness bound, observed: worker 1 sleeps 20 ms before each push. Bound 0: worker 0's
 // step k completes only after worker 1 pushed its step k. No bound: worker 0 finishes all its
 // steps before worker 1 starts its last (it never waits for it).
+template <class C>
 int check_staleness(int servers, std::int64_t staleness) {
   using Clock = std::chrono::steady_clock;
   equivalence::Setup s;
-  Async strategy({.servers = servers, .staleness = staleness, .partition_bytes = 2048});
+  strata::ParameterServerStrategy<C, strata::ps::Async> strategy({.servers = servers, .staleness = staleness, .partition_bytes = 2048});
   strata::manual_seed(7);
   auto net = strategy.scope([&] { return equivalence::model(false); });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2, {.momentum = 0.9}); });
@@ -106,7 +111,7 @@ int check_staleness(int servers, std::int64_t staleness) {
     strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
       auto loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
       auto grads = strata::grad(loss, net.parameters());
-      if (w == 1) std::this_thread::sleep_for(std::chrono::milliseconds(4));
+      if (w == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       pushed.push_back(now());
       opt.apply_gradients(ctx, grads);
       done.push_back(now());
@@ -142,12 +147,24 @@ int check_staleness(int servers, std::int64_t staleness) {
 
 }  // namespace
 
+template <class C>
+int check_all(int servers) {
+  return check_sync<C>(servers) + check_async<C>(servers, -1) + check_async<C>(servers, 0) +
+         check_staleness<C>(servers, 0) + check_staleness<C>(servers, -1);
+}
+
 int main(int argc, char** argv) {
-  const int servers = argc > 1 ? std::atoi(argv[1]) : 1;
+  const std::string which = argc > 1 ? argv[1] : "";
+  const int servers = argc > 2 ? std::atoi(argv[2]) : 1;
   try {
-    const int failures = check_sync(servers) + check_async(servers, -1) + check_async(servers, 0) +
-                         check_staleness(servers, 0) + check_staleness(servers, -1);
-    return failures == 0 ? 0 : 1;
+#if STRATA_HAS_MPI
+    if (which == "mpi") return check_all<strata::collective::Mpi>(servers) == 0 ? 0 : 1;
+#endif
+#if STRATA_HAS_GLOO
+    if (which == "gloo") return check_all<strata::collective::Gloo>(servers) == 0 ? 0 : 1;
+#endif
+    std::printf("usage: parameter_server_equivalence mpi|gloo SERVERS\n");
+    return 2;
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
     return 1;

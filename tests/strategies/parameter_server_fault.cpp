@@ -1,22 +1,27 @@
-// A ParameterServerStrategy<Mpi> job (1 server, 2 workers) with one misbehaving rank, for
-// tests/strategies/run_parameter_server_fault.sh:
+// A ParameterServerStrategy job (1 server, 2 workers; Mpi under mpirun, Gloo under strata-run)
+// with one misbehaving rank, for tests/strategies/run_parameter_server_fault.sh:
 //   stop-worker   Sync: worker rank 2 SIGSTOPs itself before its 4th push; the server names it
 //   stop-server   the server SIGSTOPs itself 300 ms into the epoch; the workers name it
-//   kill-server   the server SIGKILLs itself 300 ms into the epoch; mpirun ends the job
-//   kill-worker   Async: worker rank 2 SIGKILLs itself at its 4th step; mpirun ends the job
+//   kill-server   the server SIGKILLs itself 300 ms into the epoch; the launcher ends the job
+//   kill-worker   Async: worker rank 2 SIGKILLs itself at its 4th step; the launcher ends the job
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <string>
 #include <thread>
 
+#if STRATA_HAS_MPI
 #include <strata/collective/mpi.hpp>
+#endif
+#if STRATA_HAS_GLOO
+#include <strata/collective/gloo.hpp>
+#endif
 #include <strata/strata.hpp>
 #include <strata/strategy/parameter_server.hpp>
 
-template <class Mode>
+template <class C, class Mode>
 int run(const std::string& mode) {
-  strata::ParameterServerStrategy<strata::collective::Mpi, Mode> strategy({.servers = 1});
+  strata::ParameterServerStrategy<C, Mode> strategy({.servers = 1});
   auto net = strategy.scope([] { return strata::nn::Sequential(strata::nn::Linear(8, 4)); });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.01); });
   const std::int64_t n = 200000;
@@ -45,15 +50,26 @@ int run(const std::string& mode) {
   return 0;
 }
 
+template <class C>
+int run_mode(const std::string& mode) {
+  if (mode == "kill-worker") return run<C, strata::ps::Async>(mode);
+  if (mode == "stop-worker" || mode == "stop-server" || mode == "kill-server") return run<C, strata::ps::Sync>(mode);
+  return 2;
+}
+
 int main(int argc, char** argv) {
-  const std::string mode = argc > 1 ? argv[1] : "";
+  const std::string mode = argc > 1 ? argv[1] : "", which = argc > 2 ? argv[2] : "mpi";
   try {
-    if (mode == "kill-worker") return run<strata::ps::Async>(mode);
-    if (mode == "stop-worker" || mode == "stop-server" || mode == "kill-server") return run<strata::ps::Sync>(mode);
+#if STRATA_HAS_MPI
+    if (which == "mpi") return run_mode<strata::collective::Mpi>(mode);
+#endif
+#if STRATA_HAS_GLOO
+    if (which == "gloo") return run_mode<strata::collective::Gloo>(mode);
+#endif
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
     return 1;
   }
-  std::printf("usage: parameter_server_fault stop-worker|stop-server|kill-server|kill-worker\n");
+  std::printf("usage: parameter_server_fault stop-worker|stop-server|kill-server|kill-worker mpi|gloo\n");
   return 2;
 }

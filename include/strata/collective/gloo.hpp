@@ -309,6 +309,13 @@ class Gloo : public TypedFrontEnd<Gloo> {
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   std::uint64_t sequence() const noexcept { return seq_; }
+  /// Rank r's process state (runtime::process_state) when it runs on this host, '?' otherwise.
+  char peer_state(int r) const {
+    const std::string mine = detail::host_prefix();
+    if (r == rank_ || r < 0 || static_cast<std::size_t>(r) >= claims_.size() || claims_[static_cast<std::size_t>(r)].rfind(mine, 0) != 0)
+      return '?';
+    return runtime::process_state(std::atol(claims_[static_cast<std::size_t>(r)].c_str() + mine.size()));
+  }
   /// The underlying Gloo context (null for a group of one), for calling Gloo directly.
   const std::shared_ptr<gloo::rendezvous::Context>& context() const noexcept { return ctx_; }
 

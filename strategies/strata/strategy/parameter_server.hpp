@@ -53,7 +53,7 @@ struct ParameterServerOptions {
 template <class C, class Mode = ps::Sync>
 class ParameterServerStrategy {
   static_assert(ps::has_transport<C>, "ParameterServerStrategy<C, Mode>: C picks the transport between servers and "
-                                      "workers: collective::Mpi (in a build with -Dmpi=enabled)");
+                                      "workers: collective::Mpi or collective::Gloo (in a build with -Dmpi=enabled or -Dgloo=enabled)");
   static_assert(ps::Mode<Mode>, "ParameterServerStrategy<C, Mode>: Mode is ps::Sync or ps::Async");
 };
 
@@ -299,4 +299,7 @@ inline constexpr bool enable_strategy<ParameterServerStrategy<C, M>> = true;
 
 #if STRATA_HAS_MPI
 #include <strata/strategy/parameter_server/mpi_transport.hpp>
+#endif
+#if STRATA_HAS_GLOO
+#include <strata/strategy/parameter_server/gloo_transport.hpp>
 #endif

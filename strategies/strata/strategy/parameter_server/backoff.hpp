@@ -20,7 +20,11 @@ class Backoff {
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::microseconds kActiveWindow{2000};
 
-  explicit Backoff(std::size_t bytes_in_flight = 0) { active(bytes_in_flight); }
+  /// `window`: how long to keep polling after activity (zero for a transport that moves data
+  /// on its own threads, where sleeping stalls nothing).
+  explicit Backoff(std::size_t bytes_in_flight = 0, std::chrono::microseconds window = kActiveWindow) : window_(window) {
+    active(bytes_in_flight);
+  }
 
   /// Waits a little; true about every 64th poll and after every sleep (a moment to check a
   /// deadline).
@@ -41,12 +45,13 @@ class Backoff {
   }
   /// Something happened: poll actively again for the window (longer by `bytes` to move).
   void active(std::size_t bytes = 0) {
-    active_until_ = Clock::now() + kActiveWindow + std::chrono::microseconds(bytes / 1000);
-    active_ = true;
+    active_ = window_.count() > 0;
+    if (active_) active_until_ = Clock::now() + window_ + std::chrono::microseconds(bytes / 1000);
     sleep_ = std::chrono::microseconds(5);
   }
 
  private:
+  std::chrono::microseconds window_;
   Clock::time_point active_until_{};
   std::chrono::microseconds sleep_{5};
   unsigned polls_ = 0;

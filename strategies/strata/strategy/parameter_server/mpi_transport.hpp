@@ -32,6 +32,8 @@ template <>
 class Transport<collective::Mpi> {
  public:
   using Request = MPI_Request;
+  /// MPI moves a large message only while a rank is inside MPI calls: poll this long after activity.
+  static constexpr std::chrono::microseconds poll_window = Backoff::kActiveWindow;
 
   /// A message that arrived and waits to be received.
   struct Message {
@@ -114,13 +116,16 @@ class Transport<collective::Mpi> {
     return flag != 0;
   }
   /// Completes every request (moving `bytes` in all), polling then sleeping (ps::Backoff);
-  /// past `deadline` calls on_timeout() (which does not return).
+  /// past `deadline` calls on_timeout(why) (which does not return).
   template <class OnTimeout>
   void wait_all(std::span<Request> rs, std::chrono::steady_clock::time_point deadline, OnTimeout&& on_timeout,
                 std::size_t bytes = 0) {
-    Backoff backoff(bytes);
+    const auto start = std::chrono::steady_clock::now();
+    Backoff backoff(bytes, poll_window);
     while (!test_all(rs)) {
-      if (backoff.pause() && std::chrono::steady_clock::now() > deadline) on_timeout();
+      if (backoff.pause() && std::chrono::steady_clock::now() > deadline)
+        on_timeout("not complete after " +
+                   std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) + " s");
     }
   }
   /// Ends the job with `message` (every rank stops; mpirun exits non-zero).

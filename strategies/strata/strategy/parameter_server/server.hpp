@@ -82,10 +82,10 @@ class Server {
     std::vector<char> done(static_cast<std::size_t>(workers_), 0);
     int finished = 0;
     typename T::Message m;
-    Backoff backoff;
+    Backoff backoff(0, T::poll_window);
     auto last_check = std::chrono::steady_clock::now();
     while (finished < workers_) {
-      if (progress_replies()) {  // replies first: MPI moves them only while this rank polls them
+      if (T::poll_window.count() > 0 && progress_replies()) {  // replies first: MPI moves them only while polled
         backoff.active();
         std::this_thread::yield();
         continue;
@@ -191,9 +191,9 @@ class Server {
   }
 
   void complete_replies(Held& h) {
-    t_.wait_all(h.replies, std::chrono::steady_clock::now() + t_.timeout(), [&] {
+    t_.wait_all(h.replies, std::chrono::steady_clock::now() + t_.timeout(), [&](const std::string& why) {
       t_.abort("[strata.ps.timeout] server rank " + std::to_string(t_.rank()) + ": replies of partition " +
-               std::to_string(h.id) + " not taken within the timeout; aborting the job");
+               std::to_string(h.id) + " not taken: " + why + "; aborting the job");
     });
     h.replies.clear();
   }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -83,22 +84,26 @@ class Worker {
   // The servers report a stalled step first (after the timeout); a worker waits a little longer.
   void wait(const char* what) {
     const auto deadline = std::chrono::steady_clock::now() + t_.timeout() + t_.timeout() / 4 + std::chrono::seconds(1);
-    t_.wait_all(requests_, deadline, [&] { t_.abort(timeout_message(what)); }, bytes_);
+    t_.wait_all(requests_, deadline, [&](const std::string& why) { t_.abort(timeout_message(what, why)); }, bytes_);
     requests_.clear();
     bytes_ = 0;
     peers_.clear();
   }
 
-  std::string timeout_message(const char* what) {
+  std::string timeout_message(const char* what, const std::string& why) {
     std::ostringstream os;
-    os << "[strata.ps.timeout] worker rank " << t_.rank() << ": " << what << " not complete after "
-       << std::chrono::duration<double>(t_.timeout() + t_.timeout() / 4).count() << " s; waiting for";
+    os << "[strata.ps.timeout] worker rank " << t_.rank() << ": " << what << " not complete (" << why
+       << "); waiting for";
     std::vector<int> named;
     for (std::size_t k = 0; k < requests_.size(); ++k) {
       const int s = peers_[k];
       if (t_.test(requests_[k]) || std::find(named.begin(), named.end(), s) != named.end()) continue;
       named.push_back(s);
-      const char st = t_.peer_state(s);
+      char st = t_.peer_state(s);
+      for (int i = 0; i < 20 && st != '?' && !runtime::is_gone(st) && !runtime::is_stopped(st); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a closed connection precedes the exit a little
+        st = t_.peer_state(s);
+      }
       os << " server rank " << s
          << (runtime::is_stopped(st) ? " (stopped)" : runtime::is_gone(st) ? " (gone)" : " (running or elsewhere)");
     }
