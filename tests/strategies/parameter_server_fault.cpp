@@ -3,7 +3,10 @@
 //   stop-worker   Sync: worker rank 2 SIGSTOPs itself before its 4th push; the server names it
 //   stop-server   the server SIGSTOPs itself 300 ms into the epoch; the workers name it
 //   kill-server   the server SIGKILLs itself 300 ms into the epoch; the launcher ends the job
-//   kill-worker   Async: worker rank 2 SIGKILLs itself at its 4th step; the launcher ends the job
+//   kill-worker   Async: worker rank 2 SIGKILLs itself at its 4th step; the server drops it and
+//                 the rest go on until the launcher ends the job
+//   carry-on      kill-worker under strata-run --keep-going (Gloo): the server drops the lost
+//                 worker, the other one finishes the epoch, and the job's rate counts it alone
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -24,7 +27,7 @@ int run(const std::string& mode) {
   strata::ParameterServerStrategy<C, Mode> strategy({.servers = 1});
   auto net = strategy.scope([] { return strata::nn::Sequential(strata::nn::Linear(8, 4)); });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.01); });
-  const std::int64_t n = 200000;
+  const std::int64_t n = mode == "carry-on" ? 4000 : 200000;
   strata::Generator g(1);
   const strata::data::TensorDataset ds(strata::uniform({n, 8}, -1, 1, g), strata::zeros({n}, strata::DType::i64));
   std::thread saboteur;
@@ -38,21 +41,27 @@ int run(const std::string& mode) {
     strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
       auto loss = strata::nn::cross_entropy(net(b.x), b.y, strata::nn::Reduction::sum_over_global_batch, b.global_size);
       auto grads = strata::grad(loss, net.parameters());
-      if (strategy.rank() == 2 && ++step == 4) {
+      if (++step == 4 && strategy.rank() == 2) {
         if (mode == "stop-worker") std::raise(SIGSTOP);
-        if (mode == "kill-worker") std::raise(SIGKILL);
+        if (mode == "kill-worker" || mode == "carry-on") std::raise(SIGKILL);
       }
       opt.apply_gradients(ctx, grads);
     }, batch);
   }
   if (saboteur.joinable()) saboteur.join();
+  if (mode == "carry-on" || mode == "kill-worker") {  // Async goes on without the lost worker
+    const double rate = strategy.job_examples_per_s(strategy.is_server() ? 0.0 : 1.0);
+    std::printf("rank %d finished the epoch (%d steps here); workers still in the job: %.0f\n", strategy.rank(), step,
+                rate);
+    return 0;
+  }
   std::printf("rank %d finished: the fault went unnoticed\n", strategy.rank());
   return 0;
 }
 
 template <class C>
 int run_mode(const std::string& mode) {
-  if (mode == "kill-worker") return run<C, strata::ps::Async>(mode);
+  if (mode == "kill-worker" || mode == "carry-on") return run<C, strata::ps::Async>(mode);
   if (mode == "stop-worker" || mode == "stop-server" || mode == "kill-server") return run<C, strata::ps::Sync>(mode);
   return 2;
 }
@@ -70,6 +79,6 @@ int main(int argc, char** argv) {
     std::printf("error: %s\n", e.what());
     return 1;
   }
-  std::printf("usage: parameter_server_fault stop-worker|stop-server|kill-server|kill-worker mpi|gloo\n");
+  std::printf("usage: parameter_server_fault stop-worker|stop-server|kill-server|kill-worker|carry-on mpi|gloo\n");
   return 2;
 }

@@ -8,6 +8,8 @@ launcher=$1 exe=$2 mode=$3 transport=$4
 start=$(date +%s%N)
 if [[ $transport == mpi ]]; then
   out=$(STRATA_COLLECTIVE_TIMEOUT=2 timeout 60 "$launcher" -x STRATA_COLLECTIVE_TIMEOUT -np 3 "$exe" "$mode" mpi 2>&1); rc=$?
+elif [[ $mode == carry-on ]]; then
+  out=$(STRATA_COLLECTIVE_TIMEOUT=2 timeout 60 "$launcher" --keep-going -np 3 "$exe" "$mode" gloo 2>&1); rc=$?
 else
   out=$(STRATA_COLLECTIVE_TIMEOUT=2 timeout 60 "$launcher" -np 3 "$exe" "$mode" gloo 2>&1); rc=$?
 fi
@@ -37,11 +39,24 @@ case $mode in
     fi ;;
   kill-worker)
     ((rc != 124)) || [[ $transport == gloo ]] || fail "the job hung until the outer timeout"
+    if grep -q "finished the epoch" <<<"$out"; then  # the rest got to the end before the launcher stopped them
+      grep -q "\[strata.ps.peer_lost\] server rank 0: worker rank 2 is gone" <<<"$out" ||
+        fail "ranks finished without the server reporting the lost worker"
+    fi
     if [[ $transport == mpi ]]; then
       grep -q "process rank 2 .* exited on signal 9" <<<"$out" || fail "mpirun did not name the killed worker rank 2"
     else
       grep -q "rank 2 was killed by signal 9" <<<"$out" || fail "strata-run did not name the killed worker rank 2"
     fi ;;
+  carry-on)  # Async over Gloo under strata-run --keep-going: the rest finish, the loss reported
+    ((rc == 137)) || fail "the job's status is not the killed rank's (137)"
+    grep -q "strata-run: rank 2 was killed by signal 9; the other ranks carry on" <<<"$out" ||
+      fail "strata-run did not report the killed worker rank 2"
+    grep -q "\[strata.ps.peer_lost\] server rank 0: worker rank 2 is gone; Async carries on with 1 worker" <<<"$out" ||
+      fail "the server did not report the lost worker"
+    grep -q "rank 1 finished the epoch (250 steps here); workers still in the job: 1" <<<"$out" ||
+      fail "worker rank 1 did not finish its epoch"
+    grep -q "rank 0 finished the epoch" <<<"$out" || fail "the server did not finish the epoch" ;;
   *) fail "unknown mode $mode" ;;
 esac
 ((elapsed_ms < 30000)) || fail "took ${elapsed_ms} ms"

@@ -39,6 +39,7 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   std::chrono::milliseconds grace{3000};           ///< SIGTERM to SIGKILL
   bool tcp_rendezvous = false;                     ///< a TCP store on the port instead of a directory
+  bool keep_going = false;                         ///< a failed rank is reported, the others run on
   std::vector<std::string> command;                ///< program and its arguments
 };
 
@@ -130,7 +131,8 @@ inline int launch_processes(const LaunchOptions& o) {
     int fd = -1;
     std::string buf, prefix;
     bool running = true;
-    int status = 0;  // waitpid status once it has exited
+    bool reported = false;  // its failure was reported (--keep-going)
+    int status = 0;         // waitpid status once it has exited
   };
   std::vector<Rank> ranks(static_cast<std::size_t>(o.nproc));
   for (int r = 0; r < o.nproc; ++r) {
@@ -231,7 +233,7 @@ inline int launch_processes(const LaunchOptions& o) {
     auto pick = [&](int current) {
       for (std::size_t r = 0; r < ranks.size(); ++r) {
         const auto& rk = ranks[r];
-        if (rk.running || !failed(rk)) continue;
+        if (rk.running || !failed(rk) || rk.reported) continue;
         if (current < 0 || weight(rk.status) > weight(ranks[static_cast<std::size_t>(current)].status))
           current = static_cast<int>(r);
       }
@@ -246,13 +248,19 @@ inline int launch_processes(const LaunchOptions& o) {
         blamed = pick(blamed);
       }
       auto& rk = ranks[static_cast<std::size_t>(blamed)];
-      failing = true;
       const bool sig = WIFSIGNALED(rk.status);
-      status_out = sig ? 128 + WTERMSIG(rk.status) : WEXITSTATUS(rk.status);
-      std::fprintf(stderr, "strata-run: rank %d %s %d; stopping the other ranks\n", blamed,
-                   sig ? "was killed by signal" : "exited with status",
-                   sig ? WTERMSIG(rk.status) : status_out);
+      const int status = sig ? 128 + WTERMSIG(rk.status) : WEXITSTATUS(rk.status);
+      std::fprintf(stderr, "strata-run: rank %d %s %d; %s\n", blamed, sig ? "was killed by signal" : "exited with status",
+                   sig ? WTERMSIG(rk.status) : status,
+                   o.keep_going ? "the other ranks carry on (--keep-going)" : "stopping the other ranks");
       std::fflush(stderr);
+      if (status_out == 0) status_out = status;
+      rk.reported = true;
+    }
+    // The first failure stops the rest (with --keep-going, each is reported and the job's status
+    // is the first one's).
+    if (!failing && !o.keep_going && status_out != 0) {
+      failing = true;
       term_at = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(o.grace, kReportWindow);
       kill_at = term_at + o.grace;
       any_running = false;
@@ -274,7 +282,7 @@ inline int launch_processes(const LaunchOptions& o) {
 }
 
 /// Parses `strata-run` arguments: -np N (or --nproc N), --port P, --rendezvous file|tcp,
-/// --grace SECONDS, [--] command...
+/// --grace SECONDS, --keep-going, [--] command...
 inline LaunchOptions parse_launch_args(int argc, char** argv) {
   LaunchOptions o;
   bool have_np = false;
@@ -294,6 +302,8 @@ inline LaunchOptions parse_launch_args(int argc, char** argv) {
       const std::string kind = value();
       STRATA_CHECK(kind == "file" || kind == "tcp", "strata-run: --rendezvous ", kind, " is not file or tcp");
       o.tcp_rendezvous = kind == "tcp";
+    } else if (a == "--keep-going") {
+      o.keep_going = true;
     } else if (a == "--grace") {
       o.grace = std::chrono::milliseconds(detail::env_int("--grace", value(), 0, 3600) * 1000);
     } else if (a == "--") {
@@ -301,7 +311,7 @@ inline LaunchOptions parse_launch_args(int argc, char** argv) {
       break;
     } else if (!a.empty() && a[0] == '-') {
       STRATA_THROW(::strata::invalid_argument, "strata.runtime", "strata-run: unknown option '", a,
-                   "' (usage: strata-run -np N [--port P] [--rendezvous file|tcp] [--grace S] [--] program args...)");
+                   "' (usage: strata-run -np N [--port P] [--rendezvous file|tcp] [--grace S] [--keep-going] [--] program args...)");
     } else {
       break;
     }

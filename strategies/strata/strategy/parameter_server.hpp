@@ -156,10 +156,12 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
   /// batch (unchanged); under Async each worker counts its own examples, so the job's rate
   /// is the workers' sum (a collective of every rank: servers add 0).
   double job_examples_per_s(double mine) {
-    if constexpr (sync) return mine;
-    double x = t_.is_server() ? 0.0 : mine;
-    t_.world().allreduce_raw(&x, &x, 1, DType::f64, ReduceOp::Sum);
-    return x;
+    if constexpr (sync) {
+      return mine;
+    } else {  // through the first server, so a worker lost under Async is simply left out
+      if (worker_) return worker_->sum_over_workers(mine);
+      return t_.rank() == t_.roles().servers.front() ? server_->sum_over_workers() : 0.0;
+    }
   }
 
   /// Updates applied so far to partition `id`, on the server holding it (0 elsewhere).
@@ -267,17 +269,20 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
     publish_values();
   }
 
-  /// Every rank takes the authoritative values: the servers' (update on servers), else the
-  /// workers' (all equal).
+  /// Every rank takes the authoritative values: the servers' (update on servers: each server
+  /// sends its partitions to the workers still in the job, and the servers sum their zero-
+  /// padded shares among themselves), else the workers' (all equal; Sync only).
   void publish_values() {
     NoGradGuard no_grad;
     if (o_.update_on_servers) {
-      if (server_) server_->values_into_variables();
-      for (const Tensor& v : shards_.variables) {
-        Tensor p = v;
-        if (!server_) p.fill_(0.0);
-        t_.world().allreduce_raw(p.raw_data(), p.raw_data(), static_cast<std::size_t>(p.numel()), p.dtype(), ReduceOp::Sum);
+      if (worker_) {
+        worker_->receive_values();
+        return;
       }
+      server_->send_values();
+      server_->values_into_variables();
+      for (const Tensor& v : shards_.variables)
+        t_.group().allreduce_raw(v.raw_data(), v.raw_data(), static_cast<std::size_t>(v.numel()), v.dtype(), ReduceOp::Sum);
     } else {
       for (const Tensor& v : shards_.variables)
         t_.world().broadcast_raw(v.raw_data(), static_cast<std::size_t>(v.numel()), v.dtype(), chief_rank());

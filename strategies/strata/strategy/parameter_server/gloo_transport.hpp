@@ -34,6 +34,7 @@
 #include <strata/runtime/process.hpp>
 #include <strata/strategy/parameter_server/backoff.hpp>
 #include <strata/strategy/parameter_server/roles.hpp>
+#include <strata/strategy/parameter_server/shards.hpp>
 #include <strata/strategy/parameter_server/transport.hpp>
 
 namespace strata::ps {
@@ -86,7 +87,10 @@ class Transport<collective::Gloo> {
   ~Transport() {
     stop_ = true;
     if (listener_.joinable()) {
-      header_->abortWaitRecv();
+      {
+        std::lock_guard lock(mu_);
+        header_->abortWaitRecv();
+      }
       listener_.join();
     }
   }
@@ -107,12 +111,12 @@ class Transport<collective::Gloo> {
       r.header_bytes = std::make_shared<Header>();
       r.header_bytes->tag = tag;
       r.header_bytes->bytes = bytes;
-      if (tag >= kFirstControlTag) {  // control: the value travels in the header
+      if (tag >= kLearningRateTag) {  // control: the value travels in the header
         if (bytes == sizeof(double)) std::memcpy(&r.header_bytes->value, data, sizeof(double));
       }
       r.header = buffer(r.header_bytes.get(), sizeof(Header));
       r.header->send(to, kHeaderSlot);
-      if (tag < kFirstControlTag && bytes > 0) {
+      if (tag < kLearningRateTag && bytes > 0) {
         r.data = buffer(const_cast<void*>(data), bytes);
         r.data->send(to, kPayloadSlot + static_cast<std::uint64_t>(tag));
       }
@@ -141,7 +145,7 @@ class Transport<collective::Gloo> {
   }
   /// Receives the payload of `m` into `data` (a control message's value comes from its header).
   void receive(Message& m, void* data) {
-    if (m.tag >= kFirstControlTag) {
+    if (m.tag >= kLearningRateTag) {
       if (m.bytes == sizeof(double)) std::memcpy(data, &m.value, sizeof(double));
       return;
     }
@@ -163,22 +167,30 @@ class Transport<collective::Gloo> {
   }
   /// Waits for every request (blocking: Gloo's threads move the bytes); a failure or the
   /// deadline calls on_timeout(why) (which does not return).
+  /// on_timeout(why) may return (the failure is tolerated): wait_all then returns false.
   template <class OnTimeout>
-  void wait_all(std::span<Request> rs, std::chrono::steady_clock::time_point deadline, OnTimeout&& on_timeout,
+  bool wait_all(std::span<Request> rs, std::chrono::steady_clock::time_point deadline, OnTimeout&& on_timeout,
                 std::size_t = 0) {
+    bool ok = true;
     for (Request& r : rs) {
       if (r.done) continue;
       const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
                                      deadline - std::chrono::steady_clock::now()),
                                  std::chrono::milliseconds(1));
+      std::string why;
       try {
-        if (r.header && !r.header->waitSend(left)) on_timeout("aborted");
-        if (r.data && !(r.send ? r.data->waitSend(left) : r.data->waitRecv(left))) on_timeout("aborted");
+        if (r.header && !r.header->waitSend(left)) why = "aborted";
+        if (why.empty() && r.data && !(r.send ? r.data->waitSend(left) : r.data->waitRecv(left))) why = "aborted";
       } catch (const std::exception& e) {
-        on_timeout(e.what());
+        why = e.what();
       }
-      r.done = true;
+      r.done = true;  // completed, or failed for good
+      if (!why.empty()) {
+        on_timeout(why);
+        ok = false;
+      }
     }
+    return ok;
   }
   [[noreturn]] void abort(const std::string& message) {
     std::fprintf(stderr, "%s\n", message.c_str());
@@ -187,8 +199,6 @@ class Transport<collective::Gloo> {
   }
 
  private:
-  static constexpr int kFirstControlTag = 32700;  // ps::kLearningRateTag, ps::kDoneTag and above
-
   static int& instances() {
     static int n = 0;
     return n;
@@ -213,12 +223,26 @@ class Transport<collective::Gloo> {
       try {
         if (!header_->waitRecv(&src, std::chrono::hours(24 * 365))) return;  // aborted: shutting down
       } catch (const std::exception& e) {
-        std::string who;
-        for (int w : workers)
-          if (runtime::is_gone(peer_state(w))) who += (who.empty() ? "" : ", ") + std::string("worker rank ") + std::to_string(w);
+        // A worker's connection died: report each worker found gone (the request loop decides
+        // whether the job can go on) and listen to the others on a fresh buffer.
+        std::vector<int> gone;
+        for (int attempt = 0; attempt < 20 && gone.empty(); ++attempt) {
+          if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          for (int w : workers)
+            if (runtime::is_gone(peer_state(w))) gone.push_back(w);
+        }
         std::lock_guard lock(mu_);
-        error_ = (who.empty() ? std::string("a worker's connection failed") : who + " is gone") + ": " + e.what();
-        return;
+        if (gone.empty()) {
+          error_ = std::string("a worker's connection failed: ") + e.what();
+          return;
+        }
+        for (int w : gone) {
+          queue_.push_back(Message{w, kWorkerLostTag, 0, 0});
+          std::erase(workers, w);
+        }
+        if (workers.empty() || stop_) return;
+        header_ = buffer(&incoming_, sizeof incoming_);
+        continue;
       }
       std::lock_guard lock(mu_);
       queue_.push_back(Message{src, h.tag, static_cast<std::size_t>(h.bytes), h.value});

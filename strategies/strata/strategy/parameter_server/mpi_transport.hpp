@@ -117,16 +117,20 @@ class Transport<collective::Mpi> {
   }
   /// Completes every request (moving `bytes` in all), polling then sleeping (ps::Backoff);
   /// past `deadline` calls on_timeout(why) (which does not return).
+  /// (If on_timeout returns, wait_all returns false with the requests still pending.)
   template <class OnTimeout>
-  void wait_all(std::span<Request> rs, std::chrono::steady_clock::time_point deadline, OnTimeout&& on_timeout,
+  bool wait_all(std::span<Request> rs, std::chrono::steady_clock::time_point deadline, OnTimeout&& on_timeout,
                 std::size_t bytes = 0) {
     const auto start = std::chrono::steady_clock::now();
     Backoff backoff(bytes, poll_window);
     while (!test_all(rs)) {
-      if (backoff.pause() && std::chrono::steady_clock::now() > deadline)
+      if (backoff.pause() && std::chrono::steady_clock::now() > deadline) {
         on_timeout("not complete after " +
                    std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) + " s");
+        return false;
+      }
     }
+    return true;
   }
   /// Ends the job with `message` (every rank stops; mpirun exits non-zero).
   [[noreturn]] void abort(const std::string& message) {

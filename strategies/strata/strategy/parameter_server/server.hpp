@@ -79,8 +79,11 @@ class Server {
 
   /// Serves requests until every worker has finished this epoch.
   void serve_epoch() {
-    std::vector<char> done(static_cast<std::size_t>(workers_), 0);
-    int finished = 0;
+    if (lost_.empty()) lost_.assign(static_cast<std::size_t>(workers_), 0);
+    std::vector<char> done = lost_;  // a worker lost in an earlier epoch takes no part
+    int finished = static_cast<int>(std::count(done.begin(), done.end(), 1));
+    running_.assign(done.size(), 1);
+    for (std::size_t i = 0; i < done.size(); ++i) running_[i] = !done[i];
     typename T::Message m;
     Backoff backoff(0, T::poll_window);
     auto last_check = std::chrono::steady_clock::now();
@@ -93,9 +96,15 @@ class Server {
       if (!t_.probe(m)) {
         if (backoff.pause()) {
           const auto now = std::chrono::steady_clock::now();
-          if (s_.sync && now - last_check > std::chrono::milliseconds(100)) {
+          if (now - last_check > std::chrono::milliseconds(100)) {
             last_check = now;
-            check_sync_deadline(now);
+            if (s_.sync) check_sync_deadline(now);
+            // Async: a worker whose process is gone (on this host) is lost even if its
+            // transport has not said so yet.
+            for (std::size_t i = 0; !s_.sync && i < done.size(); ++i) {
+              const int r = t_.roles().workers[i];
+              if (!done[i] && runtime::is_gone(t_.peer_state(r))) finished += lose(r, done);
+            }
           }
         }
         continue;
@@ -105,13 +114,14 @@ class Server {
       STRATA_CHECK(!roles.is_server(m.source), "[strata.ps] server rank ", t_.rank(), ": a message from server rank ",
                    m.source, " (tag ", m.tag, ")");
       const int w = roles.index_of(m.source);
-      if (m.tag == kDoneTag) {
+      if (m.tag == kWorkerLostTag) {
+        finished += lose(m.source, done);
+      } else if (m.tag == kDoneTag) {
         char byte = 0;
         t_.receive(m, &byte);
+        if (!done[static_cast<std::size_t>(w)]) ++finished;
         done[static_cast<std::size_t>(w)] = 1;
-        ++finished;
-        running_.assign(done.size(), 1);
-        for (std::size_t i = 0; i < done.size(); ++i) running_[i] = !done[i];
+        running_[static_cast<std::size_t>(w)] = 0;
         if (!s_.sync)
           for (Held& h : held_) release(h);
       } else if (m.tag == kLearningRateTag) {
@@ -139,6 +149,57 @@ class Server {
                    " waiting for ", workers_ - h.arrived, " more pushes (the workers ran different numbers of steps)");
     }
     running_.clear();
+  }
+
+  /// Sends the values this server holds to every worker still in the job (the end of an
+  /// epoch: each worker receives them straight into its variables; see Worker::receive_values).
+  void send_values() {
+    for (Held& h : held_) {
+      for (std::size_t i = 0; i < lost_.size(); ++i)
+        if (!lost_[i]) {
+          h.replies.push_back(t_.isend(h.value.raw_data(), h.value.nbytes(), t_.roles().workers[i], static_cast<int>(h.id)));
+          h.reply_to.push_back(t_.roles().workers[i]);
+        }
+      complete_replies(h);
+    }
+  }
+
+  /// The sum of every live worker's `x` (their job_examples_per_s), sent back to each of them.
+  /// Server 0 only; a worker lost meanwhile is left out.
+  double sum_over_workers() {
+    if (lost_.empty()) lost_.assign(static_cast<std::size_t>(workers_), 0);
+    std::vector<char> have = lost_;
+    double sum = 0;
+    typename T::Message m;
+    Backoff backoff(0, T::poll_window);
+    auto last_check = std::chrono::steady_clock::now();
+    while (std::count(have.begin(), have.end(), 1) < workers_) {
+      if (!t_.probe(m)) {
+        if (backoff.pause() && std::chrono::steady_clock::now() - last_check > std::chrono::milliseconds(100)) {
+          last_check = std::chrono::steady_clock::now();
+          for (std::size_t i = 0; i < have.size(); ++i)
+            if (!have[i] && runtime::is_gone(t_.peer_state(t_.roles().workers[i]))) lose(t_.roles().workers[i], have);
+        }
+        continue;
+      }
+      backoff.active();
+      const std::size_t w = static_cast<std::size_t>(t_.roles().index_of(m.source));
+      if (m.tag == kWorkerLostTag) {
+        lose(m.source, have);
+        continue;
+      }
+      STRATA_CHECK(m.tag == kRateTag, "[strata.ps] server rank ", t_.rank(), ": worker rank ", m.source,
+                   " sent tag ", m.tag, " while the job sums its rates (the workers ran different numbers of epochs?)");
+      double x = 0;
+      t_.receive(m, &x);
+      sum += x;
+      have[w] = 1;
+    }
+    std::vector<typename T::Request> out;
+    for (std::size_t i = 0; i < lost_.size(); ++i)
+      if (!lost_[i]) out.push_back(t_.isend(&sum, sizeof sum, t_.roles().workers[i], kRateReplyTag));
+    t_.wait_all(out, std::chrono::steady_clock::now() + t_.timeout(), [&](const std::string&) {});
+    return sum;
   }
 
   /// Writes the values this server holds into its copies of the variables (the rest zero).
@@ -169,6 +230,7 @@ class Server {
     int arrived = 0;                      // Sync: pushes of the step so far
     std::vector<int> waiting;             // Sync: world ranks awaiting the reply; Async: held replies
     std::vector<typename T::Request> replies;  // in flight
+    std::vector<int> reply_to;                 // the worker rank of each
     std::vector<std::int64_t> clock;      // Async: pushes per worker
     std::chrono::steady_clock::time_point first{};
   };
@@ -182,20 +244,32 @@ class Server {
     bool pending = false;
     for (Held& h : held_) {
       if (h.replies.empty()) continue;
-      if (t_.test_all(h.replies))
+      if (t_.test_all(h.replies)) {
         h.replies.clear();
-      else
+        h.reply_to.clear();
+      } else {
         pending = true;
+      }
     }
     return pending;
   }
 
   void complete_replies(Held& h) {
-    t_.wait_all(h.replies, std::chrono::steady_clock::now() + t_.timeout(), [&](const std::string& why) {
-      t_.abort("[strata.ps.timeout] server rank " + std::to_string(t_.rank()) + ": replies of partition " +
-               std::to_string(h.id) + " not taken: " + why + "; aborting the job");
-    });
+    const auto deadline = std::chrono::steady_clock::now() + t_.timeout();
+    for (std::size_t k = 0; k < h.replies.size(); ++k) {
+      const int to = h.reply_to[k];
+      t_.wait_all(std::span(&h.replies[k], 1), deadline, [&](const std::string& why) {
+        // Async: a reply to a worker that died is dropped (the loop hears of the loss).
+        for (int i = 0; i < 20 && !s_.sync; ++i) {
+          if (runtime::is_gone(t_.peer_state(to))) return;
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        t_.abort("[strata.ps.timeout] server rank " + std::to_string(t_.rank()) + ": the reply of partition " +
+                 std::to_string(h.id) + " to worker rank " + std::to_string(to) + " failed: " + why + "; aborting the job");
+      });
+    }
     h.replies.clear();
+    h.reply_to.clear();
   }
 
   void update(Held& h) {
@@ -208,8 +282,33 @@ class Server {
   }
 
   void reply(Held& h, int to_rank) {
+    if (!lost_.empty() && lost_[static_cast<std::size_t>(t_.roles().index_of(to_rank))]) return;
     const Tensor& from = s_.update_on_servers ? h.value : h.sum;
     h.replies.push_back(t_.isend(from.raw_data(), from.nbytes(), to_rank, static_cast<int>(h.id)));
+    h.reply_to.push_back(to_rank);
+  }
+
+  /// Async: takes worker rank `r` out of the job (its replies are dropped, the others no longer
+  /// wait for it); Sync cannot complete a step without it. Returns 1 if it was still counted.
+  int lose(int r, std::vector<char>& done) {
+    const auto i = static_cast<std::size_t>(t_.roles().index_of(r));
+    if (s_.sync)
+      t_.abort("[strata.ps.peer_lost] server rank " + std::to_string(t_.rank()) + ": worker rank " + std::to_string(r) +
+               " is gone; a Sync step cannot complete without it; aborting the job");
+    if (lost_[i]) return 0;
+    lost_[i] = 1;
+    if (!running_.empty()) running_[i] = 0;
+    const auto live = std::count(lost_.begin(), lost_.end(), 0);
+    std::fprintf(stderr, "[strata.ps.peer_lost] server rank %d: worker rank %d is gone; Async carries on with %ld worker%s\n",
+                 t_.rank(), r, static_cast<long>(live), live == 1 ? "" : "s");
+    std::fflush(stderr);
+    for (Held& h : held_) {
+      std::erase(h.waiting, r);
+      release(h);
+    }
+    const int counted = done[i] ? 0 : 1;
+    done[i] = 1;
+    return counted;
   }
 
   void push_sync(Held& h, int w, typename T::Message& m) {
@@ -245,7 +344,7 @@ class Server {
 
   /// Async: sends the held replies whose workers are within the staleness bound.
   void release(Held& h) {
-    if (h.waiting.empty()) return;
+    if (h.waiting.empty() || s_.sync) return;
     std::int64_t slowest = std::numeric_limits<std::int64_t>::max();
     for (std::size_t i = 0; i < h.clock.size(); ++i)
       if (running_.empty() || running_[i]) slowest = std::min(slowest, h.clock[i]);
@@ -283,6 +382,7 @@ class Server {
   std::vector<Held> held_;
   std::vector<int> slot_;        // partition id -> index in held_, or -1
   std::vector<char> running_;    // Async: workers not yet done with the epoch (empty: all)
+  std::vector<char> lost_;       // Async: workers gone from the job
 };
 
 }  // namespace strata::ps

@@ -75,6 +75,29 @@ class Worker {
     wait("the end of the epoch");
   }
 
+  /// Receives every partition's value from its server into the variables (Server::send_values).
+  void receive_values() {
+    for (std::size_t id = 0; id < shards_.partitions.size(); ++id) {
+      const Partition& q = shards_.partitions[id];
+      const int server = t_.roles().servers[static_cast<std::size_t>(q.server)];
+      post(t_.irecv(static_cast<char*>(shards_.variables[q.variable].raw_data()) + shards_.byte_offset(q),
+                    shards_.bytes(q), server, static_cast<int>(id)),
+           server);
+      bytes_ += shards_.bytes(q);
+    }
+    wait("the servers' values");
+  }
+
+  /// The sum of `x` over the workers still in the job, through the first server.
+  double sum_over_workers(double x) {
+    double sum = 0;
+    const int server = t_.roles().servers.front();
+    post(t_.irecv(&sum, sizeof sum, server, kRateReplyTag), server);
+    post(t_.isend(&x, sizeof x, server, kRateTag), server);
+    wait("the job's sum");
+    return sum;
+  }
+
  private:
   void post(typename T::Request r, int server) {
     requests_.push_back(r);
