@@ -35,6 +35,24 @@ class data_error : public error {
   using error::error;
 };
 
+/// A checkpoint's bytes do not match their stored checksum (a flipped bit, a torn write).
+class checksum_error : public data_error {
+ public:
+  using data_error::data_error;
+};
+
+/// A checkpoint file holds fewer (or more) bytes than its header declares.
+class truncated_error : public data_error {
+ public:
+  using data_error::data_error;
+};
+
+/// A checkpoint written in a newer format than this build reads.
+class version_error : public data_error {
+ public:
+  using data_error::data_error;
+};
+
 /// A wait exceeded its deadline.
 class timeout_error : public error {
  public:

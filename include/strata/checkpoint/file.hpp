@@ -1,0 +1,325 @@
+/// \file
+/// One checkpoint file: named tensors with a CRC-32C each, written atomically and read with
+/// every declared length bounded by the bytes present. Layout (little-endian):
+///
+///   [0, 64)        header: "STRATACK", format_version u32, min_reader_version u32,
+///                  file_bytes u64, index_offset u64, index_bytes u64, tensor count u32,
+///                  zeros to byte 60, then the CRC-32C of bytes [0, 60) as u32
+///   [64, index)    each tensor's bytes, back to back in index order (no gaps: every byte of
+///                  the file is under some checksum)
+///   [index, end)   index: per tensor u16 name length, name, u8 dtype, u8 ndim, i64 dims,
+///                  u64 offset, u64 bytes, u32 CRC-32C of its bytes; then the index's CRC u32
+///
+/// write_checkpoint() writes a temporary file beside the target, fsyncs it, renames it over
+/// the target and fsyncs the directory: a crash leaves the old file or the new one, whole.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <strata/checkpoint/crc32c.hpp>
+#include <strata/support/check.hpp>
+#include <strata/support/error.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata::checkpoint {
+
+static_assert(std::endian::native == std::endian::little, "strata checkpoints are little-endian");
+
+inline constexpr std::uint32_t kFormatVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 64;
+inline constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'C', 'K'};
+
+/// A tensor as the index records it.
+struct Entry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  std::uint64_t offset = 0, bytes = 0;
+  std::uint32_t crc = 0;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+namespace detail {
+
+template <class T>
+void put(std::vector<unsigned char>& out, T v) {
+  const auto* p = reinterpret_cast<const unsigned char*>(&v);
+  out.insert(out.end(), p, p + sizeof v);
+}
+
+[[noreturn]] inline void io_fail(const std::string& what, const std::string& path) {
+  throw io_error("[strata.checkpoint] " + what + " '" + path + "': " + std::strerror(errno));
+}
+
+inline void write_all(int fd, const void* data, std::size_t n, const std::string& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) io_fail("cannot write", path);
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+/// The header bytes for the given sizes, with their CRC.
+inline std::vector<unsigned char> header(std::uint32_t version, std::uint32_t min_reader, std::uint64_t file_bytes,
+                                         std::uint64_t index_offset, std::uint64_t index_bytes, std::uint32_t count) {
+  std::vector<unsigned char> h(kMagic, kMagic + 8);
+  put(h, version);
+  put(h, min_reader);
+  put(h, file_bytes);
+  put(h, index_offset);
+  put(h, index_bytes);
+  put(h, count);
+  h.resize(60, 0);
+  put(h, crc32c(h.data(), 60));
+  return h;
+}
+
+}  // namespace detail
+
+/// The bytes of a checkpoint file holding `tensors` (contiguous copies are taken as needed),
+/// in `version` (tests write other versions).
+inline std::vector<unsigned char> encode(const NamedTensors& tensors, std::uint32_t version = kFormatVersion,
+                                         std::uint32_t min_reader = kFormatVersion) {
+  std::vector<unsigned char> data, index;
+  detail::put(index, static_cast<std::uint32_t>(tensors.size()));
+  for (const auto& [name, t0] : tensors) {
+    STRATA_CHECK(!name.empty() && name.size() < 65536, "[strata.checkpoint] tensor names must be 1..65535 bytes");
+    STRATA_CHECK(t0.defined() && t0.ndim() <= kMaxDims, "[strata.checkpoint] '", name, "': undefined or more than ",
+                 kMaxDims, " dimensions");
+    const Tensor t = t0.contiguous();
+    const auto* p = static_cast<const unsigned char*>(t.raw_data());
+    const std::uint64_t offset = kHeaderBytes + data.size();
+    if (t.nbytes()) data.insert(data.end(), p, p + t.nbytes());
+    detail::put(index, static_cast<std::uint16_t>(name.size()));
+    index.insert(index.end(), name.begin(), name.end());
+    detail::put(index, static_cast<std::uint8_t>(t.dtype()));
+    detail::put(index, static_cast<std::uint8_t>(t.ndim()));
+    for (int d = 0; d < t.ndim(); ++d) detail::put(index, static_cast<std::int64_t>(t.dim(d)));
+    detail::put(index, offset);
+    detail::put(index, static_cast<std::uint64_t>(t.nbytes()));
+    detail::put(index, crc32c(t.nbytes() ? p : nullptr, t.nbytes()));
+  }
+  detail::put(index, crc32c(index.data(), index.size()));
+  const std::uint64_t index_offset = kHeaderBytes + data.size(), file_bytes = index_offset + index.size();
+  std::vector<unsigned char> out = detail::header(version, min_reader, file_bytes, index_offset, index.size(),
+                                                  static_cast<std::uint32_t>(tensors.size()));
+  out.insert(out.end(), data.begin(), data.end());
+  out.insert(out.end(), index.begin(), index.end());
+  return out;
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename,
+/// directory fsync. Errors (ENOSPC, EACCES, ...) are io_error naming the path; the file at
+/// `path` before the call is untouched unless the rename happened.
+inline void write_file_atomically(const std::filesystem::path& path, const std::vector<unsigned char>& bytes) {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const std::string tmp = (dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) detail::io_fail("cannot create", tmp);
+  try {
+    detail::write_all(fd, bytes.data(), bytes.size(), tmp);
+    if (::fsync(fd) != 0) detail::io_fail("cannot fsync", tmp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    detail::io_fail("cannot close", tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    errno = e;
+    detail::io_fail("cannot rename onto", path.string());
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) detail::io_fail("cannot open directory", dir.string());
+  const int rc = ::fsync(dfd);
+  ::close(dfd);
+  if (rc != 0) detail::io_fail("cannot fsync directory", dir.string());
+}
+
+/// Writes `tensors` as a checkpoint file at `path` (atomically).
+inline void write_checkpoint(const std::filesystem::path& path, const NamedTensors& tensors) {
+  write_file_atomically(path, encode(tensors));
+}
+
+/// A checkpoint's index, validated: every length bounded by the bytes present, every section's
+/// checksum verified except the tensors' own (read() verifies each).
+class Reader {
+ public:
+  /// Reads the file at `path` (all of it, once).
+  explicit Reader(const std::filesystem::path& path) : name_(path.string()) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) detail::io_fail("cannot open", name_);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      ::close(fd);
+      detail::io_fail("cannot stat", name_);
+    }
+    bytes_.resize(static_cast<std::size_t>(st.st_size));
+    std::size_t got = 0;
+    while (got < bytes_.size()) {
+      const ssize_t r = ::read(fd, bytes_.data() + got, bytes_.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<std::size_t>(r);
+    }
+    ::close(fd);
+    bytes_.resize(got);
+    parse();
+  }
+  /// Reads a checkpoint held in memory (`name` labels errors).
+  Reader(std::vector<unsigned char> bytes, std::string name) : name_(std::move(name)), bytes_(std::move(bytes)) {
+    parse();
+  }
+
+  const std::vector<Entry>& entries() const noexcept { return entries_; }
+  const std::string& name() const noexcept { return name_; }
+  std::uint32_t format_version() const noexcept { return version_; }
+
+  const Entry* find(const std::string& key) const {
+    for (const Entry& e : entries_)
+      if (e.name == key) return &e;
+    return nullptr;
+  }
+  /// Tensor `key`, its checksum verified.
+  Tensor read(const std::string& key) const {
+    const Entry* e = find(key);
+    if (!e) throw invalid_argument("[strata.checkpoint] '" + name_ + "' has no tensor '" + key + "'");
+    const unsigned char* p = bytes_.data() + e->offset;
+    const std::uint32_t crc = crc32c(e->bytes ? p : nullptr, e->bytes);
+    if (crc != e->crc)
+      throw checksum_error("[strata.checkpoint.checksum] '" + name_ + "': tensor '" + key + "' fails its checksum "
+                           "(stored crc32c " + hex(e->crc) + ", computed " + hex(crc) + ")");
+    Tensor t = Tensor::empty(e->shape, e->dtype);
+    if (e->bytes) std::memcpy(t.raw_data(), p, e->bytes);
+    return t;
+  }
+  /// Verifies every tensor's checksum.
+  void verify() const {
+    for (const Entry& e : entries_) (void)read(e.name);
+  }
+
+ private:
+  static std::string hex(std::uint32_t v) {
+    char b[16];
+    std::snprintf(b, sizeof b, "0x%08x", v);
+    return b;
+  }
+  [[noreturn]] void corrupt(const std::string& what) const {
+    throw data_error("[strata.checkpoint.corrupt] '" + name_ + "': " + what);
+  }
+  template <class T>
+  T get(std::size_t at) const {
+    T v;
+    std::memcpy(&v, bytes_.data() + at, sizeof v);
+    return v;
+  }
+
+  void parse() {
+    const std::size_t n = bytes_.size();
+    if (n < kHeaderBytes)
+      throw truncated_error("[strata.checkpoint.truncated] '" + name_ + "': expected at least " +
+                            std::to_string(kHeaderBytes) + " bytes of header, found " + std::to_string(n));
+    if (std::memcmp(bytes_.data(), kMagic, sizeof kMagic) != 0) corrupt("not a strata checkpoint (bad magic)");
+    const std::uint32_t stored = get<std::uint32_t>(60), computed = crc32c(bytes_.data(), 60);
+    if (stored != computed)
+      throw checksum_error("[strata.checkpoint.checksum] '" + name_ + "': the header fails its checksum (stored "
+                           "crc32c " + hex(stored) + ", computed " + hex(computed) + ")");
+    version_ = get<std::uint32_t>(8);
+    const auto min_reader = get<std::uint32_t>(12);
+    if (min_reader > kFormatVersion)
+      throw version_error("[strata.checkpoint.version] '" + name_ + "': written by format v" + std::to_string(version_) +
+                          " (readable from v" + std::to_string(min_reader) + "), this build reads <= v" +
+                          std::to_string(kFormatVersion));
+    const auto file_bytes = get<std::uint64_t>(16), index_offset = get<std::uint64_t>(24),
+               index_bytes = get<std::uint64_t>(32);
+    const auto count = get<std::uint32_t>(40);
+    if (file_bytes != n)
+      throw truncated_error("[strata.checkpoint.truncated] '" + name_ + "': expected " + std::to_string(file_bytes) +
+                            " bytes, found " + std::to_string(n));
+    if (index_offset < kHeaderBytes || index_bytes < 8 || index_offset > n || index_bytes != n - index_offset)
+      corrupt("the index [" + std::to_string(index_offset) + ", +" + std::to_string(index_bytes) +
+              ") does not end the file of " + std::to_string(n) + " bytes");
+    const std::uint32_t index_crc = get<std::uint32_t>(n - 4), computed_index = crc32c(bytes_.data() + index_offset,
+                                                                                       index_bytes - 4);
+    if (index_crc != computed_index)
+      throw checksum_error("[strata.checkpoint.checksum] '" + name_ + "': the index fails its checksum (stored crc32c " +
+                           hex(index_crc) + ", computed " + hex(computed_index) + ")");
+    // Every field read below is inside the index, which its checksum just vouched for; the
+    // bounds are checked anyway (a valid checksum over nonsense written by a buggy writer).
+    std::size_t at = index_offset;
+    const std::size_t end = n - 4;
+    auto need = [&](std::size_t k) {
+      if (k > end - at) corrupt("the index ends inside an entry");
+    };
+    need(4);
+    if (get<std::uint32_t>(at) != count) corrupt("the header and index disagree on the tensor count");
+    at += 4;
+    std::uint64_t next = kHeaderBytes;
+    for (std::uint32_t i = 0; i < count; ++i) {
+      Entry e;
+      need(2);
+      const auto len = get<std::uint16_t>(at);
+      at += 2;
+      need(len);
+      e.name.assign(reinterpret_cast<const char*>(bytes_.data() + at), len);
+      at += len;
+      need(2);
+      const auto dt = bytes_[at], nd = bytes_[at + 1];
+      at += 2;
+      if (dt > static_cast<unsigned>(DType::u8)) corrupt("tensor '" + e.name + "' has an unknown dtype tag " + std::to_string(dt));
+      if (nd > kMaxDims) corrupt("tensor '" + e.name + "' declares " + std::to_string(nd) + " dimensions");
+      e.dtype = static_cast<DType>(dt);
+      need(8 * std::size_t{nd} + 20);
+      std::uint64_t elements = 1;
+      for (int d = 0; d < nd; ++d) {
+        const auto extent = get<std::int64_t>(at);
+        at += 8;
+        if (extent < 0 || (extent > 0 && elements > (std::uint64_t{1} << 62) / static_cast<std::uint64_t>(extent)))
+          corrupt("tensor '" + e.name + "' has an impossible shape");
+        elements *= static_cast<std::uint64_t>(extent);
+        e.shape.push_back(extent);
+      }
+      e.offset = get<std::uint64_t>(at);
+      e.bytes = get<std::uint64_t>(at + 8);
+      e.crc = get<std::uint32_t>(at + 16);
+      at += 20;
+      if (e.bytes != elements * size_of(e.dtype))
+        corrupt("tensor '" + e.name + "' declares " + std::to_string(e.bytes) + " bytes for " + std::to_string(elements) +
+                " elements of " + name_of(e.dtype));
+      if (e.offset != next || e.bytes > index_offset - next)
+        corrupt("tensor '" + e.name + "' is not where the previous one ends, or runs into the index");
+      next = e.offset + e.bytes;
+      for (const Entry& o : entries_)
+        if (o.name == e.name) corrupt("tensor '" + e.name + "' appears twice");
+      entries_.push_back(std::move(e));
+    }
+    if (next != index_offset || at != end) corrupt("bytes between the tensors and the index, or after the entries");
+  }
+
+  std::string name_;
+  std::vector<unsigned char> bytes_;
+  std::vector<Entry> entries_;
+  std::uint32_t version_ = 0;
+};
+
+}  // namespace strata::checkpoint

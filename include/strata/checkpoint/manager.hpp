@@ -1,0 +1,103 @@
+/// \file
+/// CheckpointManager: numbered checkpoint files in one directory — save() commits a new one
+/// atomically (checkpoint/file.hpp) and only then prunes the oldest beyond `keep`, and
+/// clears the temporary files a crashed writer left; latest() is the newest file that reads
+/// and verifies whole, skipping (and saying why) any that does not.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <strata/checkpoint/file.hpp>
+#include <strata/runtime/process_state.hpp>
+
+namespace strata::checkpoint {
+
+class CheckpointManager {
+ public:
+  /// Checkpoints in `dir` (created if missing), the newest `keep` kept.
+  explicit CheckpointManager(std::filesystem::path dir, int keep = 3) : dir_(std::move(dir)), keep_(keep) {
+    STRATA_CHECK(keep >= 1, "[strata.checkpoint] keep must be at least 1, got ", keep);
+  }
+
+  const std::filesystem::path& directory() const noexcept { return dir_; }
+  /// The file of step `step`: ckpt-<12-digit step>.strata.
+  std::filesystem::path path_for(std::int64_t step) const {
+    char name[64];
+    std::snprintf(name, sizeof name, "ckpt-%012lld.strata", static_cast<long long>(step));
+    return dir_ / name;
+  }
+
+  /// Writes step `step`'s checkpoint; afterwards removes all but the newest `keep` and any
+  /// temporary file whose writer is gone. Returns the file written.
+  std::filesystem::path save(std::int64_t step, const NamedTensors& tensors) {
+    STRATA_CHECK(step >= 0, "[strata.checkpoint] step must be non-negative, got ", step);
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec) throw io_error("[strata.checkpoint] cannot create directory '" + dir_.string() + "': " + ec.message());
+    const std::filesystem::path path = path_for(step);
+    write_checkpoint(path, tensors);
+    const auto all = steps();
+    for (std::size_t i = static_cast<std::size_t>(keep_); i < all.size(); ++i)
+      std::filesystem::remove(path_for(all[i]), ec);  // best effort: the new one is committed
+    remove_stale_temporaries();
+    return path;
+  }
+
+  /// The steps of the checkpoint files present, newest first (not verified).
+  std::vector<std::int64_t> steps() const {
+    std::vector<std::int64_t> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+      const std::string n = e.path().filename().string();
+      long long s = -1;
+      char tail[16] = {};
+      if (n.size() == 24 && std::sscanf(n.c_str(), "ckpt-%12lld%8s", &s, tail) == 2 && std::string(tail) == ".strata" &&
+          s >= 0)
+        out.push_back(s);
+    }
+    std::sort(out.rbegin(), out.rend());
+    return out;
+  }
+
+  /// The newest checkpoint that reads and verifies, or none. Each one skipped is reported in
+  /// `skipped` (file and reason) when given.
+  std::optional<std::filesystem::path> latest(std::vector<std::string>* skipped = nullptr) const {
+    for (std::int64_t s : steps()) {
+      const auto p = path_for(s);
+      try {
+        Reader(p).verify();
+        return p;
+      } catch (const error& e) {
+        if (skipped) skipped->push_back(p.string() + ": " + e.what());
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  // ".<name>.tmp.<pid>" files (write_file_atomically) whose process no longer runs.
+  void remove_stale_temporaries() const {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+      const std::string n = e.path().filename().string();
+      const auto at = n.rfind(".tmp.");
+      if (n.empty() || n[0] != '.' || at == std::string::npos) continue;
+      const long pid = std::atol(n.c_str() + at + 5);
+      if (pid > 0 && runtime::is_gone(runtime::process_state(pid))) std::filesystem::remove(e.path(), ec);
+    }
+  }
+
+  std::filesystem::path dir_;
+  int keep_;
+};
+
+}  // namespace strata::checkpoint
