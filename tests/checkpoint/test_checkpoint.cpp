@@ -2,6 +2,8 @@
 // flip detected (RELIABILITY C2), every truncation a typed error (C3), a newer format refused
 // by name (C5); the manager keeps the newest N, skips a corrupt newest, and clears temporaries
 // of dead writers without touching the committed files.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -226,4 +228,47 @@ TEST_CASE("Checkpoint.MissingDirectoryIsAnIoError") {
     CHECK(std::string(e.what()).find("/nonexistent-strata-dir/.a.strata.tmp.") != std::string::npos);
   }
   CHECK_THROWS_AS(ck::Reader(std::filesystem::path("/nonexistent-strata-dir/a.strata")), strata::io_error);
+}
+
+TEST_CASE("Checkpoint.KilledWriterLeavesTheLastCompleteOne") {  // RELIABILITY C1, by SIGKILL at random times
+  const auto dir = scratch_dir("killed");
+  strata::Generator g(9);
+  ck::NamedTensors big = {{"w", strata::uniform({1 << 20}, -1, 1, g)}, {"step", strata::full({}, 0, strata::DType::i64)}};
+  ck::CheckpointManager m(dir, 2);
+  m.save(0, big);
+  std::mt19937 rng(77);
+  int recovered = 0, rounds = 50, torn = 0;
+  std::int64_t newest = 0;
+  for (int k = 0; k < rounds; ++k) {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // keeps writing newer checkpoints until killed
+      for (std::int64_t step = newest + 1;; ++step) {
+        big[1].second = strata::full({}, static_cast<double>(step), strata::DType::i64);
+        m.save(step, big);
+      }
+    }
+    ::usleep(static_cast<useconds_t>(rng() % 40000));  // somewhere in a write, a rename, or between
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().filename().string()[0] == '.') ++torn;  // killed inside a write
+    const auto latest = m.latest();
+    REQUIRE(latest.has_value());
+    const ck::Reader r(*latest);
+    r.verify();
+    const auto step = static_cast<std::int64_t>(r.read("step").item());
+    CHECK(*latest == m.path_for(step));
+    CHECK(step >= newest);  // never older than what was committed before
+    newest = step;
+    recovered += 1;
+  }
+  CHECK(recovered == rounds);
+  CHECK(torn > 0);      // some kills landed inside a write
+  CHECK(newest > 0);    // and the writers committed between them
+  MESSAGE(rounds, " kills, ", torn, " inside a write; the newest committed step is ", newest);
+  m.save(newest + 1, big);  // the next save clears the dead writers' temporaries
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    CHECK_MESSAGE(e.path().filename().string()[0] != '.', e.path().string());
+  std::filesystem::remove_all(dir);
 }
