@@ -11,6 +11,8 @@
 /// @endcode
 #pragma once
 
+#include <algorithm>
+
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -40,6 +42,7 @@ struct PipelineOptions {
   std::int64_t num_splits = 1, split_index = 0;  ///< this worker's rows of every global batch
   int prefetch = 0;
   std::int64_t take_batches = -1;  ///< at most this many batches per epoch (-1: all)
+  std::int64_t first_batch = 0;    ///< the next epoch starts here (set_position: a resume); then 0
 };
 
 namespace detail {
@@ -96,6 +99,7 @@ class EpochState {
     const auto n = static_cast<std::int64_t>(order_.size());
     num_batches_ = o.drop_remainder ? n / o.batch_size : (n + o.batch_size - 1) / o.batch_size;
     if (o.take_batches >= 0 && o.take_batches < num_batches_) num_batches_ = o.take_batches;
+    consumed_ = std::clamp<std::int64_t>(o.first_batch, 0, num_batches_);
     if (o.prefetch > 0) {
       ring_.resize(static_cast<std::size_t>(o.prefetch));
       producer_ = std::thread([this] { produce(); });
@@ -156,7 +160,7 @@ class EpochState {
   }
   void produce() {
     try {
-      for (std::int64_t k = 0; k < num_batches_; ++k) {
+      for (std::int64_t k = consumed_; k < num_batches_; ++k) {
         // Wait for a free slot before assembling the batch, so that at most ring size + 1
         // batches (the consumer's) are ever alive: the allocator reaches that peak in the
         // first steps, and the steady state allocates nothing however the threads interleave.
@@ -265,6 +269,13 @@ class Pipeline {
 
   /// The epoch the next iteration will produce (each iteration advances it).
   std::int64_t epoch() const noexcept { return next_epoch_; }
+  /// The next iteration yields epoch `epoch` from its batch `batch` on (the same order and
+  /// batches the uninterrupted run had there): how a restored checkpoint resumes mid-epoch.
+  void set_position(std::int64_t epoch, std::int64_t batch) {
+    STRATA_CHECK(epoch >= 0 && batch >= 0, "set_position(", epoch, ", ", batch, "): needs non-negative values");
+    next_epoch_ = epoch;
+    o_.first_batch = batch;
+  }
   /// Sets the next epoch, e.g. to resume.
   void set_epoch(std::int64_t e) {
     STRATA_CHECK(e >= 0, "epoch must be non-negative, got ", e);
@@ -311,7 +322,9 @@ class Pipeline {
   /// Starts the next epoch.
   Iterator begin() {
     STRATA_CHECK(ds_ != nullptr, "iterating an empty Pipeline");
-    return Iterator(std::make_shared<detail::EpochState>(ds_, o_, next_epoch_++));
+    auto st = std::make_shared<detail::EpochState>(ds_, o_, next_epoch_++);
+    o_.first_batch = 0;  // a resume position applies once
+    return Iterator(std::move(st));
   }
   Sentinel end() const noexcept { return {}; }
 

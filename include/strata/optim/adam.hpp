@@ -31,6 +31,9 @@ class Adam : public Optimizer {
     STRATA_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "Adam betas must be in [0, 1)");
     STRATA_CHECK(o.eps >= 0 && o.weight_decay >= 0, "Adam eps and weight decay must be non-negative");
   }
+  std::vector<Tensor>* slots_named(const std::string& prefix) override {
+    return prefix == "exp_avg" ? &m_ : prefix == "exp_avg_sq" ? &v_ : nullptr;
+  }
   void update(std::size_t i, Tensor& p, const Tensor& g) override {
     Tensor m = state_for(m_, i), v = state_for(v_, i);
     kernels::cpu::AdamParams kp{lr(), o_.beta1, o_.beta2, o_.eps, o_.weight_decay, decoupled_, steps() + 1};

@@ -78,12 +78,42 @@ class Optimizer {
   /// Named state tensors (buffers per parameter), for checkpoints.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
 
+  /// Restores what state() returned, and the step count (from a checkpoint). Every tensor must
+  /// name one of this optimizer's slots for one of its parameters, with that parameter's
+  /// shape; anything else is an error naming it, and nothing is changed.
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& state, std::int64_t steps) {
+    STRATA_CHECK(steps >= 0, "load_state: a negative step count ", steps);
+    std::vector<std::pair<std::vector<Tensor>*, std::size_t>> where;
+    for (const auto& [name, t] : state) {
+      const auto dot = name.rfind('.');
+      std::vector<Tensor>* slots = dot == std::string::npos ? nullptr : slots_named(name.substr(0, dot));
+      std::size_t i = 0;
+      bool index_ok = dot != std::string::npos && dot + 1 < name.size();
+      for (std::size_t k = dot + 1; index_ok && k < name.size(); ++k) index_ok = name[k] >= '0' && name[k] <= '9';
+      if (index_ok) i = std::stoul(name.substr(dot + 1));
+      STRATA_CHECK(slots != nullptr && index_ok && i < params_.size(), "load_state: '", name,
+                   "' is not a state slot of this optimizer for one of its ", params_.size(), " parameters");
+      STRATA_CHECK(t.shape() == params_[i].shape() && t.dtype() == params_[i].dtype(), "load_state: shape mismatch for '",
+                   name, "': ", t.shape(), " ", name_of(t.dtype()), " in the checkpoint vs ", params_[i].shape(), " ",
+                   name_of(params_[i].dtype()), " for the parameter");
+      where.emplace_back(slots, i);
+    }
+    for (std::size_t k = 0; k < state.size(); ++k) {
+      auto& [slots, i] = where[k];
+      if (slots->size() != params_.size()) slots->resize(params_.size());
+      (*slots)[i] = state[k].second.contiguous().clone();
+    }
+    steps_ = steps;
+  }
+
   /// A fresh optimizer of the same kind and settings (the current learning rate, no state)
   /// over `params`: how a parameter server runs the user's optimizer on its partitions.
   virtual std::unique_ptr<Optimizer> clone_for(std::vector<Tensor> params) const = 0;
 
  protected:
   virtual void update(std::size_t i, Tensor& p, const Tensor& g) = 0;
+  /// The slot vector state() names `prefix` (e.g. "momentum_buffer"), or null.
+  virtual std::vector<Tensor>* slots_named(const std::string& prefix) = 0;
 
   /// A zero state tensor shaped like parameter i, created on first use.
   Tensor& state_for(std::vector<Tensor>& slots, std::size_t i) {

@@ -36,6 +36,9 @@ class Sgd : public Optimizer {
   }
 
  protected:
+  std::vector<Tensor>* slots_named(const std::string& prefix) override {
+    return prefix == "momentum_buffer" ? &bufs_ : nullptr;
+  }
   void update(std::size_t i, Tensor& p, const Tensor& g) override {
     kernels::cpu::SgdParams kp{lr(), o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov, false};
     Tensor buf;

@@ -4,6 +4,8 @@
 /// platform and compiler.
 #pragma once
 
+#include <array>
+
 #include <cmath>
 #include <cstdint>
 
@@ -17,6 +19,12 @@ class Generator {
   void reseed(std::uint64_t seed) noexcept {
     std::uint64_t x = seed;
     for (auto& w : s_) w = splitmix64(x);
+  }
+
+  /// The four words of the state (for checkpoints), and back.
+  std::array<std::uint64_t, 4> state() const noexcept { return {s_[0], s_[1], s_[2], s_[3]}; }
+  void set_state(const std::array<std::uint64_t, 4>& st) noexcept {
+    for (std::size_t i = 0; i < 4; ++i) s_[i] = st[i];
   }
 
   /// 64 uniformly random bits.

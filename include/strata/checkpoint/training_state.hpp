@@ -1,0 +1,91 @@
+/// \file
+/// A training run's state as named checkpoint tensors, and back: the parameters
+/// ("param.<i>"), the optimizer's slots ("optimizer.<slot>.<i>") and step count, the data
+/// position and step ("position": step, epoch, batch in epoch), the default generator
+/// ("rng") and the replicas in sync ("replicas"). restore_training_state() checks the whole
+/// file and every shape before it changes anything, so a mismatch fails before training.
+///
+/// Not captured: generators that modules own (Dropout's); a model with dropout resumes with
+/// a different mask sequence.
+#pragma once
+
+#include <array>
+#include <cstring>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/checkpoint/file.hpp>
+#include <strata/nn/init.hpp>  // default_generator
+#include <strata/optim/optimizer.hpp>
+#include <strata/tensor/factory.hpp>
+#include <strata/tensor/random.hpp>
+
+namespace strata::checkpoint {
+
+/// Where a run is: optimizer steps taken, and the next batch to read (epoch, batch in epoch).
+struct TrainingPosition {
+  std::int64_t step = 0, epoch = 0, batch = 0;
+};
+
+inline NamedTensors capture_training_state(std::span<const Tensor> params, const optim::Optimizer& opt,
+                                           TrainingPosition pos, int replicas) {
+  NamedTensors out;
+  for (std::size_t i = 0; i < params.size(); ++i) out.emplace_back("param." + std::to_string(i), params[i]);
+  for (const auto& [name, t] : opt.state()) out.emplace_back("optimizer." + name, t);
+  out.emplace_back("optimizer.steps", full({}, static_cast<double>(opt.steps()), DType::i64));
+  out.emplace_back("position", from_vector<std::int64_t>({3}, {pos.step, pos.epoch, pos.batch}));
+  const auto rng = default_generator().state();
+  Tensor r = Tensor::empty({4}, DType::i64);
+  std::memcpy(r.raw_data(), rng.data(), sizeof rng);
+  out.emplace_back("rng", r);
+  out.emplace_back("replicas", full({}, replicas, DType::i64));
+  return out;
+}
+
+/// Restores what capture_training_state() saved into `params` (in place), `opt` and the
+/// default generator; returns the position to resume from.
+inline TrainingPosition restore_training_state(const Reader& r, std::span<const Tensor> params, optim::Optimizer& opt,
+                                               int replicas) {
+  r.verify();
+  auto scalar = [&](const char* key) { return static_cast<std::int64_t>(r.read(key).item()); };
+  const std::int64_t saved_replicas = scalar("replicas");
+  STRATA_CHECK(saved_replicas == replicas, "[strata.checkpoint] '", r.name(), "' was written with ", saved_replicas,
+               " replicas in sync, this run has ", replicas, " (the global batch and data order would differ)");
+  std::size_t saved_params = 0;
+  while (r.find("param." + std::to_string(saved_params))) ++saved_params;
+  STRATA_CHECK(saved_params == params.size(), "[strata.checkpoint] '", r.name(), "' holds ", saved_params,
+               " parameters, the model has ", params.size());
+  std::vector<Tensor> values;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::string key = "param." + std::to_string(i);
+    Tensor v = r.read(key);
+    STRATA_CHECK(v.shape() == params[i].shape() && v.dtype() == params[i].dtype(), "[strata.checkpoint] shape mismatch for '",
+                 key, "': ", v.shape(), " ", name_of(v.dtype()), " in '", r.name(), "' vs ", params[i].shape(), " ",
+                 name_of(params[i].dtype()), " in the model");
+    values.push_back(std::move(v));
+  }
+  std::vector<std::pair<std::string, Tensor>> slots;
+  for (const Entry& e : r.entries())
+    if (e.name.rfind("optimizer.", 0) == 0 && e.name != "optimizer.steps") slots.emplace_back(e.name.substr(10), r.read(e.name));
+  const Tensor pos = r.read("position"), rng = r.read("rng");
+  STRATA_CHECK(pos.numel() == 3 && pos.dtype() == DType::i64 && rng.numel() == 4 && rng.dtype() == DType::i64,
+               "[strata.checkpoint] '", r.name(), "': malformed position or rng");
+  opt.load_state(slots, scalar("optimizer.steps"));  // checks every slot before changing any
+  {
+    NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      Tensor p = params[i];
+      p.copy_(values[i]);
+    }
+  }
+  std::array<std::uint64_t, 4> st{};
+  std::memcpy(st.data(), rng.raw_data(), sizeof st);
+  default_generator().set_state(st);
+  const auto* q = pos.template data<std::int64_t>();
+  return {q[0], q[1], q[2]};
+}
+
+}  // namespace strata::checkpoint
