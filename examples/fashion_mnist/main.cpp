@@ -36,6 +36,9 @@ void usage() {
       "                     [--strategy one_device|mirrored|central_storage|multi_worker_mirrored|parameter_server]\n"
       "                     [--replicas N] [--collective mpi|gloo] [--compression none|fp16|bf16]\n"
       "                     [--servers S] [--mode sync|async] [--staleness N] [--update-on servers|workers]\n"
+      "                     [--checkpoint-dir DIR] [--checkpoint-every STEPS]\n"
+      "With --checkpoint-dir the run resumes from the newest complete checkpoint in DIR and saves there\n"
+      "every --checkpoint-every steps (and at the end).\n"
       "--batch is per replica: the global batch is B x replicas, and the learning rate applies to it.");
 }
 
@@ -84,6 +87,8 @@ int main(int argc, char** argv) try {
     else if (a == "--threads") threads = static_cast<int>(parse_int(a, value()));
     else if (a == "--max-steps") cfg.max_steps = parse_int(a, value());
     else if (a == "--no-eval") cfg.evaluate = false;
+    else if (a == "--checkpoint-dir") cfg.checkpoint_dir = value();
+    else if (a == "--checkpoint-every") cfg.checkpoint_every = parse_int(a, value());
     else if (a == "--quiet") cfg.progress = false;
     else if (a == "--help" || a == "-h") { usage(); return 0; }
     else throw strata::invalid_argument("[strata.example] unknown flag '" + a + "' (try --help)");
@@ -91,6 +96,12 @@ int main(int argc, char** argv) try {
   if (cfg.epochs < 1) throw strata::invalid_argument("[strata.example] --epochs must be at least 1");
   if (cfg.batch < 1) throw strata::invalid_argument("[strata.example] --batch must be at least 1");
   if (threads < 1) throw strata::invalid_argument("[strata.example] --threads must be at least 1");
+  if (cfg.checkpoint_every < 0) throw strata::invalid_argument("[strata.example] --checkpoint-every must be >= 0");
+  if (strategy_name == "parameter_server" && !cfg.checkpoint_dir.empty())
+    throw strata::invalid_argument("[strata.example] --checkpoint-dir does not support --strategy parameter_server yet "
+                                   "(the servers' optimizer state is not captured)");
+  if (cfg.checkpoint_every > 0 && cfg.checkpoint_dir.empty())
+    throw strata::invalid_argument("[strata.example] --checkpoint-every needs --checkpoint-dir");
   if (cfg.model != "mlp" && cfg.model != "cnn")
     throw strata::invalid_argument("[strata.example] unknown model '" + cfg.model + "' (expected mlp or cnn)");
   strata::kernels::cpu::set_blas_threads(threads);

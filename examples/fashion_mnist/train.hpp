@@ -6,7 +6,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <csignal>
+#include <cstdlib>
 #include <functional>
+#include <optional>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -28,6 +32,8 @@ struct Config {
   std::int64_t max_steps = -1;  ///< stop each epoch after this many steps (-1: whole epoch)
   bool evaluate = true;
   bool progress = true;
+  std::string checkpoint_dir;           ///< empty: no checkpoints; else resume from the newest there
+  std::int64_t checkpoint_every = 0;    ///< also save every this many steps (0: at the end only)
 };
 
 struct Report {
@@ -74,6 +80,22 @@ class Progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
+/// What a strategy without checkpoint support gets (never constructed: the flag is refused).
+struct NoCheckpoints {
+  void save(const strata::checkpoint::TrainingPosition&) {}
+};
+
+/// Test builds (STRATA_FAULT_INJECTION): STRATA_FAULT_KILL_AT_STEP=N makes the chief SIGKILL
+/// itself right after step N, as a crash would (the resume tests).
+inline void fault_point(bool chief, std::int64_t step) {
+#if STRATA_FAULT_INJECTION
+  static const char* at = std::getenv("STRATA_FAULT_KILL_AT_STEP");
+  if (chief && at && std::atoll(at) == step) std::raise(SIGKILL);
+#else
+  (void)chief, (void)step;
+#endif
+}
+
 /// Trains cfg.model on Fashion-MNIST under `strategy`; the same code for every strategy.
 template <strata::Strategy S>
 Report train(S& strategy, const Config& cfg) {
@@ -84,6 +106,26 @@ Report train(S& strategy, const Config& cfg) {
   const std::int64_t global_batch = cfg.batch * strategy.num_replicas_in_sync();
   auto pipeline = strata::data::Pipeline(strata::data::fashion_mnist_train(cfg.data_dir)).shuffle(cfg.seed).batch(global_batch);
   if (cfg.max_steps >= 0) pipeline = pipeline.take(cfg.max_steps);
+  // Checkpoints: resume from the newest complete one, then save every N steps and at the end.
+  strata::checkpoint::TrainingPosition pos;
+  using Checkpoints = std::conditional_t<strata::checkpoints_supported<S>,
+                                         strata::TrainingCheckpoints<S, decltype(model), decltype(opt)>, NoCheckpoints>;
+  std::optional<Checkpoints> checkpoints;
+  if (!cfg.checkpoint_dir.empty()) {
+    if constexpr (strata::checkpoints_supported<S>) {
+      checkpoints.emplace(strategy, model, opt, cfg.checkpoint_dir);
+      if (auto at = checkpoints->restore()) {
+        pos = *at;
+        if (strategy.is_chief())
+          std::printf("resumed from step %lld (epoch %lld, batch %lld) in %s\n", static_cast<long long>(pos.step),
+                      static_cast<long long>(pos.epoch), static_cast<long long>(pos.batch), cfg.checkpoint_dir.c_str());
+      }
+    } else {
+      throw strata::invalid_argument(std::string("[strata.example] --checkpoint-dir is not supported with --strategy ") +
+                                     S::name + " yet");
+    }
+  }
+  pipeline.set_position(pos.epoch, pos.batch);
   auto data = strategy.distribute(pipeline);
   const strata::data::TensorDataset test = cfg.evaluate ? strata::data::fashion_mnist_test(cfg.data_dir)
                                                         : strata::data::TensorDataset();
@@ -92,14 +134,20 @@ Report train(S& strategy, const Config& cfg) {
   Progress progress(cfg.progress && strategy.is_chief());
   double train_seconds = 0;
   std::int64_t examples = 0;
-  for (int epoch = 0; epoch < cfg.epochs; ++epoch) {
+  for (int epoch = static_cast<int>(pos.epoch); epoch < cfg.epochs; ++epoch) {
     const auto t0 = Clock::now();
-    std::int64_t step = 0;
+    std::int64_t step = epoch == pos.epoch ? pos.batch : 0;  // batches of this epoch done
     for (auto& batch : data) {
       const double loss = train_step(strategy, model, opt, batch);
       report.losses.push_back(loss);
       examples += batch.global_size;
       ++step;
+      ++pos.step;
+      if (checkpoints && cfg.checkpoint_every > 0 && pos.step % cfg.checkpoint_every == 0) {
+        const bool epoch_done = step == data.num_batches();
+        checkpoints->save({pos.step, epoch + (epoch_done ? 1 : 0), epoch_done ? 0 : step});
+      }
+      fault_point(strategy.is_chief(), pos.step);
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       const double rate = static_cast<double>(step * global_batch) / secs;
       const double eta = secs / static_cast<double>(step) *
@@ -113,6 +161,7 @@ Report train(S& strategy, const Config& cfg) {
         std::printf("epoch %d/%d  test accuracy %.2f %%\n", epoch + 1, cfg.epochs, 100.0 * report.epoch_accuracy.back());
     }
   }
+  if (checkpoints) checkpoints->save({pos.step, cfg.epochs, 0});
   report.steps = static_cast<std::int64_t>(report.losses.size());
   report.final_loss = report.losses.empty() ? NAN : report.losses.back();
   report.test_accuracy = report.epoch_accuracy.empty() ? NAN : report.epoch_accuracy.back();

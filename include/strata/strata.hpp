@@ -44,3 +44,5 @@
 #include <strata/strategy/central_storage.hpp>
 #include <strata/strategy/distributed_pipeline.hpp>
 #include <strata/strategy/multi_worker_mirrored.hpp>
+#include <strata/strategy/checkpointing.hpp>
+#include <strata/checkpoint/manager.hpp>

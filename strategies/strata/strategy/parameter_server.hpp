@@ -19,6 +19,7 @@
 #include <strata/config.hpp>
 #include <strata/data/pipeline.hpp>
 #include <strata/optim/optimizer.hpp>
+#include <strata/strategy/checkpointing.hpp>     // checkpoints_supported
 #include <strata/strategy/local_replicas.hpp>  // HasParameters
 #include <strata/strategy/parameter_server/roles.hpp>
 #include <strata/strategy/parameter_server/server.hpp>
@@ -299,6 +300,10 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
 template <class C, class M>
   requires ps::has_transport<C> && ps::Mode<M>
 inline constexpr bool enable_strategy<ParameterServerStrategy<C, M>> = true;
+
+// The servers' optimizer state is not in TrainingCheckpoints yet.
+template <class C, class M>
+inline constexpr bool checkpoints_supported<ParameterServerStrategy<C, M>> = false;
 
 }  // namespace strata
 

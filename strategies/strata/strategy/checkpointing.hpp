@@ -1,0 +1,101 @@
+/// \file
+/// TrainingCheckpoints: saving and resuming a training run under any strategy. The chief
+/// writes (CheckpointManager: atomic, the newest `keep` kept); on restore the chief picks the
+/// newest complete checkpoint and its bytes go to every process (a strategy across processes
+/// shares them through its collective: share_from_chief), and every local replica's model and
+/// optimizer take them — so all replicas resume from one file, identically.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <strata/checkpoint/manager.hpp>
+#include <strata/checkpoint/training_state.hpp>
+#include <strata/strategy/replicated.hpp>
+
+namespace strata {
+
+/// Whether TrainingCheckpoints captures strategy S whole (a strategy whose optimizer state
+/// lives elsewhere, like ParameterServerStrategy's on its servers, opts out until it can).
+template <class S>
+inline constexpr bool checkpoints_supported = true;
+
+namespace detail {
+template <class T>
+struct IsReplicated : std::false_type {};
+template <class T>
+struct IsReplicated<Replicated<T>> : std::true_type {};
+
+/// Replica r's object of `x` (a Replicated, or the one object of a one-copy strategy).
+template <class T>
+auto& local_copy(T& x, std::size_t r) {
+  if constexpr (IsReplicated<T>::value)
+    return x.replica(r);
+  else
+    return (void)r, x;
+}
+template <class T>
+std::size_t local_copies(const T& x) {
+  if constexpr (IsReplicated<T>::value)
+    return x.num_replicas();
+  else
+    return (void)x, 1;
+}
+}  // namespace detail
+
+template <class S, class Model, class Opt>
+class TrainingCheckpoints {
+  static_assert(checkpoints_supported<S>, "TrainingCheckpoints: this strategy's state is not captured yet "
+                                          "(ParameterServerStrategy keeps optimizer state on its servers)");
+
+ public:
+  TrainingCheckpoints(S& strategy, Model& model, Opt& opt, std::filesystem::path dir, int keep = 3)
+      : s_(strategy), model_(model), opt_(opt), manager_(std::move(dir), keep) {}
+
+  /// Resumes from the newest complete checkpoint, if there is one: every replica's model and
+  /// optimizer, and the default generator. Returns where to continue.
+  std::optional<checkpoint::TrainingPosition> restore() {
+    std::vector<unsigned char> bytes;
+    std::string name;
+    if (s_.is_chief()) {
+      std::vector<std::string> skipped;
+      if (auto p = manager_.latest(&skipped)) {
+        name = p->string();
+        std::ifstream f(*p, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(f), {});
+      }
+      for (const auto& why : skipped) std::fprintf(stderr, "[strata.checkpoint] skipping %s\n", why.c_str());
+    }
+    if constexpr (requires { s_.share_from_chief(bytes); }) s_.share_from_chief(bytes);
+    if (bytes.empty()) return std::nullopt;
+    const checkpoint::Reader r(std::move(bytes), name.empty() ? "the chief's checkpoint" : name);
+    checkpoint::TrainingPosition pos;
+    for (std::size_t k = 0; k < detail::local_copies(model_); ++k)
+      pos = checkpoint::restore_training_state(r, detail::local_copy(model_, k).parameters(), detail::local_copy(opt_, k),
+                                               s_.num_replicas_in_sync());
+    return pos;
+  }
+
+  /// Writes the run's state at `pos` (the chief only; every replica holds the same values).
+  void save(const checkpoint::TrainingPosition& pos) {
+    if (!s_.is_chief()) return;
+    manager_.save(pos.step, checkpoint::capture_training_state(detail::local_copy(model_, 0).parameters(),
+                                                               detail::local_copy(opt_, 0), pos,
+                                                               s_.num_replicas_in_sync()));
+  }
+
+  const checkpoint::CheckpointManager& manager() const noexcept { return manager_; }
+
+ private:
+  S& s_;
+  Model& model_;
+  Opt& opt_;
+  checkpoint::CheckpointManager manager_;
+};
+
+}  // namespace strata
