@@ -240,7 +240,7 @@ TEST_CASE("Checkpoint.KilledWriterLeavesTheLastCompleteOne") {  // RELIABILITY C
   ck::CheckpointManager m(dir, 2);
   const auto t0 = std::chrono::steady_clock::now();
   m.save(0, big);
-  // Kill points spread over about three saves, however fast this machine writes.
+  // Kill points spread over about five saves, however fast this machine writes.
   const auto save_us = std::max<long>(1000, std::chrono::duration_cast<std::chrono::microseconds>(
                                                 std::chrono::steady_clock::now() - t0).count());
   std::set<std::string> torn_files;
@@ -256,7 +256,7 @@ TEST_CASE("Checkpoint.KilledWriterLeavesTheLastCompleteOne") {  // RELIABILITY C
         m.save(step, big);
       }
     }
-    ::usleep(static_cast<useconds_t>(rng() % static_cast<unsigned long>(3 * save_us)));  // in a write, a rename, or between
+    ::usleep(static_cast<useconds_t>(rng() % static_cast<unsigned long>(5 * save_us)));  // in a write, a rename, or between
     ::kill(child, SIGKILL);
     ::waitpid(child, nullptr, 0);
     for (const auto& e : std::filesystem::directory_iterator(dir))
