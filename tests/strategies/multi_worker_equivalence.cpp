@@ -23,6 +23,8 @@ template <class C>
 int check_uneven(strata::MultiWorkerMirroredStrategy<C>& strategy);
 template <class C>
 int check_compression(int n, int rank);
+template <class C>
+int check_nonfinite(strata::MultiWorkerMirroredStrategy<C>& strategy);
 
 template <class C>
 int check_all() {
@@ -61,7 +63,7 @@ int check_all() {
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: gather of uneven rows\n", ok ? "ok  " : "FAIL", rank, n);
   }
-  return failures + check_uneven(strategy) + check_compression<C>(n, rank);
+  return failures + check_uneven(strategy) + check_compression<C>(n, rank) + check_nonfinite(strategy);
 }
 
 // A worker's own dataset of `n` examples.
@@ -79,6 +81,33 @@ std::vector<double> parameter_range(S& strategy, const std::vector<strata::Tenso
   strata::PerReplica<double> v(1);
   v[0] = sum;
   return {strategy.reduce(strata::ReduceOp::Min, v), strategy.reduce(strata::ReduceOp::Max, v)};
+}
+
+// D3: rank 1's loss becomes NaN at step 3. With NonFinite::skip every process skips that step
+// (the summed gradient is NaN everywhere): parameters stay equal on all ranks, the skip is
+// counted once on each, training goes on.
+template <class C>
+int check_nonfinite(strata::MultiWorkerMirroredStrategy<C>& strategy) {
+  strata::manual_seed(5);
+  auto net = strategy.scope([] { return equivalence::model(false); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2, {.momentum = 0.9}); });
+  opt.set_nonfinite(strata::optim::NonFinite::skip);
+  equivalence::Setup s;
+  int step = 0;
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(equivalence::dataset(s)).batch(26))) {
+    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      auto loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
+      if (step == 3 && strategy.rank() == 1) loss = loss * std::nan("");
+      opt.apply_gradients(ctx, strata::grad(loss, net.parameters()));
+    }, batch);
+    if (++step == 6) break;
+  }
+  const auto range = parameter_range(strategy, net.parameters());
+  const bool ok = range[0] == range[1] && std::isfinite(range[0]) && opt.skipped_steps() == 1 && opt.steps() == 5;
+  std::printf("%s rank %d: a NaN on rank 1 at step 3: skipped %lld step(s), %lld applied, parameter sums min %.9g max %.9g\n",
+              ok ? "ok  " : "FAIL", strategy.rank(), static_cast<long long>(opt.skipped_steps()),
+              static_cast<long long>(opt.steps()), range[0], range[1]);
+  return ok ? 0 : 1;
 }
 
 // D2: rank 0 has 10 batches, the others 12.

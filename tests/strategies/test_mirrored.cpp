@@ -4,6 +4,7 @@
 #include "doctest.hpp"
 
 #include <atomic>
+#include <cmath>
 #include <stdexcept>
 
 #include "strategies/equivalence.hpp"
@@ -188,4 +189,65 @@ TEST_CASE("Strategy.Mirrored.EmptyReplicaBatch") {
   const auto ref = equivalence::train_steps(one, s);
   strata::MirroredStrategy strategy(4);
   CHECK(equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref) < 1e-5);
+}
+
+// RELIABILITY D3: a NaN (then an Inf) in one replica's gradients at one step. Skip: every
+// replica skips that step together — parameters bitwise unchanged and equal everywhere, the
+// skip counted alike — and training goes on. Error: every replica stops naming the parameter.
+TEST_CASE("Strategy.Mirrored.NonFiniteGradientsSkippedTogether") {
+  for (double poison : {std::nan(""), static_cast<double>(INFINITY)}) {
+    CAPTURE(poison);
+    strata::MirroredStrategy strategy(2);
+    strata::manual_seed(3);
+    auto net = strategy.scope([] { return equivalence::model(false); });
+    auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.1, {.momentum = 0.9}); });
+    for (int r = 0; r < 2; ++r) opt.replica(static_cast<std::size_t>(r)).set_nonfinite(strata::optim::NonFinite::skip);
+    equivalence::Setup s;
+    auto data = strategy.distribute(strata::data::Pipeline(equivalence::dataset(s)).batch(26));
+    auto values = [&](int r) {
+      std::vector<std::vector<float>> out;
+      for (const Tensor& p : net.replica(static_cast<std::size_t>(r)).parameters()) out.push_back(p.to_vector<float>());
+      return out;
+    };
+    int step = 0;
+    std::vector<std::vector<float>> before;
+    for (auto& batch : data) {
+      if (step == 3) before = values(0);
+      strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+        Tensor loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
+        if (step == 3 && ctx.replica_id_in_sync_group() == 1) loss = loss * poison;
+        opt.apply_gradients(ctx, strata::grad(loss, net.parameters()));
+      }, batch);
+      if (step == 3) {
+        CHECK(values(0) == before);  // the poisoned step changed nothing
+        CHECK(values(1) == before);
+      }
+      if (++step == 6) break;
+    }
+    for (int r = 0; r < 2; ++r) {
+      CHECK(opt.replica(static_cast<std::size_t>(r)).skipped_steps() == 1);
+      CHECK(opt.replica(static_cast<std::size_t>(r)).steps() == 5);
+    }
+    CHECK(values(0) == values(1));
+    CHECK(values(0) != before);  // the other steps trained
+  }
+  // Error: the step fails on every replica, naming the parameter.
+  strata::MirroredStrategy strategy(2);
+  auto net = strategy.scope([] { return equivalence::model(false); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.1); });
+  for (int r = 0; r < 2; ++r) opt.replica(static_cast<std::size_t>(r)).set_nonfinite(strata::optim::NonFinite::error);
+  equivalence::Setup s;
+  auto data = strategy.distribute(strata::data::Pipeline(equivalence::dataset(s)).batch(26));
+  try {
+    for (auto& batch : data)
+      strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+        Tensor loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
+        if (ctx.replica_id_in_sync_group() == 1) loss = loss * std::nan("");
+        opt.apply_gradients(ctx, strata::grad(loss, net.parameters()));
+      }, batch);
+    FAIL_CHECK("no error");
+  } catch (const strata::data_error& e) {
+    CHECK(std::string(e.what()).find("[strata.optim.nonfinite] non-finite gradient in parameter 0 (shape [32, 20]) at step 0") !=
+          std::string::npos);
+  }
 }

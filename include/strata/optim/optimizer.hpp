@@ -4,6 +4,7 @@
 /// gradients across replicas and then updates.
 #pragma once
 
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <memory>
@@ -23,6 +24,16 @@ template <class C>
 concept GradientAggregator = requires(C& c, Gradients g) {
   { c.aggregate_gradients(g) } -> std::convertible_to<bool>;
   c.finish_update();
+};
+
+/// What apply_gradients does with gradients holding NaN or Inf. The check reads the
+/// aggregated gradients — the same bits on every replica of a synchronous strategy, since a
+/// NaN or Inf on any replica carries through the sum — so all replicas decide alike without
+/// another collective.
+enum class NonFinite {
+  apply,  ///< no check (the default): the update is applied as is
+  skip,   ///< the step is skipped: parameters and state unchanged, skipped_steps() counts it
+  error,  ///< data_error naming the first non-finite parameter gradient
 };
 
 /// The shared part of SGD, Adam and AdamW.
@@ -63,17 +74,24 @@ class Optimizer {
   void apply_gradients(Ctx& ctx, Gradients grads) {
     check_matches(grads);
     if constexpr (requires { ctx.note_learning_rate(lr_); }) ctx.note_learning_rate(lr_);
-    if (ctx.aggregate_gradients(grads))
-      step();
-    else
-      ++steps_;  // the update happened on the variables this replica shares
+    if (ctx.aggregate_gradients(grads)) {
+      if (accepts(grads)) step();
+    } else {
+      ++steps_;  // the update happened on the variables this replica shares (or on servers)
+    }
     ctx.finish_update();
   }
   /// Steps with `grads` as they are (one replica, nothing to aggregate).
   void apply_gradients(Gradients grads) {
     check_matches(grads);
-    step();
+    if (accepts(grads)) step();
   }
+
+  /// The policy for non-finite gradients (NonFinite::apply by default).
+  void set_nonfinite(NonFinite p) noexcept { nonfinite_ = p; }
+  NonFinite nonfinite() const noexcept { return nonfinite_; }
+  /// Steps skipped for non-finite gradients (NonFinite::skip).
+  std::int64_t skipped_steps() const noexcept { return skipped_; }
 
   /// Named state tensors (buffers per parameter), for checkpoints.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
@@ -130,9 +148,41 @@ class Optimizer {
                    " belongs to another parameter than the optimizer's");
   }
 
+  /// Whether the update goes ahead under the non-finite policy.
+  bool accepts(const Gradients& g) {
+    if (nonfinite_ == NonFinite::apply) return true;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const Tensor t = g[i];
+      if (!t.defined() || all_finite(t)) continue;
+      if (nonfinite_ == NonFinite::skip) {
+        ++skipped_;
+        return false;
+      }
+      throw data_error("[strata.optim.nonfinite] non-finite gradient in parameter " + std::to_string(i) + " (shape " +
+                       to_string(t.shape()) + ") at step " + std::to_string(steps_) + ", after aggregation");
+    }
+    return true;
+  }
+  static bool all_finite(const Tensor& t) {
+    const Tensor c = t.contiguous();
+    return strata::detail::visit_floating(c.dtype(), "non-finite check", [&](auto tag) {
+      using T = decltype(tag);
+      const T* p = c.template data<T>();
+      bool ok = true;
+      for (std::int64_t k = 0, n = c.numel(); k < n; ++k) ok &= std::isfinite(p[k]);  // no early exit: vectorises
+      return ok;
+    });
+  }
+  static std::string to_string(const Shape& s) {
+    std::string out = "[";
+    for (int d = 0; d < s.ndim(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
+    return out + "]";
+  }
+
   std::vector<Tensor> params_;
   double lr_;
-  std::int64_t steps_ = 0;
+  std::int64_t steps_ = 0, skipped_ = 0;
+  NonFinite nonfinite_ = NonFinite::apply;
 };
 
 namespace detail {
