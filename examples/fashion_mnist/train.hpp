@@ -16,6 +16,9 @@
 
 #include <unistd.h>  // isatty
 
+#include <strata/runtime/process.hpp>
+#include <strata/testing/fault.hpp>
+
 #include "models.hpp"
 #include "step.hpp"
 
@@ -85,15 +88,10 @@ struct NoCheckpoints {
   void save(const strata::checkpoint::TrainingPosition&) {}
 };
 
-/// Test builds (STRATA_FAULT_INJECTION): STRATA_FAULT_KILL_AT_STEP=N makes the chief SIGKILL
-/// itself right after step N, as a crash would (the resume tests).
-inline void fault_point(bool chief, std::int64_t step) {
-#if STRATA_FAULT_INJECTION
-  static const char* at = std::getenv("STRATA_FAULT_KILL_AT_STEP");
-  if (chief && at && std::atoll(at) == step) std::raise(SIGKILL);
-#else
-  (void)chief, (void)step;
-#endif
+/// This process's rank in its job (0 when alone), for fault injection.
+inline int process_rank() {
+  static const int rank = strata::runtime::detect_process().rank;
+  return rank;
 }
 
 /// Trains cfg.model on Fashion-MNIST under `strategy`; the same code for every strategy.
@@ -147,7 +145,7 @@ Report train(S& strategy, const Config& cfg) {
         const bool epoch_done = step == data.num_batches();
         checkpoints->save({pos.step, epoch + (epoch_done ? 1 : 0), epoch_done ? 0 : step});
       }
-      fault_point(strategy.is_chief(), pos.step);
+      STRATA_FAULT_POINT(process_rank(), pos.step, "after_step");  // test builds only (strata/testing/fault.hpp)
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       const double rate = static_cast<double>(step * global_batch) / secs;
       const double eta = secs / static_cast<double>(step) *

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Resume with nothing lost (RELIABILITY B1): a Fashion-MNIST run killed (SIGKILL, chief) after
+# Resume with nothing lost (RELIABILITY B1): a Fashion-MNIST run killed (SIGKILL, rank 0) after
 # step 75 and restarted with the same command resumes from its step-70 checkpoint and ends
 # with a final checkpoint byte-identical to the uninterrupted run's — parameters, optimizer
 # state, data position and generator, all bitwise. 2 epochs of 60 steps, so the resumed part
@@ -18,7 +18,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 "${launch[@]}" "$exe" "$@" "${common[@]}" --checkpoint-dir "$work/a" > "$work/a.log" 2>&1 ||
   { cat "$work/a.log"; fail "the uninterrupted run failed"; }
-STRATA_FAULT_KILL_AT_STEP=75 "${launch[@]}" "$exe" "$@" "${common[@]}" --checkpoint-dir "$work/b" > "$work/b1.log" 2>&1 &&
+STRATA_FAULT='0;75;after_step;sigkill' "${launch[@]}" "$exe" "$@" "${common[@]}" --checkpoint-dir "$work/b" > "$work/b1.log" 2>&1 &&
   { cat "$work/b1.log"; fail "the run meant to be killed at step 75 exited 0"; }
 ls "$work/b"
 [[ -f $work/b/ckpt-000000000070.strata && ! -f $work/b/ckpt-000000000080.strata ]] ||

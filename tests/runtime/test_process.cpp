@@ -4,6 +4,7 @@
 #include <string>
 
 #include <strata/runtime/process.hpp>
+#include <strata/testing/fault.hpp>
 
 namespace {
 /// Sets variables for one test and clears every variable the runtime reads afterwards.
@@ -70,4 +71,15 @@ TEST_CASE("Runtime.Process.BadEnvironmentIsNamed") {
   expect_error({{"STRATA_RANK", "0"}, {"STRATA_WORLD_SIZE", "2"}, {"STRATA_LOCAL_RANK", "2"}, {"STRATA_LOCAL_SIZE", "2"}},
                "STRATA_LOCAL_RANK=2 is outside 0..1");
   expect_error({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "2"}}, "OMPI_COMM_WORLD_RANK=3 is outside 0..1");
+}
+
+TEST_CASE("Testing.FaultPointsMatchRankStepAndPoint") {
+  ::setenv("STRATA_FAULT", "1;5;after_step;throw,*;7;before_save;throw", 1);
+  CHECK_NOTHROW(strata::testing::fault_point(0, 5, "after_step"));   // another rank
+  CHECK_NOTHROW(strata::testing::fault_point(1, 6, "after_step"));   // another step
+  CHECK_NOTHROW(strata::testing::fault_point(1, 5, "before_save"));  // another point
+  CHECK_THROWS_WITH_AS(strata::testing::fault_point(1, 5, "after_step"), "[strata.fault] injected at after_step, step 5",
+                       strata::error);
+  CHECK_THROWS_AS(strata::testing::fault_point(3, 7, "before_save"), strata::error);  // any rank
+  ::unsetenv("STRATA_FAULT");
 }

@@ -1,0 +1,83 @@
+/// \file
+/// Fault injection for tests. A program compiled with -DSTRATA_FAULT_INJECTION=1 honours
+///   STRATA_FAULT="rank;step;point;kind[,rank;step;point;kind...]"
+/// at every STRATA_FAULT_POINT(rank, step, "point") it passes: when rank, step and point
+/// match (`*` matches any rank or step), the process does `kind` — sigkill, sigterm, sigstop
+/// (raises the signal), exit0, exit1 (_Exit), abort, or throw (a strata::error). Without the
+/// macro the points compile to nothing, so a user's build carries no hook.
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <strata/support/error.hpp>
+
+namespace strata::testing {
+
+struct Fault {
+  std::string rank, step, point, kind;  // rank/step: a number or "*"
+};
+
+/// The faults STRATA_FAULT asks for (parsed once); a malformed value is an error naming it.
+inline const std::vector<Fault>& requested_faults() {
+  static const std::vector<Fault> faults = [] {
+    std::vector<Fault> out;
+    const char* env = std::getenv("STRATA_FAULT");
+    if (!env || !*env) return out;
+    const std::string all = env;
+    std::size_t at = 0;
+    while (at <= all.size()) {
+      const std::size_t end = std::min(all.find(',', at), all.size());
+      const std::string one = all.substr(at, end - at);
+      std::vector<std::string> f;
+      std::size_t p = 0;
+      while (p <= one.size()) {
+        const std::size_t q = std::min(one.find(';', p), one.size());
+        f.push_back(one.substr(p, q - p));
+        p = q + 1;
+      }
+      static const char* kinds[] = {"sigkill", "sigterm", "sigstop", "exit0", "exit1", "abort", "throw"};
+      bool known = false;
+      for (const char* k : kinds) known = known || (f.size() == 4 && f[3] == k);
+      if (f.size() != 4 || !known)
+        throw invalid_argument("[strata.fault] STRATA_FAULT='" + all + "': expected rank;step;point;kind with kind one of "
+                               "sigkill, sigterm, sigstop, exit0, exit1, abort, throw; got '" + one + "'");
+      out.push_back({f[0], f[1], f[2], f[3]});
+      at = end + 1;
+    }
+    return out;
+  }();
+  return faults;
+}
+
+/// Does what STRATA_FAULT asks at this point, if it asks anything here.
+inline void fault_point(int rank, std::int64_t step, std::string_view point) {
+  for (const Fault& f : requested_faults()) {
+    if ((f.rank != "*" && f.rank != std::to_string(rank)) || (f.step != "*" && f.step != std::to_string(step)) ||
+        f.point != point)
+      continue;
+    std::fprintf(stderr, "[strata.fault] rank %d step %lld at %.*s: %s\n", rank, static_cast<long long>(step),
+                 static_cast<int>(point.size()), point.data(), f.kind.c_str());
+    std::fflush(stderr);
+    if (f.kind == "sigkill") std::raise(SIGKILL);
+    if (f.kind == "sigterm") std::raise(SIGTERM);
+    if (f.kind == "sigstop") std::raise(SIGSTOP);
+    if (f.kind == "exit0") std::_Exit(0);
+    if (f.kind == "exit1") std::_Exit(1);
+    if (f.kind == "abort") std::abort();
+    if (f.kind == "throw") throw error("[strata.fault] injected at " + std::string(point) + ", step " + std::to_string(step));
+  }
+}
+
+}  // namespace strata::testing
+
+#if STRATA_FAULT_INJECTION
+#define STRATA_FAULT_POINT(rank, step, point) ::strata::testing::fault_point((rank), (step), (point))
+#else
+#define STRATA_FAULT_POINT(rank, step, point) ((void)0)
+#endif
