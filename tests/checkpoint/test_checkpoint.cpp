@@ -3,6 +3,7 @@
 // by name (C5); the manager keeps the newest N, skips a corrupt newest, and clears temporaries
 // of dead writers without touching the committed files.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -279,5 +280,37 @@ TEST_CASE("Checkpoint.KilledWriterLeavesTheLastCompleteOne") {  // RELIABILITY C
   m.save(newest + 1, big);  // the next save clears the dead writers' temporaries
   for (const auto& e : std::filesystem::directory_iterator(dir))
     CHECK_MESSAGE(e.path().filename().string()[0] != '.', e.path().string());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("Checkpoint.FullDiskIsAnIoErrorAndThePreviousSurvives") {  // RELIABILITY C7, by RLIMIT_FSIZE
+  const auto dir = scratch_dir("full");
+  ck::CheckpointManager m(dir, 3);
+  strata::Generator g(4);
+  m.save(1, {{"w", strata::uniform({1000}, -1, 1, g)}});
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // a file may grow to 64 KiB only: a 1 MB checkpoint cannot be written
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{65536, 65536};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    try {
+      m.save(2, {{"w", strata::uniform({1 << 18}, -1, 1, g)}});
+    } catch (const strata::io_error& e) {
+      const std::string w = e.what();
+      ::_exit(w.find("cannot write") != std::string::npos && w.find("File too large") != std::string::npos ? 0 : 2);
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(4);  // no error
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(m.steps() == std::vector<std::int64_t>{1});  // nothing of step 2, no temporary left
+  REQUIRE(m.latest().has_value());
+  CHECK(*m.latest() == m.path_for(1));
+  for (const auto& e : std::filesystem::directory_iterator(dir)) CHECK(e.path().filename().string()[0] != '.');
   std::filesystem::remove_all(dir);
 }

@@ -4,6 +4,8 @@
 // caught or joined, never a hang. Run under mpirun (C = Mpi) or strata-run (Gloo).
 //   multi_worker_equivalence mpi|gloo        exit status 0: every check held on this rank
 #include <cstdio>
+#include <filesystem>
+#include <unistd.h>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -25,6 +27,8 @@ template <class C>
 int check_compression(int n, int rank);
 template <class C>
 int check_nonfinite(strata::MultiWorkerMirroredStrategy<C>& strategy);
+template <class C>
+int check_shared_saves(strata::MultiWorkerMirroredStrategy<C>& strategy);
 
 template <class C>
 int check_all() {
@@ -63,7 +67,8 @@ int check_all() {
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: gather of uneven rows\n", ok ? "ok  " : "FAIL", rank, n);
   }
-  return failures + check_uneven(strategy) + check_compression<C>(n, rank) + check_nonfinite(strategy);
+  return failures + check_uneven(strategy) + check_compression<C>(n, rank) + check_nonfinite(strategy) +
+         check_shared_saves(strategy);
 }
 
 // A worker's own dataset of `n` examples.
@@ -107,6 +112,38 @@ int check_nonfinite(strata::MultiWorkerMirroredStrategy<C>& strategy) {
   std::printf("%s rank %d: a NaN on rank 1 at step 3: skipped %lld step(s), %lld applied, parameter sums min %.9g max %.9g\n",
               ok ? "ok  " : "FAIL", strategy.rank(), static_cast<long long>(opt.skipped_steps()),
               static_cast<long long>(opt.steps()), range[0], range[1]);
+  return ok ? 0 : 1;
+}
+
+// C6: every rank calls save() into one directory, 20 times: only the chief writes, so the
+// directory holds exactly the kept files, each complete, and no temporary.
+template <class C>
+int check_shared_saves(strata::MultiWorkerMirroredStrategy<C>& strategy) {
+  strata::manual_seed(5);
+  auto net = strategy.scope([] { return equivalence::model(false); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2); });
+  std::string dir = (std::filesystem::temp_directory_path() / ("strata_c6_" + std::to_string(::getpid()))).string();
+  std::vector<unsigned char> name(dir.begin(), dir.end());
+  strategy.share_from_chief(name);  // the chief's directory name
+  dir.assign(name.begin(), name.end());
+  strata::TrainingCheckpoints<strata::MultiWorkerMirroredStrategy<C>, decltype(net), decltype(opt)> ck(strategy, net, opt,
+                                                                                                      dir, 3);
+  for (std::int64_t step = 1; step <= 20; ++step) ck.save({step, 0, step});
+  strata::PerReplica<double> done(1);
+  done[0] = 1;
+  (void)strategy.reduce(strata::ReduceOp::Sum, done);  // every rank has saved (or not)
+  int bad = 0;
+  std::string listing;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    listing += " " + e.path().filename().string();
+    bad += e.path().filename().string()[0] == '.';
+  }
+  const auto steps = ck.manager().steps();
+  const bool ok = bad == 0 && steps == std::vector<std::int64_t>{20, 19, 18} && ck.manager().latest().has_value();
+  std::printf("%s rank %d: 20 saves from every rank into one directory:%s\n", ok ? "ok  " : "FAIL", strategy.rank(),
+              listing.c_str());
+  (void)strategy.reduce(strata::ReduceOp::Sum, done);  // every rank has looked before the chief cleans up
+  if (strategy.is_chief()) std::filesystem::remove_all(dir);
   return ok ? 0 : 1;
 }
 
