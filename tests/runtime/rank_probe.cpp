@@ -1,6 +1,7 @@
 // A rank for tests/runtime/run_launcher.sh: prints what it detected, then
 //   rank_probe ok          exits 0
 //   rank_probe fail R      rank R exits 3 at once, the others sleep 60 s (strata-run must stop them)
+//   rank_probe outlive R   rank R exits 3 at once, the others finish after 1 s (strata-run --keep-going)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,11 @@ int main(int argc, char** argv) {
   if (mode == "fail") {
     if (p.rank == std::atoi(argv[2])) return 3;
     std::this_thread::sleep_for(std::chrono::seconds(60));
+  }
+  if (mode == "outlive") {
+    if (p.rank == std::atoi(argv[2])) return 3;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::printf("rank %d finished\n", p.rank);
   }
   return 0;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # strata-run end to end: every rank starts with its environment and its output prefixed; a
 # failing rank stops the others within the grace period and the launcher exits with its
-# status; bad arguments are named.   usage: run_launcher.sh STRATA_RUN RANK_PROBE
+# status (with --keep-going the others finish); bad arguments are named.   usage: run_launcher.sh STRATA_RUN RANK_PROBE
 set -u
 run=$1 probe=$2
 fail() { echo "FAIL: $*"; exit 1; }
@@ -21,6 +21,13 @@ echo "$out"
 ((rc == 3)) || fail "failing job exited $rc, expected 3"
 ((elapsed < 15)) || fail "took ${elapsed} s to stop the other ranks"
 grep -q "rank 1 exited with status 3" <<<"$out" || fail "the failing rank is not named"
+
+# --keep-going: the failure is reported, the others run to their end, the job takes its status.
+out=$("$run" --keep-going -np 3 -- "$probe" outlive 1 2>&1); rc=$?
+echo "$out"
+((rc == 3)) || fail "--keep-going job exited $rc, expected 3"
+grep -q "rank 1 exited with status 3; the other ranks carry on (--keep-going)" <<<"$out" || fail "--keep-going: no report"
+for r in 0 2; do grep -q "^\[$r\] rank $r finished$" <<<"$out" || fail "--keep-going: rank $r did not finish"; done
 
 out=$("$run" -np 0 "$probe" 2>&1); rc=$?
 ((rc != 0)) && grep -q -- "-np=0 is outside" <<<"$out" || fail "-np 0 not rejected by name: $out"
