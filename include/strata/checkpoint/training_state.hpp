@@ -13,6 +13,7 @@
 #include <cstring>
 #include <cstdint>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -52,19 +53,25 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
   r.verify();
   auto scalar = [&](const char* key) { return static_cast<std::int64_t>(r.read(key).item()); };
   const std::int64_t saved_replicas = scalar("replicas");
-  STRATA_CHECK(saved_replicas == replicas, "[strata.checkpoint] '", r.name(), "' was written with ", saved_replicas,
-               " replicas in sync, this run has ", replicas, " (the global batch and data order would differ)");
+  if (saved_replicas != replicas)
+    throw invalid_argument("[strata.checkpoint.mismatch] '" + r.name() + "' was written with " +
+                           std::to_string(saved_replicas) + " replicas in sync, this run has " + std::to_string(replicas) +
+                           " (the global batch and data order would differ)");
   std::size_t saved_params = 0;
   while (r.find("param." + std::to_string(saved_params))) ++saved_params;
-  STRATA_CHECK(saved_params == params.size(), "[strata.checkpoint] '", r.name(), "' holds ", saved_params,
-               " parameters, the model has ", params.size());
+  if (saved_params != params.size())
+    throw invalid_argument("[strata.checkpoint.mismatch] '" + r.name() + "' holds " + std::to_string(saved_params) +
+                           " parameters, the model has " + std::to_string(params.size()));
   std::vector<Tensor> values;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const std::string key = "param." + std::to_string(i);
     Tensor v = r.read(key);
-    STRATA_CHECK(v.shape() == params[i].shape() && v.dtype() == params[i].dtype(), "[strata.checkpoint] shape mismatch for '",
-                 key, "': ", v.shape(), " ", name_of(v.dtype()), " in '", r.name(), "' vs ", params[i].shape(), " ",
-                 name_of(params[i].dtype()), " in the model");
+    if (v.shape() != params[i].shape() || v.dtype() != params[i].dtype()) {
+      std::ostringstream os;
+      os << "[strata.checkpoint.mismatch] shape mismatch for '" << key << "': " << v.shape() << " " << name_of(v.dtype())
+         << " in '" << r.name() << "' vs " << params[i].shape() << " " << name_of(params[i].dtype()) << " in the model";
+      throw invalid_argument(os.str());
+    }
     values.push_back(std::move(v));
   }
   std::vector<std::pair<std::string, Tensor>> slots;
