@@ -102,7 +102,7 @@ class EpochState {
     consumed_ = std::clamp<std::int64_t>(o.first_batch, 0, num_batches_);
     if (o.prefetch > 0) {
       ring_.resize(static_cast<std::size_t>(o.prefetch));
-      producer_ = std::thread([this] { produce(); });
+      producer_ = std::thread([this, first = consumed_] { produce(first); });
     }
   }
   ~EpochState() {
@@ -158,9 +158,9 @@ class EpochState {
     b.index = k;
     return b;
   }
-  void produce() {
+  void produce(std::int64_t first) {
     try {
-      for (std::int64_t k = consumed_; k < num_batches_; ++k) {
+      for (std::int64_t k = first; k < num_batches_; ++k) {
         // Wait for a free slot before assembling the batch, so that at most ring size + 1
         // batches (the consumer's) are ever alive: the allocator reaches that peak in the
         // first steps, and the steady state allocates nothing however the threads interleave.
