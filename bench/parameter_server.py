@@ -13,13 +13,8 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 
-
-def last_json(cmd, env):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-    line = [l for l in out.strip().splitlines() if "{" in l][-1]
-    return json.loads(line[line.index("{"):])
+from data_parallel import last_json
 
 
 def main():

@@ -72,13 +72,11 @@ int check_async(int servers, std::int64_t staleness) {
   int failures = 0;
   std::string counts;
   for (std::size_t id = 0; id < strategy.shards().partitions.size(); ++id) {
-    const auto& q = strategy.shards().partitions[id];
     if (!strategy.is_server() || strategy.shards().partitions[id].server != strategy.transport().roles().index_of(strategy.rank()))
       continue;
     const std::int64_t n = strategy.server_updates(id);
     counts += " " + std::to_string(n);
     failures += n == static_cast<std::int64_t>(total) ? 0 : 1;
-    (void)q;
   }
   bool finite = true;
   for (const auto& p : got)

@@ -192,6 +192,8 @@ class Reader {
   }
 
   const std::vector<Entry>& entries() const noexcept { return entries_; }
+  /// The whole file as read.
+  const std::vector<unsigned char>& bytes() const noexcept { return bytes_; }
   const std::string& name() const noexcept { return name_; }
   std::uint32_t format_version() const noexcept { return version_; }
 

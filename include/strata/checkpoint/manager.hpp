@@ -71,11 +71,17 @@ class CheckpointManager {
   /// The newest checkpoint that reads and verifies, or none. Each one skipped is reported in
   /// `skipped` (file and reason) when given.
   std::optional<std::filesystem::path> latest(std::vector<std::string>* skipped = nullptr) const {
+    const auto r = open_latest(skipped);
+    return r ? std::optional<std::filesystem::path>(r->name()) : std::nullopt;
+  }
+  /// latest(), read and verified: the reader over it.
+  std::optional<Reader> open_latest(std::vector<std::string>* skipped = nullptr) const {
     for (std::int64_t s : steps()) {
       const auto p = path_for(s);
       try {
-        Reader(p).verify();
-        return p;
+        Reader r(p);
+        r.verify();
+        return r;
       } catch (const error& e) {
         if (skipped) skipped->push_back(p.string() + ": " + e.what());
       }

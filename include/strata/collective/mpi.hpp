@@ -79,6 +79,14 @@ inline void mpi_check(int rc, const char* what) {
   throw collective_error(std::string("[strata.collective.mpi] ") + what + ": " + std::string(msg, static_cast<std::size_t>(len)));
 }
 
+/// Frees `comm` (a communicator this code created) unless MPI is already finalised (a static
+/// destroyed after the atexit MPI_Finalize).
+inline void free_communicator(MPI_Comm& comm) {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+}
+
 /// Aborts the job when a collective outlives its deadline. One per process. Arming and
 /// disarming are two atomic stores (no lock, no wake-up on the collective's path); the
 /// watchdog thread polls a few times per deadline.
@@ -168,11 +176,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
   }
   Mpi(const Mpi&) = delete;
   Mpi& operator=(const Mpi&) = delete;
-  ~Mpi() {
-    int fin = 0;
-    MPI_Finalized(&fin);
-    if (!fin && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-  }
+  ~Mpi() { detail::free_communicator(comm_); }
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }

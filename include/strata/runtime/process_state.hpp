@@ -3,9 +3,11 @@
 /// collective that lost or waits on a local peer names it.
 #pragma once
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 
 namespace strata::runtime {
 
@@ -25,5 +27,23 @@ inline char process_state(long pid) {
 inline bool is_stopped(char state) noexcept { return state == 'T' || state == 't'; }
 /// True for a process that has exited (gone, or a zombie not yet reaped).
 inline bool is_gone(char state) noexcept { return state == 'X' || state == 'Z'; }
+
+/// A peer's state once it settles: `state()` polled every 10 ms, up to `tries` times, until the
+/// peer is stopped, gone or not on this host ('?') — a dead peer's connection closes a moment
+/// before its process is gone.
+template <class F>
+char settled_state(F&& state, int tries = 20) {
+  char st = state();
+  for (int i = 0; i < tries && st != '?' && !is_gone(st) && !is_stopped(st); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    st = state();
+  }
+  return st;
+}
+
+/// How an error message describes a peer in state `st`.
+inline const char* describe_state(char st) noexcept {
+  return is_stopped(st) ? " (stopped)" : is_gone(st) ? " (gone)" : " (running or elsewhere)";
+}
 
 }  // namespace strata::runtime

@@ -8,8 +8,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,10 +62,9 @@ class TrainingCheckpoints {
     std::string name;
     if (s_.is_chief()) {
       std::vector<std::string> skipped;
-      if (auto p = manager_.latest(&skipped)) {
-        name = p->string();
-        std::ifstream f(*p, std::ios::binary);
-        bytes.assign(std::istreambuf_iterator<char>(f), {});
+      if (auto r = manager_.open_latest(&skipped)) {
+        name = r->name();
+        bytes = r->bytes();
       }
       for (const auto& why : skipped) std::fprintf(stderr, "[strata.checkpoint] skipping %s\n", why.c_str());
     }

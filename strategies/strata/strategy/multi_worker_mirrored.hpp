@@ -23,6 +23,7 @@
 #include <strata/strategy/gradient_engine.hpp>
 #include <strata/strategy/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
+#include <strata/strategy/process_replica.hpp>
 #include <strata/strategy/replicated.hpp>
 #include <strata/strategy/strategy.hpp>
 
@@ -74,11 +75,7 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
     using T = std::invoke_result_t<F&>;
     T made = factory();
     if constexpr (detail::HasParameters<T>) {
-      NoGradGuard no_grad;
-      for (const Tensor& p : made.parameters()) {
-        STRATA_CHECK(p.is_contiguous(), "scope(): parameters must be contiguous to be broadcast");
-        comm_.broadcast_raw(p.raw_data(), static_cast<std::size_t>(p.numel()), p.dtype(), 0);
-      }
+      detail::broadcast_parameters(comm_, made.parameters(), 0);
       owned_.push_back(std::make_unique<GradientEngine<C>>(comm_, made.parameters(), options_.bucket_bytes,
                                                            options_.compression));
       engines_.push_back(owned_.back().get());
@@ -168,19 +165,13 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
   /// The reduction across every process's replica, the same on every process.
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) {
     detail::check_cross_replica("reduce()");
-    STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
-    Tensor t = v[0].contiguous().clone();
-    comm_.allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
-    return t;
+    return detail::allreduce_value(comm_, op, v);
   }
   using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
   using detail::RejectsReplicaValues::reduce;
   double reduce(ReduceOp op, const PerReplica<double>& v) {
     detail::check_cross_replica("reduce()");
-    STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
-    double x = v[0];
-    comm_.allreduce_raw(&x, &x, 1, DType::f64, op);
-    return x;
+    return detail::allreduce_value(comm_, op, v);
   }
 
  private:
@@ -189,13 +180,7 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
     detail::check_cross_replica("run()");
     detail::ReplicaScope scope(0, /*step=*/true);
     detail::CollectiveReplicaContext<C> ctx(comm_, comm_.rank(), comm_.size(), engines_);
-    if constexpr (std::is_void_v<R>) {
-      step(ctx);
-    } else {
-      PerReplica<R> out(1);
-      out[0] = step(ctx);
-      return out;
-    }
+    return detail::run_single_replica<R>(ctx, step);
   }
 
   MultiWorkerOptions options_;

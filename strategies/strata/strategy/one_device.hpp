@@ -8,6 +8,7 @@
 
 #include <strata/data/pipeline.hpp>
 #include <strata/strategy/per_replica.hpp>
+#include <strata/strategy/process_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/tensor/device.hpp>
@@ -52,13 +53,7 @@ class OneDeviceStrategy : detail::RejectsReplicaValues {
   auto run(F&& fn, const data::Batch& batch) {
     using R = std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>;
     Context ctx;
-    if constexpr (std::is_void_v<R>) {
-      fn(ctx, batch);
-    } else {
-      PerReplica<R> out(1);
-      out[0] = fn(ctx, batch);
-      return out;
-    }
+    return detail::run_single_replica<R>(ctx, [&](ReplicaContext& c) { return fn(c, batch); });
   }
   /// Runs fn(ctx) as the single replica.
   template <class F>
@@ -66,13 +61,7 @@ class OneDeviceStrategy : detail::RejectsReplicaValues {
   auto run(F&& fn) {
     using R = std::invoke_result_t<F&, ReplicaContext&>;
     Context ctx;
-    if constexpr (std::is_void_v<R>) {
-      fn(ctx);
-    } else {
-      PerReplica<R> out(1);
-      out[0] = fn(ctx);
-      return out;
-    }
+    return detail::run_single_replica<R>(ctx, fn);
   }
 
   /// The values of every replica concatenated along axis 0: the one replica's value.

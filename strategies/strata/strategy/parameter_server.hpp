@@ -27,6 +27,7 @@
 #include <strata/strategy/parameter_server/transport.hpp>
 #include <strata/strategy/parameter_server/worker.hpp>
 #include <strata/strategy/per_replica.hpp>
+#include <strata/strategy/process_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replicated.hpp>
 #include <strata/strategy/strategy.hpp>
@@ -100,11 +101,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
     using M = std::invoke_result_t<F&>;
     M made = factory();
     if constexpr (detail::HasParameters<M>) {
-      NoGradGuard no_grad;
-      for (const Tensor& p : made.parameters()) {
-        STRATA_CHECK(p.is_contiguous(), "scope(): parameters must be contiguous");
-        t_.world().broadcast_raw(p.raw_data(), static_cast<std::size_t>(p.numel()), p.dtype(), chief_rank());
-      }
+      detail::broadcast_parameters(t_.world(), made.parameters(), chief_rank());
       const auto ids = shards_.add(made.parameters(), o_.partition_bytes);
       if (server_) server_->hold(ids);
     }
@@ -139,17 +136,15 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
   /// Sync: the reduction over the workers, the same on each. Async: this worker's value.
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) {
     detail::check_cross_replica("reduce()");
+    if constexpr (sync) return detail::allreduce_value(t_.group(), op, v);
     STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
-    Tensor t = v[0].contiguous().clone();
-    if (sync) t_.group().allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
-    return t;
+    return v[0].contiguous().clone();
   }
   double reduce(ReduceOp op, const PerReplica<double>& v) {
     detail::check_cross_replica("reduce()");
+    if constexpr (sync) return detail::allreduce_value(t_.group(), op, v);
     STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
-    double x = v[0];
-    if (sync) t_.group().allreduce_raw(&x, &x, 1, DType::f64, op);
-    return x;
+    return v[0];
   }
   using detail::RejectsReplicaValues::reduce;  // a replica's own value: a compile-time error
 
@@ -256,13 +251,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
                  "distribute(), whose body runs on the workers only");
     detail::ReplicaScope scope(0, /*step=*/true);
     Context ctx(*this);
-    if constexpr (std::is_void_v<R>) {
-      step(ctx);
-    } else {
-      PerReplica<R> out(1);
-      out[0] = step(ctx);
-      return out;
-    }
+    return detail::run_single_replica<R>(ctx, step);
   }
 
   void finish_epoch() {

@@ -55,11 +55,7 @@ class Transport<collective::Mpi> {
   }
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
-  ~Transport() {
-    int fin = 0;
-    MPI_Finalized(&fin);
-    if (!fin && p2p_ != MPI_COMM_NULL) MPI_Comm_free(&p2p_);
-  }
+  ~Transport() { collective::detail::free_communicator(p2p_); }
 
   const Roles& roles() const noexcept { return roles_; }
   int rank() const noexcept { return world_.rank(); }

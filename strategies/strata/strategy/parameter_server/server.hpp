@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <strata/autograd/grad_mode.hpp>
@@ -218,7 +219,7 @@ class Server {
 
   /// The updates applied to partition `id` (held here) so far.
   std::int64_t updates(std::size_t id) const {
-    const Held* h = const_cast<Server*>(this)->find(id);
+    const Held* h = find(id);
     return h && h->opt ? h->opt->steps() : 0;
   }
 
@@ -235,9 +236,10 @@ class Server {
     std::chrono::steady_clock::time_point first{};
   };
 
-  Held* find(std::size_t id) {
+  const Held* find(std::size_t id) const {
     return id < slot_.size() && slot_[id] >= 0 ? &held_[static_cast<std::size_t>(slot_[id])] : nullptr;
   }
+  Held* find(std::size_t id) { return const_cast<Held*>(std::as_const(*this).find(id)); }
 
   /// Tests the replies in flight; true while some are.
   bool progress_replies() {
@@ -260,10 +262,7 @@ class Server {
       const int to = h.reply_to[k];
       t_.wait_all(std::span(&h.replies[k], 1), deadline, [&](const std::string& why) {
         // Async: a reply to a worker that died is dropped (the loop hears of the loss).
-        for (int i = 0; i < 20 && !s_.sync; ++i) {
-          if (runtime::is_gone(t_.peer_state(to))) return;
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
+        if (!s_.sync && runtime::is_gone(runtime::settled_state([&] { return t_.peer_state(to); }))) return;
         t_.abort("[strata.ps.timeout] server rank " + std::to_string(t_.rank()) + ": the reply of partition " +
                  std::to_string(h.id) + " to worker rank " + std::to_string(to) + " failed: " + why + "; aborting the job");
       });
@@ -367,9 +366,7 @@ class Server {
          << " s; missing:";
       for (int r : t_.roles().workers) {
         if (std::find(h.waiting.begin(), h.waiting.end(), r) != h.waiting.end()) continue;
-        const char st = t_.peer_state(r);
-        os << " worker rank " << r
-           << (runtime::is_stopped(st) ? " (stopped)" : runtime::is_gone(st) ? " (gone)" : " (running or elsewhere)");
+        os << " worker rank " << r << runtime::describe_state(t_.peer_state(r));
       }
       t_.abort(os.str() + "; aborting the job");
     }

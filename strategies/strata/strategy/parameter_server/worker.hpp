@@ -10,7 +10,6 @@
 #include <chrono>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,21 +35,20 @@ class Worker {
       sent_lr_ = lr;
     }
     if (sums_.size() < shards_.variables.size()) sums_.resize(shards_.variables.size());
+    const std::vector<std::size_t>& vars = variables_of(g);
     for (std::size_t i = 0; i < g.size(); ++i) {
       const Tensor& p = g.params[i];
-      const std::ptrdiff_t v = shards_.index_of(p);
-      STRATA_CHECK(v >= 0, "ParameterServerStrategy: apply_gradients on parameter ", i,
-                   ", which was not created under the strategy's scope()");
+      const std::size_t v = vars[i];
       const Tensor grad = g[i];
       STRATA_CHECK(grad.defined() && grad.is_contiguous() && grad.dtype() == p.dtype(),
                    "ParameterServerStrategy: the gradient of parameter ", i, " is missing or not contiguous");
       char* into = static_cast<char*>(p.raw_data());
       if (!update_on_servers_) {
-        Tensor& sum = sums_[static_cast<std::size_t>(v)];
+        Tensor& sum = sums_[v];
         if (!sum.defined()) sum = Tensor::empty(p.shape(), p.dtype());
         into = static_cast<char*>(sum.raw_data());
       }
-      for (std::size_t id : shards_.of_variable[static_cast<std::size_t>(v)]) {
+      for (std::size_t id : shards_.of_variable[v]) {
         const Partition& q = shards_.partitions[id];
         const std::size_t off = shards_.byte_offset(q), bytes = shards_.bytes(q);
         const int server = servers[static_cast<std::size_t>(q.server)];
@@ -62,10 +60,7 @@ class Worker {
     }
     wait("replies");
     if (!update_on_servers_)
-      for (std::size_t i = 0; i < g.size(); ++i) {
-        Tensor& sum = sums_[static_cast<std::size_t>(shards_.index_of(g.params[i]))];
-        std::swap(g.params[i].impl()->ag.grad, sum);
-      }
+      for (std::size_t i = 0; i < g.size(); ++i) std::swap(g.params[i].impl()->ag.grad, sums_[vars[i]]);
   }
 
   /// Tells every server this worker has finished the epoch.
@@ -99,6 +94,24 @@ class Worker {
   }
 
  private:
+  /// The variable index of each of `g`'s parameters; looked up once per parameter list (a
+  /// step then only compares the tensors with the previous step's).
+  const std::vector<std::size_t>& variables_of(const Gradients& g) {
+    bool same = seen_.size() == g.size();
+    for (std::size_t i = 0; same && i < g.size(); ++i) same = seen_[i] == g.params[i].impl();
+    if (same) return vars_;
+    seen_.clear();
+    vars_.clear();
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const std::ptrdiff_t v = shards_.index_of(g.params[i]);
+      STRATA_CHECK(v >= 0, "ParameterServerStrategy: apply_gradients on parameter ", i,
+                   ", which was not created under the strategy's scope()");
+      seen_.push_back(g.params[i].impl());
+      vars_.push_back(static_cast<std::size_t>(v));
+    }
+    return vars_;
+  }
+
   void post(typename T::Request r, int server) {
     requests_.push_back(r);
     peers_.push_back(server);
@@ -122,13 +135,7 @@ class Worker {
       const int s = peers_[k];
       if (t_.test(requests_[k]) || std::find(named.begin(), named.end(), s) != named.end()) continue;
       named.push_back(s);
-      char st = t_.peer_state(s);
-      for (int i = 0; i < 20 && st != '?' && !runtime::is_gone(st) && !runtime::is_stopped(st); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a closed connection precedes the exit a little
-        st = t_.peer_state(s);
-      }
-      os << " server rank " << s
-         << (runtime::is_stopped(st) ? " (stopped)" : runtime::is_gone(st) ? " (gone)" : " (running or elsewhere)");
+      os << " server rank " << s << runtime::describe_state(runtime::settled_state([&] { return t_.peer_state(s); }));
     }
     if (named.empty()) os << " the servers";
     return os.str() + "; aborting the job";
@@ -142,6 +149,8 @@ class Worker {
   std::vector<int> peers_;        // the server rank of each request
   std::size_t bytes_ = 0;         // pushed and pulled by the requests
   std::vector<Tensor> sums_;      // update on workers: the next summed gradient of each variable
+  std::vector<const void*> seen_;  // the parameter list variables_of() last resolved
+  std::vector<std::size_t> vars_;  // and its variable indices
 };
 
 }  // namespace strata::ps
