@@ -36,18 +36,22 @@ int run(const std::string& mode) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       std::raise(mode == "stop-server" ? SIGSTOP : SIGKILL);
     });
+  // A server fault comes 300 ms in, however fast the steps are: the workers go on for many
+  // epochs so that it always lands while they train.
+  const int epochs = mode == "stop-server" || mode == "kill-server" ? 1000 : 1;
   int step = 0;
-  for (auto& batch : strategy.distribute(strata::data::Pipeline(ds).batch(2 * 4))) {
-    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
-      auto loss = strata::nn::cross_entropy(net(b.x), b.y, strata::nn::Reduction::sum_over_global_batch, b.global_size);
-      auto grads = strata::grad(loss, net.parameters());
-      if (++step == 4 && strategy.rank() == 2) {
-        if (mode == "stop-worker") std::raise(SIGSTOP);
-        if (mode == "kill-worker" || mode == "carry-on") std::raise(SIGKILL);
-      }
-      opt.apply_gradients(ctx, grads);
-    }, batch);
-  }
+  for (int epoch = 0; epoch < epochs; ++epoch)
+    for (auto& batch : strategy.distribute(strata::data::Pipeline(ds).batch(2 * 4))) {
+      strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+        auto loss = strata::nn::cross_entropy(net(b.x), b.y, strata::nn::Reduction::sum_over_global_batch, b.global_size);
+        auto grads = strata::grad(loss, net.parameters());
+        if (++step == 4 && strategy.rank() == 2) {
+          if (mode == "stop-worker") std::raise(SIGSTOP);
+          if (mode == "kill-worker" || mode == "carry-on") std::raise(SIGKILL);
+        }
+        opt.apply_gradients(ctx, grads);
+      }, batch);
+    }
   if (saboteur.joinable()) saboteur.join();
   if (mode == "carry-on" || mode == "kill-worker") {  // Async goes on without the lost worker
     const double rate = strategy.job_examples_per_s(strategy.is_server() ? 0.0 : 1.0);
