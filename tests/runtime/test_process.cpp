@@ -74,12 +74,17 @@ TEST_CASE("Runtime.Process.BadEnvironmentIsNamed") {
 }
 
 TEST_CASE("Testing.FaultPointsMatchRankStepAndPoint") {
-  ::setenv("STRATA_FAULT", "1;5;after_step;throw,*;7;before_save;throw", 1);
+  ::setenv("STRATA_FAULT", "1;5;after_step;throw,*;7;before_save;throw,2;1;before_collective;skip", 1);
   CHECK_NOTHROW(strata::testing::fault_point(0, 5, "after_step"));   // another rank
   CHECK_NOTHROW(strata::testing::fault_point(1, 6, "after_step"));   // another step
   CHECK_NOTHROW(strata::testing::fault_point(1, 5, "before_save"));  // another point
   CHECK_THROWS_WITH_AS(strata::testing::fault_point(1, 5, "after_step"), "[strata.fault] injected at after_step, step 5",
                        strata::error);
   CHECK_THROWS_AS(strata::testing::fault_point(3, 7, "before_save"), strata::error);  // any rank
+  // A kind the caller acts on comes back where the point handles it, and is an error elsewhere.
+  CHECK(strata::testing::fault_point(2, 1, "before_collective", {"skip", "stall"}) == "skip");
+  CHECK(strata::testing::fault_point(2, 2, "before_collective", {"skip", "stall"}).empty());
+  CHECK_THROWS_WITH_AS(strata::testing::fault_point(2, 1, "before_collective"),
+                       "[strata.fault] kind skip is not available at point before_collective", strata::invalid_argument);
   ::unsetenv("STRATA_FAULT");
 }

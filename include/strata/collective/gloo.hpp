@@ -142,6 +142,17 @@ class Rendezvous {
     }
     return out;
   }
+  /// Records `name` (the census after a deadline: "seq/rank" for each rank that reached it).
+  void mark(const std::string& name) {
+    if (tcp_) {
+      tcp_->set(census_key(name), {'1'});
+    } else if (const int fd = ::open(census_path(name).c_str(), O_WRONLY | O_CREAT, 0600); fd >= 0) {
+      ::close(fd);
+    }
+  }
+  bool marked(const std::string& name) {
+    return tcp_ ? tcp_->check(census_key(name)) : ::access(census_path(name).c_str(), F_OK) == 0;
+  }
   /// The ranks that never published their address (Gloo's keys are "prefix/rank").
   std::vector<int> missing(int size) {
     std::vector<int> out;
@@ -172,6 +183,12 @@ class Rendezvous {
     std::chrono::milliseconds timeout, margin;  // margin: rank 0 outwaits the others
   };
 
+  std::string census_key(const std::string& name) const { return "strata.census/" + prefix_ + "/" + name; }
+  std::string census_path(const std::string& name) const {
+    std::string flat = name;
+    for (char& c : flat) c = c == '/' ? '.' : c;
+    return dir_ + "/" + prefix_ + ".census." + flat;
+  }
   std::string claim_key(int rank) const { return "strata.claim/" + prefix_ + "/" + std::to_string(rank); }
   std::string claim_path(int rank) const { return dir_ + "/" + prefix_ + ".rank" + std::to_string(rank) + ".claim"; }
   static std::string read_file(const std::string& path) {
@@ -271,9 +288,10 @@ class Gloo : public TypedFrontEnd<Gloo> {
     }
     if (size_ == 1) return;  // a group of one needs no context: every collective is local
     // A file store where the launcher made a private directory; else the job's TCP store.
-    detail::Rendezvous rdv = p.rendezvous_dir.empty()
-                                 ? detail::Rendezvous::tcp(p.master_addr, p.master_port, rank_, prefix, options_.timeout)
-                                 : detail::Rendezvous::files(p.rendezvous_dir, prefix);
+    rendezvous_ = std::make_shared<detail::Rendezvous>(
+        p.rendezvous_dir.empty() ? detail::Rendezvous::tcp(p.master_addr, p.master_port, rank_, prefix, options_.timeout)
+                                 : detail::Rendezvous::files(p.rendezvous_dir, prefix));
+    detail::Rendezvous& rdv = *rendezvous_;
     // A write to the socket of a peer that died must fail as an error naming it, not kill this
     // process with SIGPIPE; left alone if the program installed its own handler.
     struct sigaction old {};
@@ -504,6 +522,8 @@ class Gloo : public TypedFrontEnd<Gloo> {
       if (!blame.empty())
         blame += timed_out ? (ranks.size() == 1 ? " is stopped (SIGSTOP or a debugger); " : " are stopped (SIGSTOP or a debugger); ")
                            : (ranks.size() == 1 ? " is no longer running; " : " are no longer running; ");
+      else if (timed_out)
+        blame = census(fp);
       const std::string msg = "[strata.collective." + std::string(timed_out ? "timeout" : "peer") + "] " + fp.str() +
                               " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " + blame + what;
       aborted_ = msg;
@@ -513,6 +533,31 @@ class Gloo : public TypedFrontEnd<Gloo> {
       const std::string msg = "[strata.collective.gloo] " + fp.str() + " on rank " + std::to_string(rank_) + ": " + e.what();
       aborted_ = msg;
       throw collective_error(msg);
+    }
+  }
+
+  /// After a deadline with no stopped or lost peer to blame: every rank that times out in
+  /// this collective says so through the store, and the ranks that have not said so within a
+  /// moment are named — running, but never there (a skipped call, or busy elsewhere).
+  std::string census(const Fingerprint& fp) {
+    try {
+      const std::string at = std::to_string(fp.seq) + "/";
+      rendezvous_->mark(at + std::to_string(rank_));
+      const auto until = std::chrono::steady_clock::now() +
+                         std::min<std::chrono::milliseconds>(options_.timeout / 2, std::chrono::milliseconds(1000));
+      std::vector<int> absent;
+      do {
+        absent.clear();
+        for (int r = 0; r < size_; ++r)
+          if (r != rank_ && !rendezvous_->marked(at + std::to_string(r))) absent.push_back(r);
+        if (absent.empty()) return "every rank reached it; ";
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      } while (std::chrono::steady_clock::now() < until);
+      std::string out = "did not arrive: rank";
+      for (std::size_t i = 0; i < absent.size(); ++i) out += (i ? ", " : absent.size() > 1 ? "s " : " ") + std::to_string(absent[i]);
+      return out + (absent.size() == 1 ? " is" : " are") + " running but did not reach it (skipped, or busy elsewhere); ";
+    } catch (const std::exception&) {  // the store is gone too: nothing more to tell
+      return {};
     }
   }
 
@@ -536,6 +581,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
   std::uint64_t seq_ = 0;
   std::string aborted_;
   std::vector<std::string> claims_;  // every rank's "host:pid" (to name a lost or stopped peer)
+  std::shared_ptr<detail::Rendezvous> rendezvous_;  // kept for the census after a deadline
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::vector<double> scratch_;  // reduce-scatter's two partial shares (grow-only; double-aligned)

@@ -90,15 +90,30 @@ inline void free_communicator(MPI_Comm& comm) {
 /// Aborts the job when a collective outlives its deadline. One per process. Arming and
 /// disarming are two atomic stores (no lock, no wake-up on the collective's path); the
 /// watchdog thread polls a few times per deadline.
+///
+/// The census names who is missing. The thread also answers, each time it wakes, any peer's
+/// question "are you waiting in a collective?" (a one-word message on a communicator of its
+/// own). When a deadline passes, this process asks every other one and waits a few periods:
+/// a peer that answers "no" is running but never called the collective (it skipped it, or is
+/// busy elsewhere); one that does not answer is stopped, gone, or stuck outside MPI.
 class MpiWatchdog {
  public:
   static MpiWatchdog& instance() {
     static MpiWatchdog w;
     return w;
   }
-  using Describe = std::string (*)(const void*);
-  /// Marks the start of a blocking call with its deadline; on expiry describe(ctx) is printed
-  /// (it runs only then: the call is stuck, so what it reads is stable).
+  /// A peer's answer to the census, by world rank.
+  enum Census : int { kNoAnswer = -1, kNotInCollective = 0, kInCollective = 1 };
+  using Describe = std::string (*)(const void*, const std::vector<int>& census);
+
+  /// Starts the thread with its census communicator (a duplicate of MPI_COMM_WORLD; called by
+  /// every process, right after MPI_Init).
+  void attach(MPI_Comm census, std::chrono::milliseconds timeout) {
+    census_ = census;
+    if (!thread_.joinable()) start(timeout);
+  }
+  /// Marks the start of a blocking call with its deadline; on expiry describe(ctx, census) is
+  /// printed (it runs only then: the call is stuck, so what it reads is stable).
   void arm(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds timeout, Describe describe,
            const void* ctx) {
     if (!thread_.joinable()) start(timeout);
@@ -110,18 +125,23 @@ class MpiWatchdog {
   ~MpiWatchdog() {
     stop_.store(true);
     if (thread_.joinable()) thread_.join();
+    free_communicator(census_);
   }
 
  private:
+  static constexpr int kAsk = 1, kAnswer = 2;
+
   void start(std::chrono::milliseconds timeout) {
-    const auto period = std::clamp(timeout / 8, std::chrono::milliseconds(1), std::chrono::milliseconds(200));
-    thread_ = std::thread([this, period] {
+    period_ = std::clamp(timeout / 8, std::chrono::milliseconds(1), std::chrono::milliseconds(200));
+    thread_ = std::thread([this] {
       while (!stop_.load()) {
-        std::this_thread::sleep_for(period);
+        std::this_thread::sleep_for(period_);
+        answer_questions();
         const auto d = deadline_ns_.load(std::memory_order_acquire);
         if (d != 0 && std::chrono::steady_clock::now().time_since_epoch().count() > d) {
+          const std::vector<int> census = take_census();
           const Describe describe = describe_.load(std::memory_order_relaxed);
-          const std::string what = describe ? describe(ctx_.load(std::memory_order_relaxed)) : "MPI collective";
+          const std::string what = describe ? describe(ctx_.load(std::memory_order_relaxed), census) : "MPI collective";
           std::fprintf(stderr, "%s\n", what.c_str());
           std::fflush(stderr);
           MPI_Abort(MPI_COMM_WORLD, 124);
@@ -129,10 +149,58 @@ class MpiWatchdog {
       }
     });
   }
+
+  /// Answers every question waiting: 1 if this process is inside a blocking collective.
+  void answer_questions() {
+    if (census_ == MPI_COMM_NULL) return;
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, kAsk, census_, &flag, &st);
+      if (!flag) return;
+      std::uint64_t q = 0;
+      MPI_Recv(&q, 1, MPI_UINT64_T, st.MPI_SOURCE, kAsk, census_, MPI_STATUS_IGNORE);
+      const std::uint64_t a = deadline_ns_.load(std::memory_order_acquire) != 0 ? 1 : 0;
+      MPI_Send(&a, 1, MPI_UINT64_T, st.MPI_SOURCE, kAnswer, census_);  // one word: sent eagerly
+    }
+  }
+
+  /// Every world rank's answer (this one's: in a collective), within a few periods.
+  std::vector<int> take_census() {
+    int me = 0, n = 0;
+    if (census_ == MPI_COMM_NULL) return {};
+    MPI_Comm_rank(census_, &me);
+    MPI_Comm_size(census_, &n);
+    std::vector<int> out(static_cast<std::size_t>(n), kNoAnswer);
+    out[static_cast<std::size_t>(me)] = kInCollective;
+    const std::uint64_t q = 0;
+    for (int r = 0; r < n; ++r)
+      if (r != me) MPI_Send(&q, 1, MPI_UINT64_T, r, kAsk, census_);
+    const auto until = std::chrono::steady_clock::now() + 4 * period_ + std::chrono::milliseconds(100);
+    int heard = 1;
+    while (heard < n && std::chrono::steady_clock::now() < until) {
+      answer_questions();  // the others take their census too
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, kAnswer, census_, &flag, &st);
+      if (!flag) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      std::uint64_t a = 0;
+      MPI_Recv(&a, 1, MPI_UINT64_T, st.MPI_SOURCE, kAnswer, census_, MPI_STATUS_IGNORE);
+      if (out[static_cast<std::size_t>(st.MPI_SOURCE)] == kNoAnswer) ++heard;
+      out[static_cast<std::size_t>(st.MPI_SOURCE)] = a ? kInCollective : kNotInCollective;
+    }
+    return out;
+  }
+
   std::atomic<std::chrono::steady_clock::rep> deadline_ns_{0};
   std::atomic<Describe> describe_{nullptr};
   std::atomic<const void*> ctx_{nullptr};
   std::atomic<bool> stop_{false};
+  std::chrono::milliseconds period_{200};
+  MPI_Comm census_ = MPI_COMM_NULL;
   std::thread thread_;
 };
 
@@ -160,6 +228,10 @@ class Mpi : public TypedFrontEnd<Mpi> {
       MPI_Finalized(&fin);
       if (!fin) MPI_Finalize();
     });
+    // After the atexit above, so the watchdog (a static made below) is gone before MPI_Finalize.
+    MPI_Comm census = MPI_COMM_NULL;
+    detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &census), "MPI_Comm_dup");
+    detail::MpiWatchdog::instance().attach(census, Options::from_env().timeout);
   }
 
   explicit Mpi(MPI_Comm comm = MPI_COMM_WORLD, Options o = Options::from_env()) : options_(o) {
@@ -321,24 +393,49 @@ class Mpi : public TypedFrontEnd<Mpi> {
     auto& dog = detail::MpiWatchdog::instance();
     current_ = fp;  // the watchdog's message is built only if it fires
     dog.arm(std::chrono::steady_clock::now() + options_.timeout, options_.timeout,
-            [](const void* self) { auto* m = static_cast<const Mpi*>(self); return m->timeout_message(m->current_); }, this);
+            [](const void* self, const std::vector<int>& census) {
+              auto* m = static_cast<const Mpi*>(self);
+              return m->timeout_message(m->current_, census);
+            },
+            this);
     const int rc = call();
     dog.disarm();
     detail::mpi_check(rc, name_of(fp.kind));
   }
 
-  std::string timeout_message(const Fingerprint& fp) const {
+  /// The deadline's message: which collective, and who did not arrive — from the census
+  /// (world ranks' answers, see MpiWatchdog) and, on this host, the peers' process states.
+  std::string timeout_message(const Fingerprint& fp, const std::vector<int>& census = {}) const {
     std::ostringstream os;
     os << "[strata.collective.timeout] " << fp.str() << " on rank " << rank_ << " of " << size_
        << ": not complete within " << std::chrono::duration<double>(options_.timeout).count() << " s (";
-    // Peers on this host that cannot arrive: stopped, or gone.
-    std::string blame;
-    for (int r = 0; r < size_; ++r) {
-      const char st = r == rank_ ? '?' : peer_state(r);
-      if (runtime::is_stopped(st)) blame += (blame.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " is stopped");
-      if (runtime::is_gone(st)) blame += (blame.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " is gone");
+    std::vector<int> world(static_cast<std::size_t>(size_), -1);  // this communicator's ranks in MPI_COMM_WORLD
+    if (!census.empty()) {
+      MPI_Group mine = MPI_GROUP_NULL, all = MPI_GROUP_NULL;
+      std::vector<int> ranks(static_cast<std::size_t>(size_));
+      for (int r = 0; r < size_; ++r) ranks[static_cast<std::size_t>(r)] = r;
+      MPI_Comm_group(comm_, &mine);
+      MPI_Comm_group(MPI_COMM_WORLD, &all);
+      MPI_Group_translate_ranks(mine, size_, ranks.data(), all, world.data());
+      MPI_Group_free(&mine);
+      MPI_Group_free(&all);
     }
-    os << (blame.empty() ? "a rank stalled or skipped it" : "did not arrive: " + blame) << "); aborting the job";
+    std::string blame;
+    auto add = [&](int r, const char* what) { blame += (blame.empty() ? "" : ", ") + ("rank " + std::to_string(r) + what); };
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const char st = peer_state(r);
+      const int w = world[static_cast<std::size_t>(r)];
+      const int answer = w >= 0 && static_cast<std::size_t>(w) < census.size() ? census[static_cast<std::size_t>(w)]
+                                                                               : detail::MpiWatchdog::kInCollective;
+      if (runtime::is_stopped(st)) add(r, " is stopped");
+      else if (runtime::is_gone(st)) add(r, " is gone");
+      else if (answer == detail::MpiWatchdog::kNotInCollective) add(r, " is running but never called it");
+      else if (answer == detail::MpiWatchdog::kNoAnswer) add(r, " does not answer (stopped, gone, or stuck outside MPI)");
+    }
+    os << (blame.empty() ? "every rank is waiting in a collective: they called different ones"
+                         : "did not arrive: " + blame)
+       << "); aborting the job";
     return os.str();
   }
   /// The MPI_Op adding 16-bit floats of `dtype` through float32, created once.

@@ -3,14 +3,18 @@
 ///   STRATA_FAULT="rank;step;point;kind[,rank;step;point;kind...]"
 /// at every STRATA_FAULT_POINT(rank, step, "point") it passes: when rank, step and point
 /// match (`*` matches any rank or step), the process does `kind` — sigkill, sigterm, sigstop
-/// (raises the signal), exit0, exit1 (_Exit), abort, or throw (a strata::error). Without the
-/// macro the points compile to nothing, so a user's build carries no hook.
+/// (raises the signal), exit0, exit1 (_Exit), abort, or throw (a strata::error). The kinds
+/// skip, stall, nan, shape, dtype and op change what the caller does next, so only a point
+/// that names them as handled accepts them (it gets the kind back); anywhere else they are an
+/// error, never silently ignored. Without the macro the points compile to nothing, so a user's
+/// build carries no hook.
 #pragma once
 
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,12 +45,14 @@ inline const std::vector<Fault>& requested_faults() {
         f.push_back(one.substr(p, q - p));
         p = q + 1;
       }
-      static const char* kinds[] = {"sigkill", "sigterm", "sigstop", "exit0", "exit1", "abort", "throw"};
+      static const char* kinds[] = {"sigkill", "sigterm", "sigstop", "exit0", "exit1", "abort", "throw",
+                                    "skip",    "stall",   "nan",     "shape", "dtype", "op"};
       bool known = false;
       for (const char* k : kinds) known = known || (f.size() == 4 && f[3] == k);
       if (f.size() != 4 || !known)
         throw invalid_argument("[strata.fault] STRATA_FAULT='" + all + "': expected rank;step;point;kind with kind one of "
-                               "sigkill, sigterm, sigstop, exit0, exit1, abort, throw; got '" + one + "'");
+                               "sigkill, sigterm, sigstop, exit0, exit1, abort, throw, skip, stall, nan, shape, "
+                               "dtype, op; got '" + one + "'");
       out.push_back({f[0], f[1], f[2], f[3]});
       at = end + 1;
     }
@@ -55,8 +61,10 @@ inline const std::vector<Fault>& requested_faults() {
   return faults;
 }
 
-/// Does what STRATA_FAULT asks at this point, if it asks anything here.
-inline void fault_point(int rank, std::int64_t step, std::string_view point) {
+/// Does what STRATA_FAULT asks at this point, if it asks anything here. A kind in `handled`
+/// is returned for the caller to act on; "" when nothing is asked here.
+inline std::string fault_point(int rank, std::int64_t step, std::string_view point,
+                               std::initializer_list<std::string_view> handled = {}) {
   for (const Fault& f : requested_faults()) {
     if ((f.rank != "*" && f.rank != std::to_string(rank)) || (f.step != "*" && f.step != std::to_string(step)) ||
         f.point != point)
@@ -64,6 +72,8 @@ inline void fault_point(int rank, std::int64_t step, std::string_view point) {
     std::fprintf(stderr, "[strata.fault] rank %d step %lld at %.*s: %s\n", rank, static_cast<long long>(step),
                  static_cast<int>(point.size()), point.data(), f.kind.c_str());
     std::fflush(stderr);
+    for (std::string_view h : handled)
+      if (f.kind == h) return f.kind;
     if (f.kind == "sigkill") std::raise(SIGKILL);
     if (f.kind == "sigterm") std::raise(SIGTERM);
     if (f.kind == "sigstop") std::raise(SIGSTOP);
@@ -71,13 +81,15 @@ inline void fault_point(int rank, std::int64_t step, std::string_view point) {
     if (f.kind == "exit1") std::_Exit(1);
     if (f.kind == "abort") std::abort();
     if (f.kind == "throw") throw error("[strata.fault] injected at " + std::string(point) + ", step " + std::to_string(step));
+    throw invalid_argument("[strata.fault] kind " + f.kind + " is not available at point " + std::string(point));
   }
+  return {};
 }
 
 }  // namespace strata::testing
 
 #if STRATA_FAULT_INJECTION
-#define STRATA_FAULT_POINT(rank, step, point) ::strata::testing::fault_point((rank), (step), (point))
+#define STRATA_FAULT_POINT(rank, step, point) ((void)::strata::testing::fault_point((rank), (step), (point)))
 #else
 #define STRATA_FAULT_POINT(rank, step, point) ((void)0)
 #endif

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <algorithm>
+#include <exception>
+#include <string>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -180,7 +182,18 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
     detail::check_cross_replica("run()");
     detail::ReplicaScope scope(0, /*step=*/true);
     detail::CollectiveReplicaContext<C> ctx(comm_, comm_.rank(), comm_.size(), engines_);
-    return detail::run_single_replica<R>(ctx, step);
+    // A step that fails on this rank alone would leave the others waiting at their next
+    // collective until its deadline (under mpirun, this rank's exit waits in MPI_Finalize):
+    // abort the group first, so they fail now and name this rank. A collective's own error
+    // has reached them already.
+    try {
+      return detail::run_single_replica<R>(ctx, step);
+    } catch (const collective_error&) {
+      throw;
+    } catch (const std::exception& e) {
+      comm_.abort("rank " + std::to_string(comm_.rank()) + " failed in run(): " + e.what());
+      throw;
+    }
   }
 
   MultiWorkerOptions options_;

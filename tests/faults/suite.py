@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""The fault-injection suite (RELIABILITY.md section b): every scenario on every policy it
+applies to, repeated N times, and one table:
+
+    scenario | policy | runs | passed | max detection s | blame correct | hangs
+
+usage: suite.py BUILD_DIR [--runs N] [--only REGEX] [--seed S]
+
+Scenarios come from two places. Fault-job scenarios start tests/faults/fault_job the way users
+start a job (in-process threads, mpirun, strata-run) with STRATA_FAULT set, a 2 s collective
+deadline, and the fault at a random step; the suite itself checks the exit status, the time
+from the fault to the end of the job, the message that must name the culprit, that no process
+is left behind, and that no rank ever saw a wrong sum. The other scenarios are tests this
+build already has (meson tests or single doctest cases), which check their own outcome and
+blame; the suite runs them with the same outer deadline and counts hangs.
+docs/faults.md says what each scenario covers.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+T = 2.0          # the collective deadline every fault-job scenario runs with (seconds)
+GRACE = 5.0      # RELIABILITY.md's G: every process gone within T + G of the fault
+OUTER = 120.0    # a run still going after this is a hang
+RANKS = 4
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+
+# Who a survivor's message or the launcher blames (never the fault hook's own line).
+def named(rank):
+    return (rf"(process rank {rank}\b|Process name: \[\[\d+,\d+\],{rank}\]|MPI_ABORT was invoked on rank {rank}\b|rank {rank} (failed|was killed|exited|"
+            rf"is no longer running|is stopped|has not arrived|did not arrive)|did not arrive: rank {rank}\b|"
+            rf"\[strata\.collective\.aborted\] rank {rank}:|rank {rank} is gone)")
+
+
+HOOK_LINE = re.compile(r"^(\[\d+\] )?\[strata\.fault\] rank \d+ step")  # the hook's own report
+
+
+class Outcome:
+    def __init__(self, ok, detect=None, blame=None, hang=False, why=""):
+        self.ok, self.detect, self.blame, self.hang, self.why = ok, detect, blame, hang, why
+
+
+def run_streaming(cmd, env, cwd=None):
+    """Runs cmd with stdout+stderr merged; returns (rc, lines with arrival times, end time, hung)."""
+    start = time.monotonic()
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    lines, buf, hung = [], b"", False
+    while True:
+        left = OUTER - (time.monotonic() - start)
+        if left <= 0:
+            hung = True
+            os.killpg(p.pid, signal.SIGKILL)
+            break
+        r, _, _ = select.select([p.stdout], [], [], min(left, 1.0))
+        if r:
+            chunk = os.read(p.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            buf += chunk
+            now = time.monotonic()
+            *done, buf = buf.split(b"\n")
+            lines += [(now, d.decode(errors="replace")) for d in done]
+    rc = p.wait()
+    end = time.monotonic()
+    if buf:
+        lines.append((end, buf.decode(errors="replace")))
+    try:  # anything the job left in its session (a stopped rank, a stray child) is cleared here
+        os.killpg(p.pid, signal.SIGKILL)
+        leftovers = True
+    except ProcessLookupError:
+        leftovers = False
+    return rc, lines, end, hung, leftovers
+
+
+class FaultJob:
+    """A fault_job run with STRATA_FAULT at a random step (or none)."""
+
+    def __init__(self, policy, kind, rank=2, point="before_collective", debug=False, expect_blame=True,
+                 min_detect=None, launcher_args=(), extra_env=None):
+        self.policy, self.kind, self.rank, self.point = policy, kind, rank, point
+        self.debug, self.expect_blame, self.min_detect = debug, expect_blame, min_detect
+        self.launcher_args, self.extra_env = list(launcher_args), extra_env or {}
+
+    def command(self, b, step):
+        job = [b.fault_job, self.policy]
+        if self.policy == "in_process":
+            return job + ["--ranks", str(RANKS)]
+        if self.policy == "mpi":
+            return [b.mpirun, "-x", "STRATA_FAULT", "-x", "STRATA_COLLECTIVE_TIMEOUT", "-x", "STRATA_COLLECTIVE_DEBUG",
+                    "-np", str(RANKS)] + self.launcher_args + job
+        return [b.strata_run, "-np", str(RANKS), "--grace", "2"] + self.launcher_args + ["--"] + job
+
+    def __call__(self, b, rng):
+        step = rng.randint(5, 50)
+        env = {**os.environ, **MPI_ENV, **self.extra_env, "STRATA_COLLECTIVE_TIMEOUT": str(T),
+               "STRATA_COLLECTIVE_DEBUG": "1" if self.debug else "0",
+               "STRATA_FAULT": f"{self.rank};{step};{self.point};{self.kind}"}
+        rc, lines, end, hung, leftovers = run_streaming(self.command(b, step), env)
+        text = "\n".join(l for _, l in lines)
+        fault_at = next((t for t, l in lines if HOOK_LINE.match(l)), None)
+        detect = end - fault_at if fault_at is not None else None
+        blame = None
+        if self.expect_blame:
+            pattern = re.compile(self.expect_blame if isinstance(self.expect_blame, str) else named(self.rank))
+            blame = any(pattern.search(l) for _, l in lines if not HOOK_LINE.match(l))
+        why = []
+        if hung: why.append("hung")
+        if rc == 0: why.append("the job exited 0")
+        if fault_at is None: why.append("the fault never fired")
+        if "WRONG RESULT" in text: why.append("a rank saw a wrong sum")
+        if "finished" in text and self.point == "before_collective": why.append("a rank finished past the fault")
+        if leftovers: why.append("processes left behind")
+        if detect is not None and detect > T + GRACE: why.append(f"ended {detect:.1f} s after the fault")
+        if detect is not None and self.min_detect is not None and detect < self.min_detect:
+            why.append(f"ended {detect:.2f} s after the fault, before {self.min_detect} s")
+        if blame is False: why.append("no message named the culprit")
+        return Outcome(not why, detect, blame, hung, "; ".join(why) + ("\n" + "\n".join(text.splitlines()[-8:]) if why else ""))
+
+
+class ExistingTest:
+    """A meson test of this build, or one doctest case of a unit-test program."""
+
+    def __init__(self, meson_test=None, program=None, case=None, should_fail=False):
+        self.meson_test, self.program, self.case, self.should_fail = meson_test, program, case, should_fail
+
+    def __call__(self, b, rng):
+        if self.meson_test:
+            t = b.meson_tests.get(self.meson_test)
+            if t is None:
+                return Outcome(False, why=f"this build has no meson test {self.meson_test}")
+            env = {**os.environ, **MPI_ENV, **(t.get("env") or {})}
+            rc, lines, _, hung, _ = run_streaming(t["cmd"], env, cwd=t.get("workdir") or b.build)
+            ok = (rc != 0) if self.should_fail else (rc == 0)  # meson's introspection leaves should_fail out
+        else:
+            exe = os.path.join(b.build, "tests", self.program)
+            rc, lines, _, hung, _ = run_streaming([exe, "--no-colors", f"--test-case={self.case}"], dict(os.environ))
+            text = "\n".join(l for _, l in lines)
+            m = re.search(r"test cases:\s*(\d+)\s*\|\s*(\d+) passed", text)
+            ok = rc == 0 and m is not None and int(m.group(1)) >= 1 and m.group(1) == m.group(2)
+        text = "\n".join(l for _, l in lines)
+        return Outcome(ok and not hung, None, ok, hung, "" if ok else "\n".join(text.splitlines()[-8:]))
+
+
+class ListenerCheck:
+    """E1: while a 2-rank Gloo job (TCP store) holds its connections, no socket it listens on
+    is bound to a wildcard address."""
+
+    def __call__(self, b, rng):
+        env = dict(os.environ, STRATA_COLLECTIVE_TIMEOUT=str(T))
+        cmd = [b.strata_run, "-np", "2", "--rendezvous", "tcp", "--", b.fault_job, "gloo", "--steps", "3",
+               "--hold-ms", "1500"]
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        wildcard, listeners, deadline = set(), set(), time.monotonic() + 20
+        while p.poll() is None and time.monotonic() < deadline:
+            for addr, port, inode in listening_sockets():
+                owners = socket_owners(inode, p.pid)
+                if owners:
+                    listeners.add((addr, port))
+                    if addr in ("0.0.0.0", "::"):
+                        wildcard.add((addr, port))
+            time.sleep(0.1)
+        hung = p.poll() is None
+        if hung:
+            os.killpg(p.pid, signal.SIGKILL)
+        rc = p.wait()
+        ok = rc == 0 and not hung and listeners and not wildcard
+        why = f"listeners {sorted(listeners)}, wildcard {sorted(wildcard)}, exit {rc}"
+        return Outcome(ok, None, None, hung, "" if ok else why)
+
+
+def listening_sockets():
+    out = []
+    for path, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            rows = open(path).read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if f[3] != "0A":  # LISTEN
+                continue
+            hexaddr, hexport = f[1].split(":")
+            if v6:
+                addr = "::" if int(hexaddr, 16) == 0 else hexaddr
+            else:
+                addr = socket.inet_ntoa(bytes.fromhex(hexaddr)[::-1])
+            out.append((addr, int(hexport, 16), f[9]))
+    return out
+
+
+def socket_owners(inode, session):
+    owners = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.getsid(int(pid)) != session:
+                continue
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]":
+                    owners.append(int(pid))
+        except OSError:
+            continue
+    return owners
+
+
+def scenarios():
+    """(scenario, policy, check) for every scenario of the suite."""
+    S = []
+    for pol in ("mpi", "gloo"):
+        S.append(("A1 sigkill mid-collective", pol, FaultJob(pol, "sigkill")))
+    for kind in ("exit0", "exit1", "abort", "sigterm", "throw"):
+        for pol in ("in_process", "mpi", "gloo") if kind == "throw" else ("mpi", "gloo"):
+            S.append((f"A2 {kind}", pol, FaultJob(pol, kind)))
+    S.append(("A3 stopped rank times out", "in_process", FaultJob("in_process", "stall", min_detect=T / 2)))
+    for pol in ("mpi", "gloo"):
+        S.append(("A3 stopped rank times out", pol, FaultJob(pol, "sigstop", min_detect=T / 2)))
+    for pol in ("in_process", "mpi", "gloo"):
+        S.append(("A4 rank skips a collective", pol, FaultJob(pol, "skip", min_detect=T / 2)))
+    for kind, field in (("shape", "count"), ("dtype", "dtype"), ("op", "op")):
+        for pol in ("in_process", "mpi", "gloo"):
+            S.append((f"A5 mismatch: {kind} (debug)", pol,
+                      FaultJob(pol, kind, debug=True,
+                               expect_blame=rf"\[strata\.collective\.mismatch\].*rank 2 called allreduce #\d+.*differs in: {field}")))
+    for pol in ("in_process", "mpi", "gloo"):  # without the fingerprint check: an error, never a wrong sum
+        S.append(("A5 mismatch: count (no debug)", pol, FaultJob(pol, "shape", expect_blame=None)))
+    S.append(("A6 abort unblocks waiting ranks", "in_process",
+              ExistingTest(program="test_collective", case="Collective.InProcess.AbortReachesWaitingRanks")))
+    for t in ("gloo_incomplete_rendezvous", "gloo_incomplete_rendezvous_tcp_store"):
+        S.append(("A7 incomplete rendezvous", "gloo" if "tcp" not in t else "gloo (tcp store)", ExistingTest(t)))
+    for pol, t in (("one_device", "resume_bitwise_one_device"), ("in_process (mirrored)", "resume_bitwise_mirrored"),
+                   ("in_process (central storage)", "resume_bitwise_central_storage"),
+                   ("mpi", "resume_bitwise_multi_worker_mirrored_mpi"),
+                   ("gloo", "resume_bitwise_multi_worker_mirrored_gloo")):
+        S.append(("B1 kill, resume bitwise", pol, ExistingTest(t)))
+    for pol, prefix in (("mpi", "parameter_server_fault_"), ("gloo", "parameter_server_gloo_fault_")):
+        S.append(("B4 PS worker killed (Async)", pol, ExistingTest(prefix + "kill_worker")))
+        S.append(("B4 PS worker stopped (Sync)", pol, ExistingTest(prefix + "stop_worker")))
+        S.append(("B5 PS server killed", pol, ExistingTest(prefix + "kill_server")))
+        S.append(("B5 PS server stopped", pol, ExistingTest(prefix + "stop_server")))
+    S.append(("B4 PS worker killed, rest carry on", "gloo", ExistingTest("parameter_server_gloo_fault_carry_on")))
+    S.append(("B6 rank 0 (coordinator) killed", "mpi", FaultJob("mpi", "sigkill", rank=0)))
+    S.append(("B6 rank 0 (coordinator) killed", "gloo (tcp store)",
+              FaultJob("gloo", "sigkill", rank=0, launcher_args=["--rendezvous", "tcp"])))
+    for scen, case in (("C1 crash during a checkpoint write", "Checkpoint.KilledWriterLeavesTheLastCompleteOne"),
+                       ("C2 bit flips detected", "Checkpoint.EveryByteFlipIsDetected"),
+                       ("C3 truncation typed", "Checkpoint.TruncationIsTyped"),
+                       ("C5 newer format refused", "Checkpoint.NewerFormatIsRefused"),
+                       ("C7 disk full, write errors", "Checkpoint.FullDiskIsAnIoErrorAndThePreviousSurvives"),
+                       ("C7 disk full, write errors", "Checkpoint.WriteErrorsNameThePath"),
+                       ("C8 other model or world size", "Checkpoint.RestoreRejectsAnotherModelOrWorld")):
+        S.append((scen, "storage", ExistingTest(program="test_checkpoint", case=case)))
+    S.append(("C6 every rank saves, the chief writes", "mpi", ExistingTest("multi_worker_mirrored_mpi_np4")))
+    S.append(("C6 every rank saves, the chief writes", "gloo", ExistingTest("multi_worker_mirrored_gloo_np4")))
+    S.append(("C8 other model or world size", "trainer", ExistingTest("resume_refusals")))
+    S.append(("D1 malformed data files", "data", ExistingTest(program="test_data", case="Data.Idx.RejectsBadFilesByName")))
+    S.append(("D1 malformed data files", "data",
+              ExistingTest(program="test_data", case="Data.Idx.ReadsGzipAndRejectsTruncatedGzip")))
+    S.append(("D1 malformed data files", "trainer", ExistingTest("example_cli_rejects_missing_data", should_fail=True)))
+    S.append(("D2 uneven data per rank", "in_process", ExistingTest(program="test_strategy", case="Strategy.Mirrored.EmptyReplicaBatch")))
+    S.append(("D2+D3 uneven data, NaN on one rank", "mpi", ExistingTest("multi_worker_mirrored_mpi_np3")))
+    S.append(("D2+D3 uneven data, NaN on one rank", "gloo", ExistingTest("multi_worker_mirrored_gloo_np3")))
+    S.append(("D3 NaN on one rank", "in_process",
+              ExistingTest(program="test_strategy", case="Strategy.Mirrored.NonFiniteGradientsSkippedTogether")))
+    S.append(("D4-D6 bad environment named", "runtime", ExistingTest(program="test_runtime", case="Runtime.Process.BadEnvironmentIsNamed")))
+    S.append(("D5 duplicate rank", "gloo", ExistingTest("gloo_duplicate_rank")))
+    S.append(("D5 duplicate rank", "gloo (tcp store)", ExistingTest("gloo_duplicate_rank_tcp_store")))
+    S.append(("D7 port already in use", "gloo (tcp store)", PortInUse()))
+    S.append(("D8 unknown interface", "gloo", ExistingTest(program="test_gloo", case="Collective.Gloo.BadInterfaceListsTheAvailableOnes")))
+    S.append(("D10 invalid call arguments", "in_process", ExistingTest(program="test_collective", case="Collective.InProcess.BadArgumentsAreNamed")))
+    S.append(("E1 no wildcard listener", "gloo (tcp store)", ListenerCheck()))
+    S.append(("E3 malicious checkpoints", "storage", Fuzz()))
+    return S
+
+
+class PortInUse:
+    """D7: the rendezvous port is taken: the job fails at once, naming the port."""
+
+    def __call__(self, b, rng):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        try:
+            env = dict(os.environ, STRATA_COLLECTIVE_TIMEOUT=str(T))
+            t0 = time.monotonic()
+            rc, lines, end, hung, _ = run_streaming([b.strata_run, "-np", "2", "--rendezvous", "tcp", "--port", str(port),
+                                                     "--", b.fault_job, "gloo", "--steps", "1"], env)
+        finally:
+            s.close()
+        text = "\n".join(l for _, l in lines)
+        blame = re.search(rf"{port}.*in use|in use.*{port}", text) is not None
+        ok = rc != 0 and not hung and blame and end - t0 < T + GRACE
+        return Outcome(ok, end - t0, blame, hung, "" if ok else f"exit {rc}\n" + "\n".join(text.splitlines()[-6:]))
+
+
+class Fuzz:
+    """E3 (with C4): the checkpoint reader under libFuzzer with ASan and UBSan, if this machine
+    has the fuzzing build (tests/fuzz/run_fuzz.sh makes it; .ci/run runs it before the suite)."""
+
+    def __call__(self, b, rng):
+        exe = os.path.join(b.fuzz_dir, "fuzz_checkpoint_reader")
+        corpus = os.path.join(b.fuzz_dir, "corpus")
+        if not os.path.exists(exe):
+            return Outcome(False, why=f"no fuzzing build at {b.fuzz_dir} (tests/fuzz/run_fuzz.sh SECONDS {b.fuzz_dir})")
+        rc, lines, _, hung, _ = run_streaming([exe, "-max_total_time=10", "-seed=%d" % rng.randint(1, 1 << 30),
+                                               "-rss_limit_mb=2048", "-max_len=4096", "-timeout=10", corpus],
+                                              dict(os.environ), cwd=b.fuzz_dir)
+        text = "\n".join(l for _, l in lines)
+        ok = rc == 0 and not hung and not re.search(r"ERROR: (libFuzzer|\w+Sanitizer)|runtime error:", text)
+        return Outcome(ok, None, None, hung, "" if ok else "\n".join(l for _, l in lines[-8:]))
+
+
+class Build:
+    def __init__(self, build, fuzz_dir):
+        self.build = os.path.abspath(build)
+        self.fault_job = os.path.join(self.build, "tests", "fault_job")
+        self.strata_run = os.path.join(self.build, "tools", "strata-run")
+        self.mpirun = "mpirun"
+        self.fuzz_dir = os.path.abspath(fuzz_dir)
+        tests = json.loads(subprocess.run(["meson", "introspect", "--tests", self.build], capture_output=True,
+                                          text=True, check=True).stdout)
+        self.meson_tests = {t["name"]: t for t in tests}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--fuzz-dir", default="build-fuzz")
+    a = ap.parse_args()
+    b = Build(a.build, a.fuzz_dir)
+    rng = random.Random(a.seed)
+    print(f"fault suite: {a.runs} run(s) per scenario, seed {a.seed}, deadline T = {T:g} s, grace {GRACE:g} s", flush=True)
+    rows, failed = [], 0
+    for scen, pol, check in scenarios():
+        if a.only and not re.search(a.only, f"{scen} {pol}"):
+            continue
+        outs = []
+        for i in range(a.runs):
+            o = check(b, rng)
+            outs.append(o)
+            if not o.ok:
+                print(f"  FAILED {scen} | {pol} (run {i + 1}): {o.why}", flush=True)
+        passed = sum(o.ok for o in outs)
+        failed += a.runs - passed
+        detects = [o.detect for o in outs if o.detect is not None]
+        blames = [o.blame for o in outs if o.blame is not None]
+        row = (scen, pol, str(a.runs), str(passed), f"{max(detects):.2f}" if detects else "-",
+               f"{sum(blames)}/{len(blames)}" if blames else "-", str(sum(o.hang for o in outs)))
+        rows.append(row)
+        print("  " + " | ".join(row), flush=True)
+    head = ("scenario", "policy", "runs", "passed", "max detection s", "blame correct", "hangs")
+    width = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    print()
+    for r in [head, tuple("-" * w for w in width)] + rows:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, width)) + " |")
+    total = len(rows) * a.runs
+    print(f"\nfault suite: {total - failed} of {total} runs passed, {sum(int(r[6]) for r in rows)} hangs")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
