@@ -342,6 +342,8 @@ def main():
     ap.add_argument("--fuzz-dir", default="build-fuzz")
     a = ap.parse_args()
     b = Build(a.build, a.fuzz_dir)
+    if not os.access(b.fault_job, os.X_OK):
+        sys.exit(f"fault suite: {b.fault_job} is not built (meson compile -C {a.build} fault_job)")
     rng = random.Random(a.seed)
     print(f"fault suite: {a.runs} run(s) per scenario, seed {a.seed}, deadline T = {T:g} s, grace {GRACE:g} s", flush=True)
     rows, failed = [], 0
