@@ -19,6 +19,8 @@
 
 #include "train.hpp"
 
+#include <strata/runtime/fail_job.hpp>
+
 #if STRATA_HAS_MPI
 #include <strata/collective/mpi.hpp>
 #endif
@@ -211,5 +213,6 @@ int main(int argc, char** argv) try {
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
+  strata::runtime::fail_job(e.what());  // under mpirun: the other ranks stop now, not at their deadlines
   return 1;
 }

@@ -4,7 +4,9 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include "collective/conformance.hpp"
 
+#include <chrono>
 #include <map>
+#include <thread>
 #include <memory>
 
 #include <strata/collective/gloo.hpp>
@@ -59,6 +61,38 @@ TEST_CASE("Collective.Gloo.MismatchMatrix") {
     Gloo c(p, "mismatch" + std::to_string(k), o);
     conformance::mismatch_case(c, k);
   }
+}
+
+// RELIABILITY A6: rank 0 never enters the barrier; on the others a watchdog thread calls
+// abort() 300 ms in. Their wait ends then (not at the 20 s deadline) with the abort's reason;
+// rank 0's later barrier fails at once (the others' connections are closed); a new
+// communicator works.
+TEST_CASE("Collective.Gloo.AbortUnblocksAWaitingRank") {
+  using Clock = std::chrono::steady_clock;
+  const auto p = strata::runtime::detect_process();
+  if (p.world_size < 2) return;
+  strata::collective::Options o;
+  o.timeout = std::chrono::seconds(20);
+  Gloo c(p, "abort", o);
+  const auto t0 = Clock::now();
+  if (c.rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    CHECK_THROWS_AS(c.barrier(), strata::collective_error);
+  } else {
+    std::thread watchdog([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      c.abort("watchdog on rank " + std::to_string(c.rank()));
+    });
+    CHECK_THROWS_WITH_AS(c.barrier(), doctest::Contains("[strata.collective.aborted] barrier #0"), strata::collective_error);
+    watchdog.join();
+    CHECK_THROWS_WITH_AS(c.barrier(), doctest::Contains("watchdog on rank"), strata::collective_error);  // stays failed
+  }
+  CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 5.0);  // T/4
+  world().barrier();
+  Gloo fresh(p, "after_abort", o);
+  std::vector<int> one{1};
+  fresh.allreduce(std::span(one), strata::ReduceOp::Sum);
+  CHECK(one[0] == fresh.size());
 }
 
 TEST_CASE("Collective.Gloo.BadInterfaceListsTheAvailableOnes") {

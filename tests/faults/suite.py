@@ -130,8 +130,9 @@ class FaultJob:
 class ExistingTest:
     """A meson test of this build, or one doctest case of a unit-test program."""
 
-    def __init__(self, meson_test=None, program=None, case=None, should_fail=False):
+    def __init__(self, meson_test=None, program=None, case=None, should_fail=False, gloo_ranks=0):
         self.meson_test, self.program, self.case, self.should_fail = meson_test, program, case, should_fail
+        self.gloo_ranks = gloo_ranks  # a doctest program of Gloo ranks, under strata-run
 
     def __call__(self, b, rng):
         if self.meson_test:
@@ -143,7 +144,9 @@ class ExistingTest:
             ok = (rc != 0) if self.should_fail else (rc == 0)  # meson's introspection leaves should_fail out
         else:
             exe = os.path.join(b.build, "tests", self.program)
-            rc, lines, _, hung, _ = run_streaming([exe, "--no-colors", f"--test-case={self.case}"], dict(os.environ))
+            launch = [b.strata_run, "-np", str(self.gloo_ranks), "--"] if self.gloo_ranks else []
+            rc, lines, _, hung, _ = run_streaming(launch + [exe, "--no-colors", f"--test-case={self.case}"],
+                                                  dict(os.environ))
             text = "\n".join(l for _, l in lines)
             m = re.search(r"test cases:\s*(\d+)\s*\|\s*(\d+) passed", text)
             ok = rc == 0 and m is not None and int(m.group(1)) >= 1 and m.group(1) == m.group(2)
@@ -236,6 +239,8 @@ def scenarios():
         S.append(("A5 mismatch: count (no debug)", pol, FaultJob(pol, "shape", expect_blame=None)))
     S.append(("A6 abort unblocks waiting ranks", "in_process",
               ExistingTest(program="test_collective", case="Collective.InProcess.AbortReachesWaitingRanks")))
+    S.append(("A6 abort unblocks waiting ranks", "gloo",
+              ExistingTest(program="test_gloo", case="Collective.Gloo.AbortUnblocksAWaitingRank", gloo_ranks=RANKS)))
     for t in ("gloo_incomplete_rendezvous", "gloo_incomplete_rendezvous_tcp_store"):
         S.append(("A7 incomplete rendezvous", "gloo" if "tcp" not in t else "gloo (tcp store)", ExistingTest(t)))
     for pol, t in (("one_device", "resume_bitwise_one_device"), ("in_process (mirrored)", "resume_bitwise_mirrored"),
@@ -267,6 +272,8 @@ def scenarios():
     S.append(("D1 malformed data files", "data",
               ExistingTest(program="test_data", case="Data.Idx.ReadsGzipAndRejectsTruncatedGzip")))
     S.append(("D1 malformed data files", "trainer", ExistingTest("example_cli_rejects_missing_data", should_fail=True)))
+    for pol in ("mpi", "gloo"):
+        S.append(("D1 one rank's data missing", pol, BadDataOnOneRank(pol)))
     S.append(("D2 uneven data per rank", "in_process", ExistingTest(program="test_strategy", case="Strategy.Mirrored.EmptyReplicaBatch")))
     S.append(("D2+D3 uneven data, NaN on one rank", "mpi", ExistingTest("multi_worker_mirrored_mpi_np3")))
     S.append(("D2+D3 uneven data, NaN on one rank", "gloo", ExistingTest("multi_worker_mirrored_gloo_np3")))
@@ -281,6 +288,32 @@ def scenarios():
     S.append(("E1 no wildcard listener", "gloo (tcp store)", ListenerCheck()))
     S.append(("E3 malicious checkpoints", "storage", Fuzz()))
     return S
+
+
+class BadDataOnOneRank:
+    """D1 across ranks: rank 1 of a 2-process MultiWorkerMirrored trainer cannot open its data
+    (its --data names a directory that does not exist). It fails naming the file, and the job
+    ends at once — well inside the 30 s deadline it runs with, so not by the deadline."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def __call__(self, b, rng):
+        args = ["--strategy", "multi_worker_mirrored", "--collective", self.policy, "--model", "mlp",
+                "--max-steps", "20", "--no-eval", "--quiet"]
+        bad = ["--data", "/nonexistent/fashion-mnist"]
+        if self.policy == "mpi":
+            cmd = [b.mpirun, "-np", "1", b.trainer] + args + [":", "-np", "1", b.trainer] + args + bad
+        else:
+            script = 'if [ "$STRATA_RANK" = 1 ]; then exec "$0" "$@" ' + " ".join(bad) + '; else exec "$0" "$@"; fi'
+            cmd = [b.strata_run, "-np", "2", "--", "sh", "-c", script, b.trainer] + args
+        env = {**os.environ, **MPI_ENV, "STRATA_COLLECTIVE_TIMEOUT": "30"}
+        t0 = time.monotonic()
+        rc, lines, end, hung, leftovers = run_streaming(cmd, env)
+        text = "\n".join(l for _, l in lines)
+        blame = "/nonexistent/fashion-mnist" in text and re.search(named(1), text) is not None
+        ok = rc != 0 and not hung and not leftovers and blame and end - t0 < 10
+        return Outcome(ok, end - t0, blame, hung, "" if ok else f"exit {rc}\n" + "\n".join(text.splitlines()[-8:]))
 
 
 class PortInUse:
@@ -326,6 +359,7 @@ class Build:
         self.build = os.path.abspath(build)
         self.fault_job = os.path.join(self.build, "tests", "fault_job")
         self.strata_run = os.path.join(self.build, "tools", "strata-run")
+        self.trainer = os.path.join(self.build, "examples", "fashion_mnist")
         self.mpirun = "mpirun"
         self.fuzz_dir = os.path.abspath(fuzz_dir)
         tests = json.loads(subprocess.run(["meson", "introspect", "--tests", self.build], capture_output=True,

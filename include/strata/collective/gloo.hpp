@@ -26,12 +26,21 @@
 #include <csignal>
 #include <fcntl.h>
 #include <signal.h>
+#include <dirent.h>
 #include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <iterator>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -54,6 +63,31 @@
 namespace strata::collective {
 
 namespace detail {
+
+/// This process's connected TCP sockets (descriptors), but those to or from `except_port`.
+inline std::vector<int> connected_sockets(int except_port) {
+  std::vector<int> out;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof local, lp = sizeof peer;
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
+        ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &lp) != 0)
+      continue;  // not a socket, or not connected
+    auto port = [](const sockaddr_storage& a) {
+      return a.ss_family == AF_INET    ? ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port)
+             : a.ss_family == AF_INET6 ? ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port)
+                                       : -1;
+    };
+    if (port(local) < 0 || port(local) == except_port || port(peer) == except_port) continue;
+    out.push_back(fd);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 /// Gloo's file store, with its key check made public (to name ranks that never arrived).
 struct FileStore : gloo::rendezvous::FileStore {
@@ -300,6 +334,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     ctx->setTimeout(options_.timeout);
     rdv.claim(rank_);
+    const std::vector<int> before = detail::connected_sockets(p.master_port);
     try {
       ctx->connectFullMesh(rdv.store(), device_);
     } catch (const std::exception& e) {
@@ -318,6 +353,9 @@ class Gloo : public TypedFrontEnd<Gloo> {
       throw collective_error(os.str());
     }
     claims_ = rdv.claims(size_);  // every rank claimed before publishing its address
+    // This communicator's connections: the sockets the full mesh opened (for abort()).
+    const std::vector<int> after = detail::connected_sockets(p.master_port);
+    std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(pair_sockets_));
     ctx_ = std::move(ctx);
   }
   Gloo(Gloo&&) noexcept = default;
@@ -402,8 +440,17 @@ class Gloo : public TypedFrontEnd<Gloo> {
   Work iallreduce(std::span<T> x, ReduceOp op) {
     return detail::run_async(worker_, [this, p = x.data(), n = x.size(), op] { allreduce_raw(p, p, n, dtype_v<T>, op); });
   }
-  /// Fails this rank's later collectives with `reason` (Gloo has no way to interrupt a peer).
-  void abort(const std::string& reason) { aborted_ = reason.empty() ? "aborted" : reason; }
+  /// Fails this rank's pending and later collectives with `reason`; callable from any thread.
+  /// Its connections close, so a wait in progress here ends now, and the peers' next wait on
+  /// this rank fails at once ("peer lost") instead of at its deadline.
+  void abort(const std::string& reason) {
+    set_aborted(reason.empty() ? "aborted" : reason);
+    if (!ctx_) return;
+    // Shut the connections down (the descriptors stay Gloo's to close): each pair then sees
+    // what it sees when a peer's socket fails, and every wait on it ends with an error at once.
+    // Gloo's own Pair::close() would leave a wait in progress to its deadline.
+    for (const int fd : pair_sockets_) ::shutdown(fd, SHUT_RDWR);
+  }
 
   /// Sums `count` 16-bit floats (`dtype` f16 or bf16) in place with 16 bits per element on
   /// the wire: each partial sum is added in float32 and rounded back (gradient compression;
@@ -496,9 +543,9 @@ class Gloo : public TypedFrontEnd<Gloo> {
   }
 
   Fingerprint next(OpKind kind, ReduceOp op, DType dtype, std::size_t count, int root) {
-    if (!aborted_.empty())
+    if (aborted_flag_.load(std::memory_order_acquire))
       throw collective_error("[strata.collective.aborted] " + std::string(name_of(kind)) + " #" + std::to_string(seq_) +
-                             " on rank " + std::to_string(rank_) + ": " + aborted_);
+                             " on rank " + std::to_string(rank_) + ": " + aborted_reason());
     Fingerprint fp{kind, op, dtype, count, root, seq_++};
     if (options_.check_fingerprints && size_ > 1) check_fingerprint(fp);
     return fp;
@@ -509,6 +556,16 @@ class Gloo : public TypedFrontEnd<Gloo> {
   void guarded(const Fingerprint& fp, Call&& call) {
     try {
       call();
+    } catch (const std::exception&) {
+      if (aborted_flag_.load(std::memory_order_acquire))  // abort() closed the connections under it
+        throw collective_error("[strata.collective.aborted] " + fp.str() + " on rank " + std::to_string(rank_) + ": " +
+                               aborted_reason());
+      rethrow_as_strata_error(fp);
+    }
+  }
+  [[noreturn]] void rethrow_as_strata_error(const Fingerprint& fp) {
+    try {
+      throw;
     } catch (const gloo::IoException& e) {
       const std::string what = e.what();
       const bool timed_out = what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
@@ -526,12 +583,12 @@ class Gloo : public TypedFrontEnd<Gloo> {
         blame = census(fp);
       const std::string msg = "[strata.collective." + std::string(timed_out ? "timeout" : "peer") + "] " + fp.str() +
                               " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " + blame + what;
-      aborted_ = msg;
+      set_aborted(msg);
       if (timed_out) throw timeout_error(msg);
       throw collective_error(msg);
     } catch (const std::exception& e) {
       const std::string msg = "[strata.collective.gloo] " + fp.str() + " on rank " + std::to_string(rank_) + ": " + e.what();
-      aborted_ = msg;
+      set_aborted(msg);
       throw collective_error(msg);
     }
   }
@@ -579,9 +636,22 @@ class Gloo : public TypedFrontEnd<Gloo> {
   Options options_;
   int rank_ = 0, size_ = 1;
   std::uint64_t seq_ = 0;
+  void set_aborted(const std::string& why) {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    if (aborted_.empty()) aborted_ = why;  // the first reason is the root cause
+    aborted_flag_.store(true, std::memory_order_release);
+  }
+  std::string aborted_reason() const {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    return aborted_;
+  }
+
+  std::atomic<bool> aborted_flag_{false};  // checked before each collective; the reason under the mutex
+  mutable std::mutex abort_mutex_;
   std::string aborted_;
   std::vector<std::string> claims_;  // every rank's "host:pid" (to name a lost or stopped peer)
   std::shared_ptr<detail::Rendezvous> rendezvous_;  // kept for the census after a deadline
+  std::vector<int> pair_sockets_;                   // the connections to the peers, for abort()
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::vector<double> scratch_;  // reduce-scatter's two partial shares (grow-only; double-aligned)

@@ -40,6 +40,7 @@
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
+#include <strata/runtime/fail_job.hpp>
 #include <strata/runtime/process_state.hpp>
 #include <strata/support/error.hpp>
 
@@ -227,6 +228,16 @@ class Mpi : public TypedFrontEnd<Mpi> {
       int fin = 0;
       MPI_Finalized(&fin);
       if (!fin) MPI_Finalize();
+    });
+    // A process that fails ends the job now (runtime::fail_job), not at the others' deadlines.
+    runtime::job_abort_hook().store(+[](const std::string& reason) {
+      int size = 1, rank = 0;
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      if (size < 2) return;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      std::fprintf(stderr, "[strata.collective.aborted] rank %d failed, ending the job: %s\n", rank, reason.c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
     });
     // After the atexit above, so the watchdog (a static made below) is gone before MPI_Finalize.
     MPI_Comm census = MPI_COMM_NULL;
