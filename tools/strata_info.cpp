@@ -1,0 +1,235 @@
+// strata-info: what this build of strata has and what this machine and launch offer — the
+// version, the collective policies and the versions of their libraries, the host and its
+// network interfaces, this process's place in the job, and the environment variables strata
+// reads. `strata-info --check`, started the way the job will be (mpirun, strata-run), runs a
+// small all-reduce on every policy across the launched ranks and reports each rank's result
+// or error by name: a pre-flight check of the interface, the ranks and the rendezvous.
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <strata/collective/in_process.hpp>
+#include <strata/runtime/process.hpp>
+#include <strata/version.hpp>
+#if STRATA_HAS_MPI
+#include <strata/collective/mpi.hpp>
+#endif
+#if STRATA_HAS_GLOO
+#include <gloo/config.h>
+
+#include <strata/collective/gloo.hpp>
+#endif
+#if STRATA_HAS_BLAS
+#include <cblas.h>
+#endif
+#if STRATA_HAS_ZLIB
+#include <zlib.h>
+#endif
+
+namespace {
+
+std::string first_line(std::string s) {
+  const auto nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  while (!s.empty() && (s.back() == ',' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+/// The value of `key` in a "key : value" file such as /proc/cpuinfo, or "".
+std::string proc_field(const char* path, const std::string& key) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key, 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      std::string v = line.substr(colon + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  return {};
+}
+
+void report_build() {
+#if defined(__clang__)
+  const char* compiler = "clang ";
+#else
+  const char* compiler = "g++ ";
+#endif
+  std::printf("strata %s (compiled by %s%s, C++ %ld)\n", strata::version_string, compiler, __VERSION__, __cplusplus);
+  std::printf("\ncollective policies\n");
+  std::printf("  in_process  yes (threads of one process)\n");
+#if STRATA_HAS_MPI
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(lib, &len);  // callable before MPI_Init
+  std::printf("  mpi         yes (%s; MPI %d.%d)\n", first_line(lib).c_str(), MPI_VERSION, MPI_SUBVERSION);
+#else
+  std::printf("  mpi         no (configure with -Dmpi=enabled; Debian: libopenmpi-dev openmpi-bin)\n");
+#endif
+#if STRATA_HAS_GLOO
+  std::printf("  gloo        yes (Gloo %d.%d.%d, TCP)\n", GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH);
+#else
+  std::printf("  gloo        no (configure with -Dgloo=enabled; Debian: libgloo-dev)\n");
+#endif
+  // The CUDA parts are header code compiled by nvcc into the programs that use them; what
+  // this build found is recorded at configure time.
+#ifdef STRATA_INFO_NCCL
+  std::printf("  nccl        no NCCL policy in this version yet (NCCL %s found at build time)\n", STRATA_INFO_NCCL);
+#else
+  std::printf("  nccl        no (configure with -Dnccl=enabled; needs CUDA)\n");
+#endif
+  std::printf("\ndevices and libraries\n");
+#ifdef STRATA_INFO_CUDA
+  std::printf("  cuda        no device code in this version yet (toolkit %s found at build time)\n", STRATA_INFO_CUDA);
+#else
+  std::printf("  cuda        no (configure with -Dcuda=enabled; needs nvcc)\n");
+#endif
+#ifdef STRATA_INFO_CUDNN
+  std::printf("  cudnn       not used by this version yet (cuDNN %s found at build time)\n", STRATA_INFO_CUDNN);
+#else
+  std::printf("  cudnn       no (configure with -Dcudnn=enabled; needs CUDA)\n");
+#endif
+#if STRATA_HAS_BLAS
+  std::printf("  blas        yes (%s, %d threads)\n", first_line(openblas_get_config()).c_str(), openblas_get_num_threads());
+#else
+  std::printf("  blas        no (the built-in blocked GEMM; configure with -Dblas=enabled for OpenBLAS)\n");
+#endif
+#if STRATA_HAS_ZLIB
+  std::printf("  zlib        yes (%s)\n", ZLIB_VERSION);
+#else
+  std::printf("  zlib        no (gzip-compressed IDX files cannot be read; -Dzlib=enabled)\n");
+#endif
+}
+
+void report_host() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  int numa = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/devices/system/node", ec))
+    numa += e.path().filename().string().rfind("node", 0) == 0;
+  std::printf("\nhost %s\n", host);
+  std::printf("  cpu         %s; %u hardware threads; %d NUMA node(s)\n", proc_field("/proc/cpuinfo", "model name").c_str(),
+              std::thread::hardware_concurrency(), numa);
+  std::printf("  memory      %s\n", proc_field("/proc/meminfo", "MemTotal").c_str());
+  std::printf("  interfaces  (choose one with STRATA_IFNAME)\n");
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (ifaddrs* a = list; a; a = a->ifa_next)
+      if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET) {
+        char addr[INET_ADDRSTRLEN] = {};
+        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, addr, sizeof addr);
+        std::printf("    %-10s %s\n", a->ifa_name, addr);
+      }
+    ::freeifaddrs(list);
+  }
+}
+
+void report_launch(const strata::runtime::ProcessInfo& p) {
+  std::printf("\nthis process\n");
+  std::printf("  launcher    %s; rank %d of %d, local rank %d of %d\n", p.launcher.c_str(), p.rank, p.world_size,
+              p.local_rank, p.local_size);
+  std::printf("  rendezvous  %s\n", p.rendezvous_dir.empty()
+                                        ? ("TCP store " + p.master_addr + ":" + std::to_string(p.master_port)).c_str()
+                                        : ("file store in " + p.rendezvous_dir).c_str());
+  std::printf("\nenvironment\n");
+  static const char* vars[] = {"STRATA_COLLECTIVE_TIMEOUT", "STRATA_COLLECTIVE_DEBUG", "STRATA_IFNAME",
+                               "STRATA_MASTER_ADDR",        "STRATA_MASTER_PORT",      "STRATA_RENDEZVOUS_DIR",
+                               "STRATA_RANK",               "STRATA_WORLD_SIZE",       "STRATA_LOCAL_RANK",
+                               "STRATA_LOCAL_SIZE",         "STRATA_NUM_SERVERS",      "STRATA_SERVER_RANKS",
+                               "STRATA_FASHION_MNIST_DIR",  "OMP_NUM_THREADS",         "OPENBLAS_NUM_THREADS",
+                               "OMPI_COMM_WORLD_RANK",      "OMPI_COMM_WORLD_SIZE"};
+  for (const char* v : vars) {
+    const char* value = std::getenv(v);
+    std::printf("  %-26s %s\n", v, value ? value : "(unset)");
+  }
+}
+
+// ------------------------------------------------------------------ --check
+
+/// One all-reduce of rank+1 over `comm`: the sum must be n(n+1)/2.
+template <class C>
+bool check_allreduce(C& comm, const char* policy, int rank) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> v{static_cast<double>(comm.rank() + 1)};
+  comm.allreduce(std::span(v), strata::ReduceOp::Sum);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const int n = comm.size();
+  const bool ok = v[0] == n * (n + 1) / 2.0;
+  std::printf("rank %d: %-10s %s: all-reduce over %d rank(s) gave %g (expected %g) in %.2f ms\n", rank, policy,
+              ok ? "ok" : "WRONG", n, v[0], n * (n + 1) / 2.0, ms);
+  std::fflush(stdout);
+  return ok;
+}
+
+template <class F>
+bool attempt(const char* policy, int rank, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    std::printf("rank %d: %-10s FAILED: %s\n", rank, policy, e.what());
+    std::fflush(stdout);
+    return false;
+  }
+}
+
+int run_check(const strata::runtime::ProcessInfo& p) {
+  bool ok = attempt("in_process", p.rank, [&] {
+    bool all = true;
+    strata::collective::InProcess::launch(2, [&](strata::collective::InProcess& c) {
+      std::vector<double> v{static_cast<double>(c.rank() + 1)};
+      c.allreduce(std::span(v), strata::ReduceOp::Sum);
+      if (v[0] != 3.0) all = false;
+    });
+    std::printf("rank %d: %-10s %s: all-reduce over 2 threads\n", p.rank, "in_process", all ? "ok" : "WRONG");
+    return all;
+  });
+#if STRATA_HAS_MPI
+  if (p.launcher != "env")  // under strata-run there is no MPI job to join
+    ok = attempt("mpi", p.rank, [&] {
+           strata::collective::Mpi comm;
+           return check_allreduce(comm, "mpi", p.rank);
+         }) && ok;
+#endif
+#if STRATA_HAS_GLOO
+  ok = attempt("gloo", p.rank, [&] {
+         strata::collective::Gloo comm(p, "strata-info-check", strata::collective::Options::from_env());
+         return check_allreduce(comm, "gloo", p.rank);
+       }) && ok;
+#endif
+  std::printf("rank %d: check %s\n", p.rank, ok ? "passed" : "FAILED");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string arg = argc > 1 ? argv[1] : "";
+  if (argc > 2 || (!arg.empty() && arg != "--check")) {
+    std::fprintf(stderr, "usage: strata-info [--check]   (--check under mpirun or strata-run checks every rank)\n");
+    return 2;
+  }
+  try {
+    const strata::runtime::ProcessInfo p = strata::runtime::detect_process();
+    if (arg == "--check") return run_check(p);
+    if (p.rank != 0) return 0;  // one report per job
+    report_build();
+    report_host();
+    report_launch(p);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-info: %s\n", e.what());
+    return 1;
+  }
+}
