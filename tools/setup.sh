@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DEBIAN_FRONTEND=noninteractive
 
-pkgs=(meson ninja-build pkg-config cmake g++ python3
+pkgs=(meson ninja-build pkg-config cmake g++ python3 python3-matplotlib
       libopenblas-dev zlib1g-dev doctest-dev dataset-fashion-mnist
       libopenmpi-dev openmpi-bin libgloo-dev)
 missing=()

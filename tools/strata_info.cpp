@@ -39,7 +39,7 @@
 
 namespace {
 
-std::string first_line(std::string s) {
+[[maybe_unused]] std::string first_line(std::string s) {
   const auto nl = s.find('\n');
   if (nl != std::string::npos) s.resize(nl);
   while (!s.empty() && (s.back() == ',' || s.back() == ' ')) s.pop_back();

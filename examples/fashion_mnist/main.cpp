@@ -39,8 +39,11 @@ void usage() {
       "                     [--replicas N] [--collective mpi|gloo] [--compression none|fp16|bf16]\n"
       "                     [--servers S] [--mode sync|async] [--staleness N] [--update-on servers|workers]\n"
       "                     [--checkpoint-dir DIR] [--checkpoint-every STEPS]\n"
+      "                     [--metrics FILE.csv] [--metrics-every STEPS] [--timeline FILE.json]\n"
       "With --checkpoint-dir the run resumes from the newest complete checkpoint in DIR and saves there\n"
       "every --checkpoint-every steps (and at the end).\n"
+      "--metrics writes the chief's per-step figures as CSV (tools/plot_metrics.py draws them); --timeline\n"
+      "writes a Chrome trace of every rank (open it in https://ui.perfetto.dev).\n"
       "--batch is per replica: the global batch is B x replicas, and the learning rate applies to it.");
 }
 
@@ -91,6 +94,9 @@ int main(int argc, char** argv) try {
     else if (a == "--no-eval") cfg.evaluate = false;
     else if (a == "--checkpoint-dir") cfg.checkpoint_dir = value();
     else if (a == "--checkpoint-every") cfg.checkpoint_every = parse_int(a, value());
+    else if (a == "--metrics") cfg.metrics_path = value();
+    else if (a == "--metrics-every") cfg.metrics_every = static_cast<int>(parse_int(a, value()));
+    else if (a == "--timeline") cfg.timeline_path = value();
     else if (a == "--quiet") cfg.progress = false;
     else if (a == "--help" || a == "-h") { usage(); return 0; }
     else throw strata::invalid_argument("[strata.example] unknown flag '" + a + "' (try --help)");
@@ -99,6 +105,7 @@ int main(int argc, char** argv) try {
   if (cfg.batch < 1) throw strata::invalid_argument("[strata.example] --batch must be at least 1");
   if (threads < 1) throw strata::invalid_argument("[strata.example] --threads must be at least 1");
   if (cfg.checkpoint_every < 0) throw strata::invalid_argument("[strata.example] --checkpoint-every must be >= 0");
+  if (cfg.metrics_every < 1) throw strata::invalid_argument("[strata.example] --metrics-every must be at least 1");
   if (strategy_name == "parameter_server" && !cfg.checkpoint_dir.empty())
     throw strata::invalid_argument("[strata.example] --checkpoint-dir does not support --strategy parameter_server yet "
                                    "(the servers' optimizer state is not captured)");

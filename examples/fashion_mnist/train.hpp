@@ -12,10 +12,12 @@
 #include <optional>
 #include <type_traits>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include <unistd.h>  // isatty
-
+#include <strata/observe/metrics.hpp>
+#include <strata/observe/progress.hpp>
+#include <strata/observe/timeline.hpp>
 #include <strata/runtime/process.hpp>
 #include <strata/testing/fault.hpp>
 
@@ -37,6 +39,9 @@ struct Config {
   bool progress = true;
   std::string checkpoint_dir;           ///< empty: no checkpoints; else resume from the newest there
   std::int64_t checkpoint_every = 0;    ///< also save every this many steps (0: at the end only)
+  std::string metrics_path;             ///< empty: none; else the chief's per-step CSV
+  int metrics_every = 1;                ///< a CSV row every this many steps
+  std::string timeline_path;            ///< empty: none; else a Chrome trace of the run, all ranks merged
 };
 
 struct Report {
@@ -61,32 +66,41 @@ inline double evaluate(strata::nn::Module& model, const strata::data::TensorData
   return static_cast<double>(correct) / static_cast<double>(test.size());
 }
 
-/// Rank 0's progress: redrawn in place on a terminal, a line every few seconds otherwise.
-class Progress {
- public:
-  explicit Progress(bool on) : on_(on), tty_(on && isatty(fileno(stdout))) {}
-  void update(int epoch, int epochs, std::int64_t step, std::int64_t steps, double loss, double ex_per_s, double eta_s) {
-    if (!on_) return;
-    const auto now = std::chrono::steady_clock::now();
-    const bool last = step == steps;
-    if (!last && now - last_ < (tty_ ? std::chrono::milliseconds(200) : std::chrono::seconds(5))) return;
-    last_ = now;
-    std::printf("%sepoch %d/%d  step %lld/%lld  loss %.4f  %.0f examples/s  ETA %02d:%02d%s", tty_ ? "\r" : "",
-                epoch, epochs, static_cast<long long>(step), static_cast<long long>(steps), loss, ex_per_s,
-                static_cast<int>(eta_s) / 60, static_cast<int>(eta_s) % 60, tty_ ? "   " : "\n");
-    if (tty_ && last) std::printf("\n");
-    std::fflush(stdout);
-  }
-
- private:
-  bool on_, tty_;
-  std::chrono::steady_clock::time_point last_{};
-};
-
 /// What a strategy without checkpoint support gets (never constructed: the flag is refused).
 struct NoCheckpoints {
   void save(const strata::checkpoint::TrainingPosition&) {}
 };
+
+inline double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+/// Writes the timeline: alone, straight to `path`; in a job of several processes, each
+/// rank's events to `path.rank<r>`, and the chief merges them into `path` once every rank
+/// has written (a reduce over the job is the barrier). The parameter-server roles do not
+/// run a common step, so there the per-rank files are left for tools/merge_timeline.py.
+template <strata::Strategy S>
+void write_timeline(S& strategy, const std::string& path) {
+  auto& timeline = strata::observe::Timeline::instance();
+  const auto p = strata::runtime::detect_process();
+  if (p.world_size == 1) {
+    timeline.write(path);
+    return;
+  }
+  const std::string mine = path + ".rank" + std::to_string(p.rank);
+  timeline.write(mine);
+  if constexpr (std::string_view(S::name) == "parameter_server") {
+    if (strategy.is_chief()) std::printf("timeline: one file per rank, %s.rank<r>\n", path.c_str());
+  } else {
+    strategy.reduce(strata::ReduceOp::Sum, strategy.run([](strata::ReplicaContext&) { return 0.0; }));
+    if (!strategy.is_chief()) return;
+    std::vector<std::string> parts;
+    for (int r = 0; r < p.world_size; ++r) parts.push_back(path + ".rank" + std::to_string(r));
+    strata::observe::Timeline::merge(parts, path);
+    for (const auto& part : parts) std::remove(part.c_str());
+    std::printf("timeline: %s (%d ranks)\n", path.c_str(), p.world_size);
+  }
+}
 
 /// This process's rank in its job (0 when alone), for fault injection.
 inline int process_rank() {
@@ -129,14 +143,23 @@ Report train(S& strategy, const Config& cfg) {
                                                         : strata::data::TensorDataset();
   Report report;
   report.losses.reserve(static_cast<std::size_t>(pipeline.num_batches() * cfg.epochs));
-  Progress progress(cfg.progress && strategy.is_chief());
+  strata::observe::Progress progress(cfg.progress && strategy.is_chief());
+  // Observability: the chief's metrics CSV, every rank's timeline (merged at the end).
+  std::optional<strata::observe::MetricsCsv> metrics;
+  if (!cfg.metrics_path.empty() && strategy.is_chief()) metrics.emplace(cfg.metrics_path, cfg.metrics_every);
+  if (!cfg.timeline_path.empty()) strata::observe::Timeline::instance().start(process_rank());
+  StepTimes times;
+  strata::GradientStats stats_before{};
   double train_seconds = 0;
   std::int64_t examples = 0;
   for (int epoch = static_cast<int>(pos.epoch); epoch < cfg.epochs; ++epoch) {
     const auto t0 = Clock::now();
     std::int64_t step = epoch == pos.epoch ? pos.batch : 0;  // batches of this epoch done
+    auto data_from = Clock::now();
     for (auto& batch : data) {
-      const double loss = train_step(strategy, model, opt, batch);
+      const auto step_from = Clock::now();
+      strata::observe::Timeline::instance().record("data", "input", data_from, step_from);
+      const double loss = train_step(strategy, model, opt, batch, &times);
       report.losses.push_back(loss);
       examples += batch.global_size;
       ++step;
@@ -151,15 +174,33 @@ Report train(S& strategy, const Config& cfg) {
       const double eta = secs / static_cast<double>(step) *
                          static_cast<double>(data.num_batches() * (cfg.epochs - epoch) - step);
       progress.update(epoch + 1, cfg.epochs, step, data.num_batches(), loss, rate, eta);
+      if (metrics) {
+        strata::observe::StepMetrics m{.step = pos.step, .epoch = epoch + 1, .loss = loss,
+                                       .examples_per_s = static_cast<double>(batch.global_size) /
+                                                         std::chrono::duration<double>(Clock::now() - data_from).count(),
+                                       .data_ms = ms_between(data_from, step_from), .forward_ms = times.forward_ms,
+                                       .backward_ms = times.backward_ms, .apply_ms = times.apply_ms};
+        if constexpr (requires { strategy.gradient_stats(); }) {
+          const strata::GradientStats st = strategy.gradient_stats();
+          m.allreduce_ms = 1e3 * (st.reduce_seconds - stats_before.reduce_seconds);
+          m.allreduce_exposed_ms = 1e3 * (st.exposed_seconds - stats_before.exposed_seconds);
+          stats_before = st;
+        }
+        metrics->step(m);
+      }
+      data_from = Clock::now();
     }
     train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     if (cfg.evaluate) {
       report.epoch_accuracy.push_back(evaluate(model, test));
+      if (metrics) metrics->evaluation(pos.step, epoch + 1, report.epoch_accuracy.back());
       if (strategy.is_chief())
         std::printf("epoch %d/%d  test accuracy %.2f %%\n", epoch + 1, cfg.epochs, 100.0 * report.epoch_accuracy.back());
     }
   }
   if (checkpoints) checkpoints->save({pos.step, cfg.epochs, 0});
+  if (metrics) metrics->flush();
+  if (!cfg.timeline_path.empty()) write_timeline(strategy, cfg.timeline_path);
   report.steps = static_cast<std::int64_t>(report.losses.size());
   report.final_loss = report.losses.empty() ? NAN : report.losses.back();
   report.test_accuracy = report.epoch_accuracy.empty() ? NAN : report.epoch_accuracy.back();

@@ -358,7 +358,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
     std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(pair_sockets_));
     ctx_ = std::move(ctx);
   }
-  Gloo(Gloo&&) noexcept = default;
+  Gloo(Gloo&&) = delete;  // the abort state (an atomic, a mutex) and the worker thread stay put
   Gloo& operator=(Gloo&&) = delete;
   ~Gloo() { worker_.stop(); }
 

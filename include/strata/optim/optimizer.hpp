@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <strata/autograd/backward.hpp>  // Gradients
+#include <strata/observe/timeline.hpp>
 #include <strata/tensor/factory.hpp>     // zeros
 
 namespace strata::optim {
@@ -74,7 +75,13 @@ class Optimizer {
   void apply_gradients(Ctx& ctx, Gradients grads) {
     check_matches(grads);
     if constexpr (requires { ctx.note_learning_rate(lr_); }) ctx.note_learning_rate(lr_);
-    if (ctx.aggregate_gradients(grads)) {
+    bool here;
+    {
+      observe::ScopedEvent ev("aggregate gradients", "communication");
+      here = ctx.aggregate_gradients(grads);
+    }
+    if (here) {
+      observe::ScopedEvent ev("optimizer step", "compute");
       if (accepts(grads)) step();
     } else {
       ++steps_;  // the update happened on the variables this replica shares (or on servers)

@@ -30,6 +30,7 @@
 #include <strata/autograd/backward.hpp>
 #include <strata/collective/async.hpp>     // Work
 #include <strata/collective/in_process.hpp>
+#include <strata/observe/timeline.hpp>
 #include <strata/runtime/process.hpp>  // env, env_int
 #include <strata/support/check.hpp>
 #include <strata/tensor/factory.hpp>
@@ -245,6 +246,8 @@ class GradientEngine {
       if constexpr (detail::reduces_on_replica_thread<C>) {
         void* p = bk.buffer.raw_data();
         const auto t0 = Clock::now();
+        observe::ScopedEvent ev("allreduce", "communication", static_cast<std::int64_t>(next_ - 1),
+                                static_cast<std::int64_t>(bk.count * size_of(bk.dtype)));
         comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
         bk.seconds = seconds_since(t0);
         stats_.exposed_seconds += bk.seconds;
@@ -263,8 +266,12 @@ class GradientEngine {
   void reduce_on_comm_thread(Bucket& bk)
     requires(!detail::reduces_on_replica_thread<C>)
   {
+    thread_local const bool named = (observe::Timeline::instance().name_thread("communication"), true);
+    (void)named;
     collective::detail::complete(*bk.state, [&] {
       const auto t0 = Clock::now();
+      observe::ScopedEvent ev("allreduce", "communication", &bk - buckets_.data(),
+                              static_cast<std::int64_t>(bk.count * size_of(bk.dtype)));
       void* p = bk.buffer.raw_data();
       if (!bk.wire.defined())
         comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
