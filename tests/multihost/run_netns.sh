@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# A multi-host rehearsal on one machine: two network namespaces ("hosts") joined by a veth
+# pair, 10.77.0.1/24 and 10.77.0.2/24, each side's interface named strata0. Rank 0 runs in
+# the first, rank 1 in the second, started by hand the way a cluster launcher would (the
+# STRATA_* variables), the TCP store on rank 0's address, the interface chosen by
+# STRATA_IFNAME. It checks:
+#   1. strata-info --check passes on both ranks across the hosts;
+#   2. the 2-process example trains across them (MultiWorkerMirrored over Gloo);
+#   3. a rank that picks the wrong interface (one whose address the other host cannot reach)
+#      fails within the deadline with an error, never a hang.
+# Needs root and `ip netns` (iproute2); elsewhere it is skipped (exit 77) with a message.
+#   usage: run_netns.sh STRATA_INFO TRAINER
+set -u
+info=$(realpath "$1") trainer=$(realpath "$2")
+a=strata_a_$$ b=strata_b_$$
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+command -v ip >/dev/null || skip "no ip command (Debian: iproute2)"
+ip netns add "$a" 2>/dev/null || skip "cannot create network namespaces here (needs root / CAP_NET_ADMIN)"
+cleanup() { ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null; }
+trap cleanup EXIT
+ip netns add "$b" || fail "ip netns add $b"
+ip link add vetha$$ type veth peer name vethb$$ || fail "cannot create a veth pair"
+ip link set vetha$$ netns "$a" && ip link set vethb$$ netns "$b" || fail "cannot move the veth ends"
+ip -n "$a" link set vetha$$ name strata0 && ip -n "$b" link set vethb$$ name strata0 || fail "cannot rename"
+ip -n "$a" addr add 10.77.0.1/24 dev strata0 && ip -n "$b" addr add 10.77.0.2/24 dev strata0 || fail "addresses"
+for ns in "$a" "$b"; do ip -n "$ns" link set lo up && ip -n "$ns" link set strata0 up || fail "links up"; done
+echo "hosts: $a 10.77.0.1, $b 10.77.0.2 (interface strata0 on each)"
+
+port=29611
+job() {  # ifname on a, ifname on b, then the program and its arguments: rank 0 on a, rank 1 on b
+  local ifa=$1 ifb=$2; shift 2
+  local common=(STRATA_WORLD_SIZE=2 STRATA_MASTER_ADDR=10.77.0.1 STRATA_MASTER_PORT=$port STRATA_COLLECTIVE_TIMEOUT=5)
+  ip netns exec "$a" env "${common[@]}" STRATA_RANK=0 STRATA_IFNAME="$ifa" timeout 120 "$@" >"$work/r0.log" 2>&1 &
+  local p0=$!
+  ip netns exec "$b" env "${common[@]}" STRATA_RANK=1 STRATA_IFNAME="$ifb" timeout 120 "$@" >"$work/r1.log" 2>&1 &
+  local p1=$!
+  wait $p0; rc0=$?
+  wait $p1; rc1=$?
+  sed 's/^/  [0] /' "$work/r0.log" | tail -6
+  sed 's/^/  [1] /' "$work/r1.log" | tail -6
+}
+work=$(mktemp -d)
+trap 'cleanup; rm -rf "$work"' EXIT
+
+echo "1. strata-info --check across the hosts"
+job strata0 strata0 "$info" --check
+((rc0 == 0 && rc1 == 0)) || fail "the check failed (exit $rc0, $rc1)"
+grep -q "gloo       ok: all-reduce over 2 rank" "$work/r1.log" || fail "rank 1 did not check Gloo across the hosts"
+
+echo "2. the example across the hosts"
+cd "$work" || fail "no work dir"
+job strata0 strata0 "$trainer" --strategy multi_worker_mirrored --collective gloo --model mlp --max-steps 30 --no-eval --quiet
+((rc0 == 0 && rc1 == 0)) || fail "training across the hosts failed (exit $rc0, $rc1)"
+grep -q '"replicas":2' "$work/r0.log" || fail "rank 0 did not report a 2-replica run"
+
+# Gloo's pair with the lower address listens and the other connects, so a wrong interface
+# bites where it makes a rank listen on an address the other host has no route to: host a's
+# ghost0 (10.0.0.1, one end of a veth pair of its own, below 10.77.0.2).
+echo "3. rank 0 on the wrong interface (ghost0, 10.0.0.1: host b has no route to it)"
+ip -n "$a" link add ghost0 type veth peer name ghost1 && ip -n "$a" addr add 10.0.0.1/24 dev ghost0 &&
+  ip -n "$a" link set ghost0 up && ip -n "$a" link set ghost1 up ||
+  fail "cannot add the ghost interface"
+start=$(date +%s)
+job ghost0 strata0 "$info" --check
+elapsed=$(($(date +%s) - start))
+((rc0 != 0 || rc1 != 0)) || fail "the job passed with rank 0 on ghost0"
+((rc0 != 124 && rc1 != 124)) || fail "a rank hung until the outer timeout"
+((elapsed < 60)) || fail "took ${elapsed} s"
+grep -q "gloo       FAILED" "$work/r0.log" "$work/r1.log" || fail "no rank reported the Gloo failure"
+echo "PASS (wrong interface detected in ${elapsed} s)"
