@@ -249,5 +249,37 @@ TEST_CASE("Strategy.Mirrored.NonFiniteGradientsSkippedTogether") {
   } catch (const strata::data_error& e) {
     CHECK(std::string(e.what()).find("[strata.optim.nonfinite] non-finite gradient in parameter 0 (shape [32, 20]) at step 0") !=
           std::string::npos);
+    // The replica it came from: its own gradients were looked at before the sum.
+    CHECK(std::string(e.what()).find("first non-finite on replica 1 (its parameter 0)") != std::string::npos);
+  }
+  // Three replicas, the NaN on replica 2's last parameter only: named as such.
+  strata::MirroredStrategy three(3);
+  auto net3 = three.scope([] { return equivalence::model(false); });
+  auto opt3 = three.scope([&] { return strata::optim::Sgd(net3.parameters(), 0.1); });
+  for (int r = 0; r < 3; ++r) opt3.replica(static_cast<std::size_t>(r)).set_nonfinite(strata::optim::NonFinite::error);
+  auto data3 = three.distribute(strata::data::Pipeline(equivalence::dataset(s)).batch(27));
+  std::vector<std::string> errors(3);
+  try {
+    for (auto& batch : data3)
+      three.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+        Tensor loss = equivalence::replica_loss(net3, b.x, b.y, b.global_size);
+        if (ctx.replica_id_in_sync_group() == 2)  // a NaN in the last parameter's gradient only
+          loss = loss + strata::sum(net3.parameters().back()) * std::nan("");
+        auto grads = strata::grad(loss, net3.parameters());
+        try {
+          opt3.apply_gradients(ctx, grads);
+        } catch (const strata::data_error& e) {
+          errors[static_cast<std::size_t>(ctx.replica_id_in_sync_group())] = e.what();
+          throw;
+        }
+      }, batch);
+    FAIL_CHECK("no error");
+  } catch (const strata::data_error&) {
+  }
+  const std::string last = std::to_string(net3.parameters().size() - 1);
+  for (const std::string& e : errors) {  // every replica stops, with the same message
+    INFO(e);
+    CHECK(e.find("non-finite gradient in parameter " + last) != std::string::npos);
+    CHECK(e.find("first non-finite on replica 2 (its parameter " + last + ")") != std::string::npos);
   }
 }

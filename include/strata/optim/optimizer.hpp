@@ -13,7 +13,9 @@
 #include <vector>
 
 #include <strata/autograd/backward.hpp>  // Gradients
+#include <strata/collective/reduce_op.hpp>
 #include <strata/observe/timeline.hpp>
+#include <strata/optim/nonfinite.hpp>
 #include <strata/tensor/factory.hpp>     // zeros
 
 namespace strata::optim {
@@ -25,16 +27,6 @@ template <class C>
 concept GradientAggregator = requires(C& c, Gradients g) {
   { c.aggregate_gradients(g) } -> std::convertible_to<bool>;
   c.finish_update();
-};
-
-/// What apply_gradients does with gradients holding NaN or Inf. The check reads the
-/// aggregated gradients — the same bits on every replica of a synchronous strategy, since a
-/// NaN or Inf on any replica carries through the sum — so all replicas decide alike without
-/// another collective.
-enum class NonFinite {
-  apply,  ///< no check (the default): the update is applied as is
-  skip,   ///< the step is skipped: parameters and state unchanged, skipped_steps() counts it
-  error,  ///< data_error naming the first non-finite parameter gradient
 };
 
 /// The shared part of SGD, Adam and AdamW.
@@ -82,7 +74,7 @@ class Optimizer {
     }
     if (here) {
       observe::ScopedEvent ev("optimizer step", "compute");
-      if (accepts(grads)) step();
+      if (accepts(grads, [&] { return first_nonfinite_replica(ctx); })) step();
     } else {
       ++steps_;  // the update happened on the variables this replica shares (or on servers)
     }
@@ -95,7 +87,10 @@ class Optimizer {
   }
 
   /// The policy for non-finite gradients (NonFinite::apply by default).
-  void set_nonfinite(NonFinite p) noexcept { nonfinite_ = p; }
+  void set_nonfinite(NonFinite p) noexcept {
+    nonfinite_ = p;
+    if (p == NonFinite::error) detail::local_nonfinite_checks().store(true, std::memory_order_relaxed);
+  }
   NonFinite nonfinite() const noexcept { return nonfinite_; }
   /// Steps skipped for non-finite gradients (NonFinite::skip).
   std::int64_t skipped_steps() const noexcept { return skipped_; }
@@ -155,8 +150,37 @@ class Optimizer {
                    " belongs to another parameter than the optimizer's");
   }
 
+  /// Where the non-finite gradients came from, for NonFinite::error: every replica takes
+  /// part (they all reach this point, since the summed gradients are the same bits
+  /// everywhere) in two small all-reduces — the lowest replica whose own gradients held a NaN
+  /// or Inf, then that replica's first such parameter. "" where the context cannot tell.
+  template <class Ctx>
+  static std::string first_nonfinite_replica(Ctx& ctx) {
+    if constexpr (requires { ctx.local_nonfinite_parameter(); }) {
+      const std::int64_t mine = ctx.local_nonfinite_parameter();  // -1: none here; -2: unknown
+      if (mine == -2) return {};
+      constexpr double kNone = 1e18;
+      Tensor who = full(Shape{1}, mine >= 0 ? ctx.replica_id_in_sync_group() : kNone, DType::f64);
+      ctx.all_reduce(ReduceOp::Min, who);
+      const double first = who.item();
+      if (first >= kNone) return {};  // no replica saw one before the sum (an overflow in it)
+      Tensor which = full(Shape{1}, ctx.replica_id_in_sync_group() == static_cast<int>(first) ? double(mine) : kNone,
+                          DType::f64);
+      ctx.all_reduce(ReduceOp::Min, which);
+      return "; first non-finite on replica " + std::to_string(static_cast<int>(first)) + " (its parameter " +
+             std::to_string(static_cast<std::int64_t>(which.item())) + ")";
+    } else {
+      (void)ctx;
+      return {};
+    }
+  }
+
   /// Whether the update goes ahead under the non-finite policy.
   bool accepts(const Gradients& g) {
+    return accepts(g, [] { return std::string(); });
+  }
+  template <class Where>
+  bool accepts(const Gradients& g, Where&& where) {
     if (nonfinite_ == NonFinite::apply) return true;
     for (std::size_t i = 0; i < g.size(); ++i) {
       const Tensor t = g[i];
@@ -166,19 +190,9 @@ class Optimizer {
         return false;
       }
       throw data_error("[strata.optim.nonfinite] non-finite gradient in parameter " + std::to_string(i) + " (shape " +
-                       to_string(t.shape()) + ") at step " + std::to_string(steps_) + ", after aggregation");
+                       to_string(t.shape()) + ") at step " + std::to_string(steps_) + ", after aggregation" + where());
     }
     return true;
-  }
-  static bool all_finite(const Tensor& t) {
-    const Tensor c = t.contiguous();
-    return strata::detail::visit_floating(c.dtype(), "non-finite check", [&](auto tag) {
-      using T = decltype(tag);
-      const T* p = c.template data<T>();
-      bool ok = true;
-      for (std::int64_t k = 0, n = c.numel(); k < n; ++k) ok &= std::isfinite(p[k]);  // no early exit: vectorises
-      return ok;
-    });
   }
   static std::string to_string(const Shape& s) {
     std::string out = "[";

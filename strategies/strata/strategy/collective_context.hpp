@@ -6,6 +6,7 @@
 /// overlapped with backward); any other gradient list is all-reduced here, tensor by tensor.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -30,18 +31,24 @@ class CollectiveReplicaContext final : public ReplicaContext {
   }
 
   bool aggregate_gradients(Gradients g) override {
+    local_nonfinite_ = -1;
     for (GradientEngine<C>* e : engines_)
       if (e->owns(g)) {
         e->finish();
+        local_nonfinite_ = e->local_nonfinite();
         return true;
       }
     STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica");
+    const bool check = optim::detail::local_nonfinite_checks().load(std::memory_order_relaxed);
     for (std::size_t i = 0; i < g.size(); ++i) {
       Tensor t = g[i];
+      if (check && local_nonfinite_ < 0 && t.defined() && !optim::all_finite(t))
+        local_nonfinite_ = static_cast<std::int64_t>(i);
       all_reduce(ReduceOp::Sum, t);
     }
     return true;
   }
+  std::int64_t local_nonfinite_parameter() const override { return local_nonfinite_; }
 
   void set_gradient_sync(bool on) override {
     sync_ = on;
@@ -53,6 +60,7 @@ class CollectiveReplicaContext final : public ReplicaContext {
   int id_, n_;
   std::span<GradientEngine<C>* const> engines_;
   bool sync_ = true;
+  std::int64_t local_nonfinite_ = -1;  // this replica's first non-finite gradient this step
 };
 
 }  // namespace strata::detail

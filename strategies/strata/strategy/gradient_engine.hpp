@@ -31,6 +31,7 @@
 #include <strata/collective/async.hpp>     // Work
 #include <strata/collective/in_process.hpp>
 #include <strata/observe/timeline.hpp>
+#include <strata/optim/nonfinite.hpp>
 #include <strata/runtime/process.hpp>  // env, env_int
 #include <strata/support/check.hpp>
 #include <strata/tensor/factory.hpp>
@@ -145,6 +146,9 @@ class GradientEngine {
   }
 
   const GradientStats& stats() const noexcept { return stats_; }
+  /// Under NonFinite::error: the first parameter whose own gradient held a NaN or Inf in the
+  /// last step, before the sum; -1 if none.
+  std::int64_t local_nonfinite() const noexcept { return local_nonfinite_; }
 
   /// Every bucket reduced (the sum over all replicas), then ready for the next step.
   void finish() {
@@ -241,8 +245,10 @@ class GradientEngine {
 
   // Starts the buckets that are complete, in index order.
   void launch_ready() {
+    if (next_ == 0) local_nonfinite_ = -1;  // a new step
     while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
       Bucket& bk = buckets_[next_++];
+      if (optim::detail::local_nonfinite_checks().load(std::memory_order_relaxed)) note_nonfinite(bk);
       if constexpr (detail::reduces_on_replica_thread<C>) {
         void* p = bk.buffer.raw_data();
         const auto t0 = Clock::now();
@@ -260,6 +266,15 @@ class GradientEngine {
         worker_.enqueue([this, b = next_ - 1] { reduce_on_comm_thread(buckets_[b]); });
       }
     }
+  }
+
+  // NonFinite::error: this replica's own gradients in `bk`, before the sum; keeps the lowest
+  // parameter index holding a NaN or Inf.
+  void note_nonfinite(const Bucket& bk) {
+    for (std::size_t k : bk.members)
+      if ((local_nonfinite_ < 0 || static_cast<std::int64_t>(k) < local_nonfinite_) &&
+          !optim::all_finite(params_[k].grad()))
+        local_nonfinite_ = static_cast<std::int64_t>(k);
   }
 
   // The communication thread's work for one bucket.
@@ -290,6 +305,7 @@ class GradientEngine {
   std::vector<Bucket> buckets_;
   std::vector<bool> fired_;
   std::size_t next_ = 0;
+  std::int64_t local_nonfinite_ = -1;
   bool sync_ = true;
   std::shared_ptr<HookState> state_;
   GradientStats stats_;

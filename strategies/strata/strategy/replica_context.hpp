@@ -32,6 +32,12 @@ class ReplicaContext {
   /// Called by apply_gradients after the update: makes the new values visible to every replica.
   virtual void finish_update() {}
 
+  /// Under NonFinite::error: the index of this replica's first parameter whose own gradient
+  /// (before the sum) held a NaN or Inf this step, -1 if none, -2 if this context cannot tell
+  /// (then apply_gradients names no replica). A context that tells must let every replica
+  /// take part in all_reduce when the summed gradients are non-finite.
+  virtual std::int64_t local_nonfinite_parameter() const { return -2; }
+
   /// While off, backward passes leave gradients local (micro-batches of gradient accumulation:
   /// accumulate k passes, then one aggregation). See NoSync.
   virtual void set_gradient_sync(bool on) { (void)on; }
