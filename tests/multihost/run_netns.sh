@@ -68,4 +68,6 @@ elapsed=$(($(date +%s) - start))
 ((rc0 != 124 && rc1 != 124)) || fail "a rank hung until the outer timeout"
 ((elapsed < 60)) || fail "took ${elapsed} s"
 grep -q "gloo       FAILED" "$work/r0.log" "$work/r1.log" || fail "no rank reported the Gloo failure"
+grep -q "this rank.s connections use 10.0.0.1 (STRATA_IFNAME=ghost0)" "$work/r0.log" ||
+  fail "rank 0 did not name the address it listens on"
 echo "PASS (wrong interface detected in ${elapsed} s)"

@@ -349,7 +349,15 @@ class Gloo : public TypedFrontEnd<Gloo> {
       } catch (const std::exception&) {
         os << ", the store is gone: cannot tell who is missing";
       }
-      os << "): " << e.what();
+      // Where this rank listens: an address another host cannot reach is the usual cause
+      // when everyone joined the store but the connections fail.
+      const std::string dev = device_->str();
+      const auto at = dev.find("addr=[");
+      const std::string addr = at == std::string::npos ? dev : dev.substr(at + 6, dev.find(']', at) - at - 6);
+      os << "; this rank's connections use " << addr
+         << (runtime::detail::env("STRATA_IFNAME") ? " (STRATA_IFNAME=" + std::string(runtime::detail::env("STRATA_IFNAME")) + ")"
+                                                   : std::string(" (no STRATA_IFNAME)"))
+         << ": the other ranks' hosts must reach it, else set STRATA_IFNAME to an interface they share): " << e.what();
       throw collective_error(os.str());
     }
     claims_ = rdv.claims(size_);  // every rank claimed before publishing its address
