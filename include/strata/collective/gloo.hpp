@@ -589,6 +589,9 @@ class Gloo : public TypedFrontEnd<Gloo> {
                            : (ranks.size() == 1 ? " is no longer running; " : " are no longer running; ");
       else if (timed_out)
         blame = census(fp);
+      else
+        mark_reached(fp);  // for the census of ranks still waiting: this one was here
+
       const std::string msg = "[strata.collective." + std::string(timed_out ? "timeout" : "peer") + "] " + fp.str() +
                               " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " + blame + what;
       set_aborted(msg);
@@ -604,10 +607,17 @@ class Gloo : public TypedFrontEnd<Gloo> {
   /// After a deadline with no stopped or lost peer to blame: every rank that times out in
   /// this collective says so through the store, and the ranks that have not said so within a
   /// moment are named — running, but never there (a skipped call, or busy elsewhere).
+  /// Records in the store that this rank reached collective `fp` (its census entry).
+  void mark_reached(const Fingerprint& fp) noexcept {
+    try {
+      if (rendezvous_) rendezvous_->mark(std::to_string(fp.seq) + "/" + std::to_string(rank_));
+    } catch (const std::exception&) {  // the store is gone: the others' census cannot ask it either
+    }
+  }
   std::string census(const Fingerprint& fp) {
     try {
       const std::string at = std::to_string(fp.seq) + "/";
-      rendezvous_->mark(at + std::to_string(rank_));
+      mark_reached(fp);
       const auto until = std::chrono::steady_clock::now() +
                          std::min<std::chrono::milliseconds>(options_.timeout / 2, std::chrono::milliseconds(1000));
       std::vector<int> absent;
