@@ -39,9 +39,10 @@ struct Args {
 
 void idle(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-/// One rank's job; returns its exit status. `stall` stops this rank (a thread cannot SIGSTOP).
+/// One rank's job; returns its exit status. `stall` stops this rank (a thread cannot
+/// SIGSTOP); `park` keeps it running without ever calling a collective again.
 template <class C>
-int run_rank(C& comm, const Args& a, auto&& stall) {
+int run_rank(C& comm, const Args& a, auto&& stall, auto&& park) {
   const int r = comm.rank(), n = comm.size();
   std::vector<float> x(a.count + 1);
   std::vector<std::int32_t> xi(a.count);
@@ -51,7 +52,7 @@ int run_rank(C& comm, const Args& a, auto&& stall) {
       const std::string kind =
           strata::testing::fault_point(r, step, "before_collective", {"skip", "stall", "shape", "dtype", "op"});
       if (kind == "skip") {  // goes elsewhere: never calls this collective or any later one
-        idle(30'000);
+        park();
         return 0;
       }
       if (kind == "stall") stall();
@@ -89,22 +90,22 @@ int run_rank(C& comm, const Args& a, auto&& stall) {
 /// Ranks as threads. A thread that stalls never returns; the process ends once the others have.
 int run_in_process(const Args& a) {
   auto comms = strata::collective::InProcess::make_group(a.ranks);
-  std::atomic<int> done{0}, status{0};
+  std::atomic<int> done{0}, parked{0}, status{0};
+  auto park_forever = [&] {
+    parked.fetch_add(1);
+    for (;;) idle(1000);
+  };
   for (int r = 0; r < a.ranks; ++r)
     std::thread([&, r] {
       auto& c = comms[static_cast<std::size_t>(r)];
-      const int rc = run_rank(c, a, [] {
-        for (;;) idle(1000);
-      });
+      const int rc = run_rank(c, a, park_forever, park_forever);
       if (rc != 0) c.abort("rank " + std::to_string(r) + " failed");  // the others fail fast
       int expect = 0;
       status.compare_exchange_strong(expect, rc);
       done.fetch_add(1);
     }).detach();
-  // Every live rank reports within its deadline; a stalled one is left behind.
-  const std::string fault = std::getenv("STRATA_FAULT") ? std::getenv("STRATA_FAULT") : "";
-  const int live = a.ranks - (fault.find("stall") != std::string::npos || fault.find("skip") != std::string::npos);
-  while (done.load() < live) idle(5);
+  // Every rank that runs on reports within its deadline; a stalled or skipping one is left behind.
+  while (done.load() + parked.load() < a.ranks) idle(5);
   std::fflush(stdout);
   std::_Exit(status.load());
 }
@@ -134,13 +135,13 @@ int main(int argc, char** argv) {
 #if STRATA_HAS_MPI
     if (a.policy == "mpi") {
       strata::collective::Mpi c(MPI_COMM_WORLD, strata::collective::Options::from_env());
-      return run_rank(c, a, [] { std::raise(SIGSTOP); });
+      return run_rank(c, a, [] { std::raise(SIGSTOP); }, [] { idle(30'000); });
     }
 #endif
 #if STRATA_HAS_GLOO
     if (a.policy == "gloo") {
       strata::collective::Gloo c("world", strata::collective::Options::from_env());
-      return run_rank(c, a, [] { std::raise(SIGSTOP); });
+      return run_rank(c, a, [] { std::raise(SIGSTOP); }, [] { idle(30'000); });
     }
 #endif
   } catch (const std::exception& e) {  // set-up: rendezvous, bad environment
