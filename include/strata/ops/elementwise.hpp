@@ -8,6 +8,8 @@
 
 #include <strata/autograd/tape.hpp>     // record, grad_slot
 #include <strata/kernels/cpu/elementwise.hpp>  // relu passes
+#include <strata/kernels/math/binary.hpp>
+#include <strata/kernels/math/unary.hpp>
 #include <strata/ops/detail/strided.hpp>  // for_each_strided
 #include <strata/tensor/tensor.hpp>
 
@@ -40,18 +42,7 @@ void write_reduced(GradSlot& slot, const Shape& out_shape, const std::array<Shap
   });
 }
 
-enum class BinaryKind : std::int64_t { add, sub, mul, div };
-
-template <class T>
-T apply(BinaryKind k, T a, T b) noexcept {
-  switch (k) {
-    case BinaryKind::add: return a + b;
-    case BinaryKind::sub: return a - b;
-    case BinaryKind::mul: return a * b;
-    case BinaryKind::div: return a / b;
-  }
-  return a;
-}
+using kernels::math::BinaryKind;
 
 inline void binary_backward(Node& n, std::uint64_t epoch) {
   const Tensor& g = autograd::grad_output(n);
@@ -66,25 +57,11 @@ inline void binary_backward(Node& n, std::uint64_t epoch) {
     const std::array<Shape, 3> st{contiguous_strides(os), strata::detail::broadcast_strides(a, os),
                                   strata::detail::broadcast_strides(b, os)};
     if (auto s = autograd::grad_slot(a, epoch)) {
-      write_reduced<T>(s, os, st, [&](const auto& o) -> T {
-        switch (kind) {
-          case BinaryKind::add:
-          case BinaryKind::sub: return gp[o[0]];
-          case BinaryKind::mul: return gp[o[0]] * bp[o[2]];
-          case BinaryKind::div: return gp[o[0]] / bp[o[2]];
-        }
-        return T(0);
-      });
+      write_reduced<T>(s, os, st, [&](const auto& o) { return kernels::math::binary_grad_a(kind, gp[o[0]], bp[o[2]]); });
     }
     if (auto s = autograd::grad_slot(b, epoch)) {
-      write_reduced<T>(s, os, st, [&](const auto& o) -> T {
-        switch (kind) {
-          case BinaryKind::add: return gp[o[0]];
-          case BinaryKind::sub: return -gp[o[0]];
-          case BinaryKind::mul: return gp[o[0]] * ap[o[1]];
-          case BinaryKind::div: return -gp[o[0]] * ap[o[1]] / (bp[o[2]] * bp[o[2]]);
-        }
-        return T(0);
+      write_reduced<T>(s, os, st, [&](const auto& o) {
+        return kernels::math::binary_grad_b(kind, gp[o[0]], ap[o[1]], bp[o[2]]);
       });
     }
   });
@@ -112,7 +89,7 @@ inline Tensor binary(const char* name, BinaryKind kind, const Tensor& a, const T
     }
     const std::array<Shape, 3> st{contiguous_strides(os), strata::detail::broadcast_strides(a, os),
                                   strata::detail::broadcast_strides(b, os)};
-    strata::detail::for_each_strided<3>(os, st, [&](const auto& o) { op[o[0]] = apply(kind, ap[o[1]], bp[o[2]]); });
+    strata::detail::for_each_strided<3>(os, st, [&](const auto& o) { op[o[0]] = kernels::math::binary(kind, ap[o[1]], bp[o[2]]); });
   });
   if (is_floating(a.dtype())) {
     if (Node* node = autograd::record(name, &binary_backward, out, a, b)) node->i[0] = static_cast<std::int64_t>(kind);
@@ -120,40 +97,8 @@ inline Tensor binary(const char* name, BinaryKind kind, const Tensor& a, const T
   return out;
 }
 
-/// A unary operation: forward value y = fwd(x, s) and local derivative dydx(x, y, s).
-struct UnaryOp {
-  enum Kind : std::int64_t { neg, relu, exp, log, tanh, sigmoid, add_scalar, mul_scalar, pow_scalar };
-  template <class T>
-  static T fwd(std::int64_t k, T x, T s) noexcept {
-    switch (k) {
-      case neg: return -x;
-      case relu: return x > T(0) ? x : T(0);
-      case exp: return std::exp(x);
-      case log: return std::log(x);
-      case tanh: return std::tanh(x);
-      case sigmoid: return T(1) / (T(1) + std::exp(-x));
-      case add_scalar: return x + s;
-      case mul_scalar: return x * s;
-      case pow_scalar: return std::pow(x, s);
-    }
-    return x;
-  }
-  template <class T>
-  static T dydx(std::int64_t k, T x, T y, T s) noexcept {
-    switch (k) {
-      case neg: return T(-1);
-      case relu: return y > T(0) ? T(1) : T(0);
-      case exp: return y;
-      case log: return T(1) / x;
-      case tanh: return T(1) - y * y;
-      case sigmoid: return y * (T(1) - y);
-      case add_scalar: return T(1);
-      case mul_scalar: return s;
-      case pow_scalar: return s * std::pow(x, s - T(1));
-    }
-    return T(0);
-  }
-};
+/// The unary functions (their math is shared with the CUDA kernels).
+using UnaryOp = kernels::math::Unary;
 
 inline void unary_backward(Node& n, std::uint64_t epoch) {
   auto s = autograd::grad_slot(n.in[0], epoch);
@@ -172,7 +117,7 @@ inline void unary_backward(Node& n, std::uint64_t epoch) {
       return;
     }
     for (std::int64_t i = 0; i < cnt; ++i) {
-      const T v = g[i] * UnaryOp::dydx<T>(k, x[i], y[i], sc);
+      const T v = g[i] * kernels::math::unary_dydx<T>(k, x[i], y[i], sc);
       d[i] = s.accumulate ? d[i] + v : v;
     }
   });
@@ -191,7 +136,7 @@ inline Tensor unary(const char* name, std::int64_t kind, const Tensor& x, double
     if (kind == UnaryOp::relu)
       kernels::cpu::bias_act_rows<T>(1, n, p, n, nullptr, true, o, n);
     else
-      for (std::int64_t i = 0; i < n; ++i) o[i] = UnaryOp::fwd<T>(kind, p[i], s);
+      for (std::int64_t i = 0; i < n; ++i) o[i] = kernels::math::unary_fwd<T>(kind, p[i], s);
   });
   if (Node* node = autograd::record(name, &unary_backward, out, x)) {
     node->i[0] = kind;

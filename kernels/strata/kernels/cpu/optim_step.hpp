@@ -3,11 +3,11 @@
 /// The formulas are PyTorch's (torch.optim.SGD, Adam, AdamW), so trajectories can be compared.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include <strata/config.hpp>                // STRATA_RESTRICT
 #include <strata/kernels/cpu/blocked.hpp>  // for_each_blocked
+#include <strata/kernels/math/optim.hpp>   // the element updates
 
 namespace strata::kernels::cpu {
 
@@ -17,37 +17,43 @@ struct SgdParams {
   bool first_step = true;  ///< the momentum buffer is initialised to the gradient on the first step
 };
 
+/// The per-step coefficients of sgd_step (shared with the CUDA kernel).
+template <class T>
+math::SgdCoeffs<T> sgd_coeffs(const SgdParams& o) noexcept {
+  return {static_cast<T>(o.lr), static_cast<T>(o.momentum), static_cast<T>(o.weight_decay),
+          static_cast<T>(1 - o.dampening), o.nesterov ? T(1) + static_cast<T>(o.momentum) : T(1)};
+}
+
+/// Which element update sgd_step runs for these options.
+inline math::SgdVariant sgd_variant(const SgdParams& o) noexcept {
+  if (o.momentum == 0) return math::SgdVariant::plain;
+  if (o.first_step) return math::SgdVariant::first_momentum;
+  return o.nesterov ? math::SgdVariant::nesterov : math::SgdVariant::momentum;
+}
+
 /// p -= lr * update, where update is g (+ wd*p), or its momentum buffer (Nesterov: g + mu*buf).
 template <class T>
 void sgd_step(std::int64_t n, T* STRATA_RESTRICT p, const T* STRATA_RESTRICT g, T* STRATA_RESTRICT buf,
               const SgdParams& o) {
-  const T lr = static_cast<T>(o.lr), mu = static_cast<T>(o.momentum), wd = static_cast<T>(o.weight_decay);
-  const T damp = static_cast<T>(1 - o.dampening);
-  // One loop body per case, so no branch sits inside the vectorised loop.
-  auto run = [n](auto&& body) { for_each_blocked(n, body); };
-  if (o.momentum == 0) {
-    run([&](std::int64_t i) { p[i] -= lr * (g[i] + wd * p[i]); });
-  } else if (o.first_step) {
-    const T step_scale = o.nesterov ? T(1) + mu : T(1);
-    run([&](std::int64_t i) {
-      const T d = g[i] + wd * p[i];
-      buf[i] = d;
-      p[i] -= lr * step_scale * d;
-    });
-  } else if (o.nesterov) {
-    run([&](std::int64_t i) {
-      const T d = g[i] + wd * p[i];
-      const T b = mu * buf[i] + damp * d;
-      buf[i] = b;
-      p[i] -= lr * (d + mu * b);
-    });
-  } else {
-    run([&](std::int64_t i) {
-      const T d = g[i] + wd * p[i];
-      const T b = mu * buf[i] + damp * d;
-      buf[i] = b;
-      p[i] -= lr * b;
-    });
+  const auto c = sgd_coeffs<T>(o);
+  using math::SgdVariant;
+  // One loop per variant, so no branch sits inside the vectorised loop.
+  switch (sgd_variant(o)) {
+    case SgdVariant::plain:
+      for_each_blocked(n, [&](std::int64_t i) {
+        T unused{};
+        math::sgd_update<SgdVariant::plain>(p[i], g[i], unused, c);
+      });
+      break;
+    case SgdVariant::first_momentum:
+      for_each_blocked(n, [&](std::int64_t i) { math::sgd_update<SgdVariant::first_momentum>(p[i], g[i], buf[i], c); });
+      break;
+    case SgdVariant::momentum:
+      for_each_blocked(n, [&](std::int64_t i) { math::sgd_update<SgdVariant::momentum>(p[i], g[i], buf[i], c); });
+      break;
+    case SgdVariant::nesterov:
+      for_each_blocked(n, [&](std::int64_t i) { math::sgd_update<SgdVariant::nesterov>(p[i], g[i], buf[i], c); });
+      break;
   }
 }
 
@@ -58,26 +64,15 @@ struct AdamParams {
 };
 
 template <class T>
+math::AdamCoeffs<T> adam_coeffs(const AdamParams& o) {
+  return math::AdamCoeffs<T>::make(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.decoupled, o.step);
+}
+
+template <class T>
 void adam_step(std::int64_t n, T* STRATA_RESTRICT p, const T* STRATA_RESTRICT g, T* STRATA_RESTRICT m,
                T* STRATA_RESTRICT v, const AdamParams& o) {
-  const double bc1 = 1 - std::pow(o.beta1, static_cast<double>(o.step));
-  const double bc2 = 1 - std::pow(o.beta2, static_cast<double>(o.step));
-  const T b1 = static_cast<T>(o.beta1), b2 = static_cast<T>(o.beta2);
-  const T step_size = static_cast<T>(o.lr / bc1);
-  const T inv_sqrt_bc2 = static_cast<T>(1 / std::sqrt(bc2));
-  const T eps = static_cast<T>(o.eps), wd = static_cast<T>(o.weight_decay);
-  const T decay = static_cast<T>(1 - o.lr * o.weight_decay);
-  // Decoupled (AdamW) decay multiplies p by `decay`; L2 (Adam) adds wd * p to the gradient.
-  const T pd = o.decoupled ? decay : T(1), gd = o.decoupled ? T(0) : wd;
-  for_each_blocked(n, [&](std::int64_t i) {
-    const T pi = p[i] * pd;
-    const T d = g[i] + gd * p[i];
-    const T mi = b1 * m[i] + (1 - b1) * d;
-    const T vi = b2 * v[i] + (1 - b2) * d * d;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
-  });
+  const auto c = adam_coeffs<T>(o);
+  for_each_blocked(n, [&](std::int64_t i) { math::adam_update(p[i], g[i], m[i], v[i], c); });
 }
 
 }  // namespace strata::kernels::cpu
