@@ -66,6 +66,13 @@ class collective_error : public error {
   using error::error;
 };
 
+/// A CUDA, cuBLAS or cuDNN call failed (no device, out of device memory, a kernel fault).
+/// The message names the call and the library's own error string.
+class cuda_error : public error {
+ public:
+  using error::error;
+};
+
 /// An internal invariant failed: a bug in strata.
 class internal_error : public error {
  public:

@@ -4,12 +4,14 @@
 /// system after its first iteration. Blocks are 64-byte aligned (one cache line, AVX-512 wide).
 #pragma once
 
+#include <algorithm>  // std::max
 #include <array>
 #include <bit>      // std::bit_width
 #include <cstddef>  // std::size_t
 #include <cstdint>
 #include <mutex>
 #include <new>  // ::operator new(std::align_val_t)
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -45,61 +47,68 @@ class SizeClasses {
   }
 };
 
-}  // namespace detail
 
-/// A process-wide caching allocator for host memory. Thread-safe; the lock is held only to
-/// push or pop a free list.
-class CachingHostAllocator {
+/// Free lists per size class over a backing source of memory. `Backing` provides
+///   void* allocate(std::size_t bytes)        nullptr when the source is exhausted
+///   void deallocate(void* p) noexcept
+///   [[noreturn]] void out_of_memory(std::size_t bytes, const AllocatorStats&)
+/// A request the source cannot serve empties the cache and tries once more before
+/// out_of_memory reports it. Thread-safe; the lock is held only to push or pop a free list.
+template <class Backing>
+class SizeClassCache {
  public:
-  static constexpr std::size_t kAlignment = 64;
-
-  /// The process-wide instance (never destroyed, so tensors in static objects stay valid).
-  static CachingHostAllocator& instance() {
-    static auto* a = new CachingHostAllocator();
-    return *a;
-  }
+  explicit SizeClassCache(Backing backing = {}) : backing_(std::move(backing)) {}
+  SizeClassCache(const SizeClassCache&) = delete;
+  SizeClassCache& operator=(const SizeClassCache&) = delete;
 
   /// A block of at least `bytes` bytes; `bytes == 0` gives a valid, unique, empty block.
   void* allocate(std::size_t bytes) {
-    const int c = detail::SizeClasses::index(bytes);
-    const std::size_t rounded = detail::SizeClasses::bytes_of(c);
+    const int c = SizeClasses::index(bytes);
+    const std::size_t rounded = std::max(SizeClasses::bytes_of(c), Backing::kMinBlock);
     {
       std::lock_guard lock(mu_);
       auto& list = free_[static_cast<std::size_t>(c)];
-      stats_.bytes_in_use += rounded;
-      if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
       if (!list.empty()) {
         void* p = list.back();
         list.pop_back();
         stats_.bytes_cached -= rounded;
         ++stats_.cache_hits;
+        note_in_use(rounded);
         return p;
       }
-      ++stats_.system_allocations;
     }
-    return ::operator new(rounded == 0 ? kAlignment : rounded, std::align_val_t{kAlignment});
+    void* p = backing_.allocate(rounded);
+    if (p == nullptr) {
+      empty_cache();
+      p = backing_.allocate(rounded);
+    }
+    std::lock_guard lock(mu_);
+    if (p == nullptr) backing_.out_of_memory(rounded, stats_);
+    ++stats_.system_allocations;
+    note_in_use(rounded);
+    return p;
   }
 
   /// Returns a block obtained from allocate(`bytes`) to its free list.
   void deallocate(void* p, std::size_t bytes) noexcept {
     if (p == nullptr) return;
-    const int c = detail::SizeClasses::index(bytes);
-    const std::size_t rounded = detail::SizeClasses::bytes_of(c);
+    const int c = SizeClasses::index(bytes);
+    const std::size_t rounded = std::max(SizeClasses::bytes_of(c), Backing::kMinBlock);
     std::lock_guard lock(mu_);
     stats_.bytes_in_use -= rounded;
     try {
       free_[static_cast<std::size_t>(c)].push_back(p);
       stats_.bytes_cached += rounded;
-    } catch (...) {  // the free list could not grow: give the block back to the system
-      ::operator delete(p, std::align_val_t{kAlignment});
+    } catch (...) {  // the free list could not grow: give the block back to its source
+      backing_.deallocate(p);
     }
   }
 
-  /// Gives every cached block back to the system.
+  /// Gives every cached block back to its source.
   void empty_cache() noexcept {
     std::lock_guard lock(mu_);
     for (auto& list : free_) {
-      for (void* p : list) ::operator delete(p, std::align_val_t{kAlignment});
+      for (void* p : list) backing_.deallocate(p);
       list.clear();
       list.shrink_to_fit();
     }
@@ -112,11 +121,41 @@ class CachingHostAllocator {
   }
 
  private:
-  CachingHostAllocator() = default;
+  void note_in_use(std::size_t rounded) noexcept {
+    stats_.bytes_in_use += rounded;
+    if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  }
 
   mutable std::mutex mu_;
-  std::array<std::vector<void*>, detail::SizeClasses::kCount> free_;
+  std::array<std::vector<void*>, SizeClasses::kCount> free_;
   AllocatorStats stats_;
+  Backing backing_;
+};
+
+/// Host memory from the C++ runtime, 64-byte aligned (one cache line, AVX-512 wide).
+struct HostBacking {
+  static constexpr std::size_t kAlignment = 64;
+  static constexpr std::size_t kMinBlock = kAlignment;
+  void* allocate(std::size_t bytes) noexcept { return ::operator new(bytes, std::align_val_t{kAlignment}, std::nothrow); }
+  void deallocate(void* p) noexcept { ::operator delete(p, std::align_val_t{kAlignment}); }
+  [[noreturn]] void out_of_memory(std::size_t, const AllocatorStats&) { throw std::bad_alloc(); }
+};
+
+}  // namespace detail
+
+/// The process-wide caching allocator for host memory.
+class CachingHostAllocator : public detail::SizeClassCache<detail::HostBacking> {
+ public:
+  static constexpr std::size_t kAlignment = detail::HostBacking::kAlignment;
+
+  /// The process-wide instance (never destroyed, so tensors in static objects stay valid).
+  static CachingHostAllocator& instance() {
+    static auto* a = new CachingHostAllocator();
+    return *a;
+  }
+
+ private:
+  CachingHostAllocator() = default;
 };
 
 }  // namespace strata

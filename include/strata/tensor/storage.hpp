@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <strata/tensor/allocator.hpp>  // CachingHostAllocator
+#include <strata/tensor/device_backend.hpp>  // backend_of
 #include <strata/tensor/device.hpp>     // Device
 
 namespace strata::detail {
@@ -61,13 +62,20 @@ class ObjectPool {
   std::vector<void*> free_;
 };
 
-/// A block of memory and the device it lives on. Intrusively reference-counted.
+/// A block of memory and the device it lives on (host memory from the caching host
+/// allocator, device memory from the device's backend). Intrusively reference-counted.
 class StorageImpl {
  public:
   StorageImpl(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-    data_ = CachingHostAllocator::instance().allocate(nbytes);
+    data_ = device.kind == DeviceKind::cpu ? CachingHostAllocator::instance().allocate(nbytes)
+                                           : backend_of(device).allocate(device.index, nbytes);
   }
-  ~StorageImpl() { CachingHostAllocator::instance().deallocate(data_, nbytes_); }
+  ~StorageImpl() {
+    if (device_.kind == DeviceKind::cpu)
+      CachingHostAllocator::instance().deallocate(data_, nbytes_);
+    else  // the backend outlives every storage: it is registered once and never removed
+      detail::cuda_backend_slot.load(std::memory_order_acquire)->deallocate(device_.index, data_, nbytes_);
+  }
   StorageImpl(const StorageImpl&) = delete;
   StorageImpl& operator=(const StorageImpl&) = delete;
 

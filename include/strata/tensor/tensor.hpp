@@ -59,13 +59,23 @@ class Tensor {
   std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * size_of(dtype()); }
   bool is_contiguous() const noexcept;
 
-  /// Typed pointer to the first element; throws if T does not match dtype().
+  /// Typed pointer to the first element, for host code; throws if T does not match dtype()
+  /// or the tensor lives on a device host code cannot read (copy it with to(Device::cpu())).
   template <class T>
   T* data() const {
+    STRATA_CHECK(device().kind == DeviceKind::cpu, "data<", name_of(dtype_v<T>), ">() of a ", device(),
+                 " tensor: host code cannot read device memory; copy it first with to(strata::Device::cpu())");
+    return device_data<T>();
+  }
+  /// Typed pointer to the first element on whatever device the tensor lives (for kernels
+  /// that run there); throws if T does not match dtype().
+  template <class T>
+  T* device_data() const {
     STRATA_CHECK(defined(), "data() of an undefined tensor");
     STRATA_CHECK(dtype_v<T> == dtype(), "data<", name_of(dtype_v<T>), ">() of a ", name_of(dtype()), " tensor");
     return static_cast<T*>(raw_data());
   }
+  /// Untyped pointer to the first element, on the tensor's device.
   void* raw_data() const noexcept;
 
   /// The single element of a one-element tensor, converted to double.
@@ -78,6 +88,9 @@ class Tensor {
   Tensor contiguous() const;
   /// A deep copy that does not track gradients.
   Tensor clone() const;
+  /// A contiguous copy on `device` (or this tensor, if it is already there); no gradient flows
+  /// through the copy.
+  Tensor to(Device device) const;
   /// The same data, cut off from the graph.
   Tensor detach() const;
   /// Writes `value` into every element (no gradient tracking).
@@ -198,7 +211,6 @@ inline Tensor::~Tensor() {
 }
 
 inline Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  STRATA_CHECK(device.kind == DeviceKind::cpu, "tensors on ", device, " need a CUDA build (-Dcuda=enabled)");
   const auto bytes = static_cast<std::size_t>(shape.numel()) * size_of(dtype);
   auto* st = detail::ObjectPool<detail::StorageImpl>::instance().make(bytes, device);
   return detail::make_tensor(st, shape, contiguous_strides(shape), 0, dtype);
@@ -280,6 +292,10 @@ inline Tensor Tensor::contiguous() const {
   STRATA_CHECK(defined(), "contiguous() of an undefined tensor");
   if (is_contiguous()) return *this;
   Tensor out = empty(shape(), dtype(), device());
+  if (device().kind != DeviceKind::cpu) {
+    backend_of(device()).gather_strided(device().index, out.raw_data(), raw_data(), dtype(), shape(), strides());
+    return out;
+  }
   detail::visit_dtype(dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(raw_data());
@@ -293,7 +309,23 @@ inline Tensor Tensor::clone() const {
   STRATA_CHECK(defined(), "clone() of an undefined tensor");
   Tensor src = contiguous();
   Tensor out = empty(shape(), dtype(), device());
-  if (nbytes() != 0) std::memcpy(out.raw_data(), src.raw_data(), nbytes());
+  if (nbytes() == 0) return out;
+  if (device().kind == DeviceKind::cpu)
+    std::memcpy(out.raw_data(), src.raw_data(), nbytes());
+  else
+    backend_of(device()).copy(out.raw_data(), device(), src.raw_data(), device(), nbytes());
+  return out;
+}
+
+inline Tensor Tensor::to(Device device) const {
+  STRATA_CHECK(defined(), "to() of an undefined tensor");
+  if (device == this->device()) return *this;
+  Tensor src = contiguous();
+  Tensor out = empty(shape(), dtype(), device);
+  if (nbytes() != 0) {
+    const Device on = device.kind != DeviceKind::cpu ? device : this->device();
+    backend_of(on).copy(out.raw_data(), device, src.raw_data(), this->device(), nbytes());
+  }
   return out;
 }
 
@@ -304,6 +336,11 @@ inline Tensor Tensor::detach() const {
 
 inline Tensor& Tensor::fill_(double value) {
   STRATA_CHECK(defined(), "fill_() of an undefined tensor");
+  if (device().kind != DeviceKind::cpu) {
+    STRATA_CHECK(is_contiguous(), "fill_() of a non-contiguous ", device(), " view: fill a contiguous tensor and copy_() it");
+    backend_of(device()).fill(device().index, raw_data(), dtype(), numel(), value);
+    return *this;
+  }
   detail::visit_dtype(dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(raw_data());
@@ -322,6 +359,17 @@ inline Tensor& Tensor::copy_(const Tensor& src) {
   STRATA_CHECK(shape() == src.shape(), "copy_() from shape ", src.shape(), " into shape ", shape());
   STRATA_CHECK(dtype() == src.dtype(), "copy_() from ", src.dtype(), " into ", dtype());
   if (same_tensor(*this, src)) return *this;
+  if (device().kind != DeviceKind::cpu || src.device().kind != DeviceKind::cpu) {
+    const Device on = device().kind != DeviceKind::cpu ? device() : src.device();
+    Tensor s = src.contiguous();
+    if (is_contiguous()) {
+      if (nbytes() != 0) backend_of(on).copy(raw_data(), device(), s.raw_data(), src.device(), nbytes());
+      return *this;
+    }
+    STRATA_CHECK(device().kind == DeviceKind::cpu, "copy_() into a non-contiguous ", device(),
+                 " view: copy into a contiguous tensor");
+    return copy_(s.to(Device::cpu()));
+  }
   if (is_contiguous() && src.is_contiguous()) {
     if (nbytes() != 0) std::memmove(raw_data(), src.raw_data(), nbytes());
     return *this;
@@ -340,7 +388,7 @@ template <class T>
 std::vector<T> Tensor::to_vector() const {
   STRATA_CHECK(defined(), "to_vector() of an undefined tensor");
   std::vector<T> out(static_cast<std::size_t>(numel()));
-  Tensor c = contiguous();
+  Tensor c = to(Device::cpu());
   detail::visit_dtype(dtype(), [&](auto tag) {
     using S = decltype(tag);
     const S* p = static_cast<const S*>(c.raw_data());
@@ -351,9 +399,10 @@ std::vector<T> Tensor::to_vector() const {
 
 inline double Tensor::item() const {
   STRATA_CHECK(defined() && numel() == 1, "item() needs a one-element tensor, got shape ", shape());
+  const Tensor host = to(Device::cpu());
   return detail::visit_dtype(dtype(), [&](auto tag) {
     using T = decltype(tag);
-    return static_cast<double>(*static_cast<const T*>(raw_data()));
+    return static_cast<double>(*static_cast<const T*>(host.raw_data()));
   });
 }
 

@@ -4,18 +4,13 @@
 
 #include <algorithm>  // std::fill_n
 #include <cstdint>
-#include <limits>
 
-#include <strata/config.hpp>  // STRATA_RESTRICT
+#include <strata/config.hpp>            // STRATA_RESTRICT
+#include <strata/kernels/math/pool.hpp>  // PoolGeometry, max_pool_window
 
 namespace strata::kernels::cpu {
 
-struct PoolGeometry {
-  std::int64_t planes, h, w;  // planes = N * C
-  std::int64_t k, stride, pad;
-  std::int64_t oh() const noexcept { return (h + 2 * pad - k) / stride + 1; }
-  std::int64_t ow() const noexcept { return (w + 2 * pad - k) / stride + 1; }
-};
+using math::PoolGeometry;
 
 /// y = max over each window; `argmax` receives the flat index (within its plane) of the winner.
 template <class T>
@@ -56,22 +51,9 @@ void max_pool2d_forward(const PoolGeometry g, const T* STRATA_RESTRICT x, T* STR
     const T* in = x + p * g.h * g.w;
     for (std::int64_t oy = 0; oy < OH; ++oy)
       for (std::int64_t ox = 0; ox < OW; ++ox) {
-        T best = -std::numeric_limits<T>::infinity();
-        std::int32_t arg = -1;
-        for (std::int64_t i = 0; i < g.k; ++i) {
-          const std::int64_t iy = oy * g.stride - g.pad + i;
-          if (iy < 0 || iy >= g.h) continue;
-          for (std::int64_t j = 0; j < g.k; ++j) {
-            const std::int64_t ix = ox * g.stride - g.pad + j;
-            if (ix < 0 || ix >= g.w) continue;
-            const T v = in[iy * g.w + ix];
-            // NaN propagates: a NaN input wins its window.
-            if (arg < 0 || v > best || v != v) {
-              best = v;
-              arg = static_cast<std::int32_t>(iy * g.w + ix);
-            }
-          }
-        }
+        T best;
+        std::int32_t arg;
+        math::max_pool_window(g, in, oy, ox, best, arg);
         const std::int64_t o = (p * OH + oy) * OW + ox;
         y[o] = best;
         argmax[o] = arg;

@@ -1,0 +1,81 @@
+/// \file
+/// Row-major GEMM on the device through cuBLAS, with the CPU's GemmArgs. One cuBLAS handle per
+/// device and process, bound to the device's compute stream. TF32 tensor-core math is off
+/// (float32 GEMMs are full float32, like the CPU) unless allow_tf32(true) asks for it — the
+/// knob PyTorch calls torch.backends.cuda.matmul.allow_tf32. Host code only.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <array>
+#include <atomic>
+#include <climits>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#include <strata/kernels/cpu/gemm.hpp>  // GemmArgs
+#include <strata/kernels/cuda/runtime.hpp>
+
+namespace strata::kernels::cuda {
+
+inline void check(cublasStatus_t rc, const char* call) {
+  if (rc == CUBLAS_STATUS_SUCCESS) return;
+  throw cuda_error(std::string("[strata.cuda] ") + call + " failed: " + cublasGetStatusName(rc) + " (" +
+                   cublasGetStatusString(rc) + ")");
+}
+
+namespace detail {
+inline std::atomic<bool>& tf32_allowed() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+}  // namespace detail
+
+/// Lets float32 GEMMs use TF32 tensor cores (faster, ~10-bit mantissa products). Off by default.
+inline void allow_tf32(bool on) noexcept { detail::tf32_allowed().store(on); }
+inline bool tf32_allowed() noexcept { return detail::tf32_allowed().load(); }
+
+/// The cuBLAS handle of `device`, on its compute stream.
+inline cublasHandle_t blas_handle(int device) {
+  static std::array<std::atomic<cublasHandle_t>, kMaxDevices> handles{};
+  static std::mutex mu;
+  auto& slot = handles[static_cast<std::size_t>(device)];
+  if (cublasHandle_t h = slot.load(std::memory_order_acquire)) return h;
+  std::lock_guard lock(mu);
+  if (cublasHandle_t h = slot.load(std::memory_order_acquire)) return h;
+  DeviceGuard on(device);
+  cublasHandle_t h = nullptr;
+  check(cublasCreate(&h), "cublasCreate");  // lives as long as the process
+  check(cublasSetStream(h, compute_stream(device)), "cublasSetStream");
+  slot.store(h, std::memory_order_release);
+  return h;
+}
+
+/// C = alpha * op(A) * op(B) + beta * C over row-major device buffers.
+template <class T>
+void gemm(int device, const cpu::GemmArgs<T>& g) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "cuBLAS GEMM: float or double");
+  if (g.m == 0 || g.n == 0) return;
+  const std::array<std::int64_t, 6> dims{g.m, g.n, g.k, g.lda, g.ldb, g.ldc};
+  for (std::int64_t v : dims)
+    if (v > INT_MAX) throw invalid_argument("[strata.cuda] GEMM dimension " + std::to_string(v) + " exceeds cuBLAS's int");
+  cublasHandle_t h = blas_handle(device);
+  DeviceGuard on(device);
+  // Row-major C = A B is column-major C^T = B^T A^T: swap the operands and the m/n extents.
+  const auto ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
+  if constexpr (std::is_same_v<T, float>) {
+    check(cublasSetMathMode(h, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+          "cublasSetMathMode");
+    check(cublasSgemm(h, tb, ta, n, m, k, &g.alpha, g.b, static_cast<int>(g.ldb), g.a, static_cast<int>(g.lda),
+                      &g.beta, g.c, static_cast<int>(g.ldc)),
+          "cublasSgemm");
+  } else {
+    check(cublasDgemm(h, tb, ta, n, m, k, &g.alpha, g.b, static_cast<int>(g.ldb), g.a, static_cast<int>(g.lda),
+                      &g.beta, g.c, static_cast<int>(g.ldc)),
+          "cublasDgemm");
+  }
+}
+
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,200 @@
+/// \file
+/// 2-D convolution on the device through cuDNN (NCHW, float32/float64): forward, backward
+/// data and backward filter, with the CPU's ConvGeometry. The algorithm of each direction is
+/// chosen once per geometry, among those cuDNN ranks first that are deterministic (so a run
+/// reproduces itself bitwise) and whose workspace fits the limit; the workspace comes from
+/// the device's caching allocator. cuDNN's legacy convolution API (still in cuDNN 9) is used:
+/// the graph API would buy fusions this layer does not do yet. Host code only.
+#pragma once
+
+#include <strata/config.hpp>
+
+#if !STRATA_HAS_CUDNN
+#error "strata's cuDNN convolutions need cuDNN: configure strata with -Dcudnn=enabled (cuDNN 9 in the CUDA toolkit root)"
+#else
+
+#include <cudnn.h>
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+#include <strata/kernels/cpu/conv.hpp>  // ConvGeometry
+#include <strata/kernels/cuda/allocator.hpp>
+#include <strata/kernels/cuda/runtime.hpp>
+
+namespace strata::kernels::cuda {
+
+inline void check(cudnnStatus_t rc, const char* call) {
+  if (rc == CUDNN_STATUS_SUCCESS) return;
+  throw cuda_error(std::string("[strata.cudnn] ") + call + " failed: " + cudnnGetErrorString(rc));
+}
+
+/// The largest workspace a convolution algorithm may ask for.
+inline constexpr std::size_t kConvWorkspaceLimit = std::size_t{256} << 20;
+
+/// The cuDNN handle of `device`, on its compute stream.
+inline cudnnHandle_t cudnn_handle(int device) {
+  static std::array<cudnnHandle_t, kMaxDevices> handles{};
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  auto& h = handles[static_cast<std::size_t>(device)];
+  if (h == nullptr) {
+    DeviceGuard on(device);
+    check(cudnnCreate(&h), "cudnnCreate");  // lives as long as the process
+    check(cudnnSetStream(h, compute_stream(device)), "cudnnSetStream");
+  }
+  return h;
+}
+
+namespace detail {
+
+/// The four descriptors of one convolution, destroyed with it.
+template <class T>
+class ConvDescriptors {
+ public:
+  ConvDescriptors(const cpu::ConvGeometry& g, std::int64_t out_channels) {
+    constexpr cudnnDataType_t dt = std::is_same_v<T, float> ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+    auto i = [](std::int64_t v) { return static_cast<int>(v); };
+    check(cudnnCreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor");
+    check(cudnnCreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor");
+    check(cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
+    check(cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
+    check(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, i(g.n), i(g.c), i(g.h), i(g.w)),
+          "cudnnSetTensor4dDescriptor(x)");
+    check(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, i(g.n), i(out_channels), i(g.oh()), i(g.ow())),
+          "cudnnSetTensor4dDescriptor(y)");
+    check(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, i(out_channels), i(g.c), i(g.kh), i(g.kw)),
+          "cudnnSetFilter4dDescriptor");
+    // Cross-correlation, as every framework's "convolution"; accumulate in the data type.
+    check(cudnnSetConvolution2dDescriptor(conv, i(g.pad), i(g.pad), i(g.stride), i(g.stride), 1, 1,
+                                          CUDNN_CROSS_CORRELATION, dt),
+          "cudnnSetConvolution2dDescriptor");
+    check(cudnnSetConvolutionMathType(conv, CUDNN_DEFAULT_MATH), "cudnnSetConvolutionMathType");
+  }
+  ~ConvDescriptors() {
+    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyTensorDescriptor(x);
+  }
+  ConvDescriptors(const ConvDescriptors&) = delete;
+  ConvDescriptors& operator=(const ConvDescriptors&) = delete;
+
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+};
+
+/// The first of cuDNN's ranked candidates that succeeded, is deterministic and fits the limit.
+template <class Perf>
+auto pick(const Perf* perf, int n, const char* direction) {
+  for (int k = 0; k < n; ++k)
+    if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].determinism == CUDNN_DETERMINISTIC &&
+        perf[k].memory <= kConvWorkspaceLimit)
+      return std::pair{perf[k].algo, perf[k].memory};
+  throw cuda_error(std::string("[strata.cudnn] no deterministic ") + direction + " convolution algorithm fits in " +
+                   std::to_string(kConvWorkspaceLimit >> 20) + " MiB of workspace");
+}
+
+using ConvKey = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                           std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+
+/// The algorithms chosen for one geometry, device and dtype, with their workspace sizes.
+struct ConvPlan {
+  cudnnConvolutionFwdAlgo_t fwd;
+  std::size_t fwd_bytes;
+  cudnnConvolutionBwdDataAlgo_t bwd_data;
+  std::size_t bwd_data_bytes;
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+  std::size_t bwd_filter_bytes;
+};
+
+template <class T>
+const ConvPlan& plan(int device, const cpu::ConvGeometry& g, std::int64_t oc, const ConvDescriptors<T>& d) {
+  static std::map<ConvKey, ConvPlan> plans;
+  static std::mutex mu;
+  const ConvKey key{device, static_cast<int>(sizeof(T)), g.n, g.c, g.h, g.w, g.kh, g.kw, g.stride, g.pad, oc};
+  std::lock_guard lock(mu);
+  if (auto it = plans.find(key); it != plans.end()) return it->second;
+  cudnnHandle_t h = cudnn_handle(device);
+  constexpr int kMax = 16;
+  int n = 0;
+  ConvPlan p{};
+  cudnnConvolutionFwdAlgoPerf_t fwd[kMax];
+  check(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMax, &n, fwd),
+        "cudnnGetConvolutionForwardAlgorithm_v7");
+  std::tie(p.fwd, p.fwd_bytes) = pick(fwd, n, "forward");
+  cudnnConvolutionBwdDataAlgoPerf_t bd[kMax];
+  check(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMax, &n, bd),
+        "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+  std::tie(p.bwd_data, p.bwd_data_bytes) = pick(bd, n, "backward-data");
+  cudnnConvolutionBwdFilterAlgoPerf_t bf[kMax];
+  check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMax, &n, bf),
+        "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+  std::tie(p.bwd_filter, p.bwd_filter_bytes) = pick(bf, n, "backward-filter");
+  return plans.emplace(key, p).first->second;
+}
+
+/// A workspace block from the device's caching allocator, returned (stream-ordered) on scope exit.
+class Workspace {
+ public:
+  Workspace(int device, std::size_t bytes)
+      : alloc_(CachingDeviceAllocator::of(device)), bytes_(bytes), p_(bytes ? alloc_.allocate(bytes) : nullptr) {}
+  ~Workspace() { alloc_.deallocate(p_, bytes_); }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  void* get() const noexcept { return p_; }
+
+ private:
+  CachingDeviceAllocator& alloc_;
+  std::size_t bytes_;
+  void* p_;
+};
+
+}  // namespace detail
+
+/// y = conv(x, w) (NCHW; w is out_channels x c x kh x kw).
+template <class T>
+void conv2d_forward(int device, const cpu::ConvGeometry& g, std::int64_t out_channels, const T* x, const T* w, T* y) {
+  detail::ConvDescriptors<T> d(g, out_channels);
+  const auto& p = detail::plan<T>(device, g, out_channels, d);
+  detail::Workspace ws(device, p.fwd_bytes);
+  const T one = 1, zero = 0;
+  check(cudnnConvolutionForward(cudnn_handle(device), &one, d.x, x, d.w, w, d.conv, p.fwd, ws.get(), p.fwd_bytes,
+                                &zero, d.y, y),
+        "cudnnConvolutionForward");
+}
+
+/// dx (+)= the gradient of conv(x, w) with respect to x, given dy.
+template <class T>
+void conv2d_backward_data(int device, const cpu::ConvGeometry& g, std::int64_t out_channels, const T* w, const T* dy,
+                          T* dx, bool accumulate) {
+  detail::ConvDescriptors<T> d(g, out_channels);
+  const auto& p = detail::plan<T>(device, g, out_channels, d);
+  detail::Workspace ws(device, p.bwd_data_bytes);
+  const T one = 1, beta = accumulate ? 1 : 0;
+  check(cudnnConvolutionBackwardData(cudnn_handle(device), &one, d.w, w, d.y, dy, d.conv, p.bwd_data, ws.get(),
+                                     p.bwd_data_bytes, &beta, d.x, dx),
+        "cudnnConvolutionBackwardData");
+}
+
+/// dw (+)= the gradient of conv(x, w) with respect to w, given dy.
+template <class T>
+void conv2d_backward_filter(int device, const cpu::ConvGeometry& g, std::int64_t out_channels, const T* x, const T* dy,
+                            T* dw, bool accumulate) {
+  detail::ConvDescriptors<T> d(g, out_channels);
+  const auto& p = detail::plan<T>(device, g, out_channels, d);
+  detail::Workspace ws(device, p.bwd_filter_bytes);
+  const T one = 1, beta = accumulate ? 1 : 0;
+  check(cudnnConvolutionBackwardFilter(cudnn_handle(device), &one, d.x, x, d.y, dy, d.conv, p.bwd_filter, ws.get(),
+                                       p.bwd_filter_bytes, &beta, d.w, dw),
+        "cudnnConvolutionBackwardFilter");
+}
+
+}  // namespace strata::kernels::cuda
+
+#endif  // STRATA_HAS_CUDNN

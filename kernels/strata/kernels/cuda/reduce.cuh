@@ -1,0 +1,80 @@
+/// \file
+/// Reductions on the device: the sum of a buffer (deterministic: a fixed tree of partial sums,
+/// no atomics, so a run reproduces itself bitwise) and the per-column sums of a row-major
+/// matrix (the bias gradient).
+#pragma once
+
+#include <cstdint>
+
+#include <strata/kernels/cuda/allocator.hpp>
+#include <strata/kernels/cuda/launch.cuh>
+
+namespace strata::kernels::cuda {
+
+namespace kernel {
+
+/// The sum of a block's values, in thread 0 (blockDim.x == kThreads).
+template <class T>
+__device__ T block_sum(T v) {
+  __shared__ T part[kThreads / 32];
+  for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : T(0);
+  if (warp == 0)
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  return v;
+}
+
+/// partial[block] = the sum of this block's grid-stride share of x, scaled.
+template <class T, class Acc>
+__global__ void partial_sums(std::int64_t n, const T* x, Acc* partial) {
+  Acc v = 0;
+  STRATA_GRID_STRIDE_LOOP(i, n) v += static_cast<Acc>(x[i]);
+  v = block_sum(v);
+  if (threadIdx.x == 0) partial[blockIdx.x] = v;
+}
+
+template <class T, class Acc>
+__global__ void finish_sum(int parts, const Acc* partial, T* out, Acc scale, bool accumulate) {
+  Acc v = 0;
+  for (int i = threadIdx.x; i < parts; i += blockDim.x) v += partial[i];
+  v = block_sum(v);
+  if (threadIdx.x == 0) *out = static_cast<T>(v * scale) + (accumulate ? *out : T(0));
+}
+
+template <class T>
+__global__ void sum_columns(std::int64_t rows, std::int64_t cols, const T* x, T* out, bool accumulate) {
+  STRATA_GRID_STRIDE_LOOP(c, cols) {
+    T v = 0;
+    for (std::int64_t r = 0; r < rows; ++r) v += x[r * cols + c];
+    out[c] = accumulate ? out[c] + v : v;
+  }
+}
+
+}  // namespace kernel
+
+/// *out (+)= scale * sum(x[0, n)), accumulated in double for float64 and float32 alike.
+template <class T>
+void sum(int device, std::int64_t n, const T* x, T* out, double scale, bool accumulate, cudaStream_t s) {
+  constexpr int kMaxParts = 1024;
+  const int parts = static_cast<int>(blocks_for(n) < kMaxParts ? blocks_for(n) : kMaxParts);
+  auto& alloc = CachingDeviceAllocator::of(device);
+  const std::size_t bytes = sizeof(double) * static_cast<std::size_t>(parts);
+  auto* partial = static_cast<double*>(alloc.allocate(bytes));
+  kernel::partial_sums<T, double><<<parts, kThreads, 0, s>>>(n, x, partial);
+  kernel::finish_sum<T, double><<<1, kThreads, 0, s>>>(parts, partial, out, scale, accumulate);
+  alloc.deallocate(partial, bytes);  // stream-ordered: the next user of the block runs after finish_sum
+  STRATA_CUDA_CHECK_LAUNCH("sum");
+}
+
+/// out[c] (+)= sum over r of x[r, c], for a contiguous rows x cols matrix.
+template <class T>
+void sum_columns(std::int64_t rows, std::int64_t cols, const T* x, T* out, bool accumulate, cudaStream_t s) {
+  if (cols == 0) return;
+  kernel::sum_columns<T><<<blocks_for(cols), kThreads, 0, s>>>(rows, cols, x, out, accumulate);
+  STRATA_CUDA_CHECK_LAUNCH("sum_columns");
+}
+
+}  // namespace strata::kernels::cuda
