@@ -1,0 +1,403 @@
+/// \file
+/// collective::Nccl — the ranks are CUDA devices, one per rank, and the buffers are device
+/// memory (spans over device pointers: a cuda tensor's device_data<T>()). Communicators come
+/// from a unique id that rank 0 makes and broadcasts through a *bootstrap*, any other policy
+/// (Mpi under mpirun, Gloo under strata-run, InProcess for one process's GPUs on threads).
+///
+/// Nothing waits forever. Communicators are non-blocking (ncclConfig_t::blocking = 0), and
+/// every wait polls the device and NCCL's asynchronous error. A failed peer is NCCL's
+/// ncclRemoteError or a system error: the communicator is aborted and the error names the
+/// collective. At the deadline the communicator is aborted (ncclCommAbort) and the rank runs
+/// a barrier on the bootstrap, whose own deadline and census name the ranks that did not
+/// arrive. STRATA_COLLECTIVE_DEBUG=1 compares fingerprints over the bootstrap before each call.
+///
+/// Blocking calls return with the result in device memory (the NCCL stream synchronised);
+/// iallreduce returns a Work that either waits on the host (wait()) or orders a stream after
+/// the collective without blocking the host (then(stream)) — the gradient engine's overlap.
+#pragma once
+
+#include <strata/config.hpp>
+
+#if !STRATA_HAS_NCCL
+#error "strata::collective::Nccl needs NCCL: configure strata with -Dcuda=enabled -Dnccl=enabled (NCCL in the CUDA toolkit root), or build with NCCL and -DSTRATA_HAS_NCCL=1"
+#else
+
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <strata/collective/collective.hpp>
+#include <strata/collective/options.hpp>
+#include <strata/collective/typed_front_end.hpp>
+#include <strata/kernels/cuda/runtime.hpp>
+#include <strata/runtime/process.hpp>
+#include <strata/support/error.hpp>
+#if STRATA_HAS_MPI
+#include <strata/collective/mpi.hpp>
+#endif
+#if STRATA_HAS_GLOO
+#include <strata/collective/gloo.hpp>
+#endif
+
+namespace strata::collective {
+
+namespace detail {
+
+inline ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    case DType::u8: return ncclUint8;
+    case DType::f16: return ncclFloat16;  // NCCL reduces 16-bit floats itself
+    case DType::bf16: return ncclBfloat16;
+  }
+  return ncclUint8;
+}
+
+inline ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Mean: return ncclAvg;
+    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Prod: return ncclProd;
+  }
+  return ncclSum;
+}
+
+/// What Nccl needs of its bootstrap policy, type-erased (the bootstrap outlives the Nccl).
+struct Bootstrap {
+  int rank = 0, size = 1;
+  std::function<void(std::span<std::uint8_t>, int root)> broadcast;
+  std::function<void(std::span<const std::int64_t>, std::span<std::int64_t>)> allgather;
+  std::function<void()> barrier;
+
+  template <class B>
+  static Bootstrap of(B& b) {
+    return {b.rank(), b.size(), [&b](std::span<std::uint8_t> x, int root) { b.broadcast(x, root); },
+            [&b](std::span<const std::int64_t> in, std::span<std::int64_t> out) { b.allgather(in, out); },
+            [&b] { b.barrier(); }};
+  }
+};
+
+}  // namespace detail
+
+class Nccl : public TypedFrontEnd<Nccl> {
+ public:
+  static constexpr const char* name = "nccl";
+
+  /// Joins the group of `bootstrap`'s ranks on `device` (this rank's GPU; ranks of one
+  /// process need different devices). Collective over the bootstrap: every rank calls it.
+  template <class B>
+    requires(!std::is_same_v<B, Nccl>)
+  Nccl(B& bootstrap, int device, Options o = Options::from_env())
+      : Nccl(OwnedBootstrap{nullptr, detail::Bootstrap::of(bootstrap)}, device, o) {}
+
+#if STRATA_HAS_MPI || STRATA_HAS_GLOO
+  /// A rank of the launched job on the GPU of its local rank (modulo the GPUs it sees), with
+  /// a bootstrap of its own: Mpi under mpirun (when the build has MPI), else Gloo.
+  Nccl() : Nccl(default_bootstrap(), default_device(), Options::from_env()) {}
+#endif
+
+ private:
+  using OwnedBootstrap = std::pair<std::shared_ptr<void>, detail::Bootstrap>;
+
+  Nccl(OwnedBootstrap b, int device, Options o)
+      : options_(o), owned_boot_(std::move(b.first)), boot_(std::move(b.second)), device_(device) {
+    STRATA_CHECK(device >= 0 && device < kernels::cuda::device_count(), "Nccl: cuda:", device,
+                 " does not exist (this process sees ", kernels::cuda::device_count(), " CUDA devices)");
+    ncclUniqueId id{};
+    if (boot_.rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    boot_.broadcast(std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(&id), sizeof id), 0);
+    kernels::cuda::DeviceGuard on(device_);
+    STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // every call returns at once; wait_ready() polls with the deadline
+    const ncclResult_t rc = ncclCommInitRankConfig(&comm_, boot_.size, id, boot_.rank, &config);
+    if (rc != ncclInProgress) check(rc, "ncclCommInitRankConfig");
+    wait_ready("communicator set-up", deadline());
+  }
+
+#if STRATA_HAS_MPI || STRATA_HAS_GLOO
+  static OwnedBootstrap default_bootstrap() {
+    const auto p = runtime::detect_process();
+#if STRATA_HAS_MPI
+    if (p.launcher == "mpirun") {
+      auto m = std::make_shared<Mpi>();
+      return {m, detail::Bootstrap::of(*m)};
+    }
+#endif
+#if STRATA_HAS_GLOO
+    auto g = std::make_shared<Gloo>(p, "nccl-bootstrap", Options::from_env());
+    return {g, detail::Bootstrap::of(*g)};
+#else
+    throw invalid_argument("[strata.collective.nccl] this build bootstraps NCCL through MPI only: start the job "
+                           "with mpirun, or pass a bootstrap policy to Nccl(bootstrap, device)");
+#endif
+  }
+  static int default_device() {
+    const int n = kernels::cuda::device_count();
+    STRATA_CHECK(n > 0, "Nccl: this process sees no CUDA device (", kernels::cuda::no_device_reason(), ")");
+    return runtime::detect_process().local_rank % n;
+  }
+#endif
+
+ public:
+  Nccl(const Nccl&) = delete;
+  Nccl& operator=(const Nccl&) = delete;
+  ~Nccl() {
+    if (comm_ != nullptr) {
+      if (aborted_) {
+        (void)ncclCommAbort(comm_);
+      } else {
+        (void)ncclCommFinalize(comm_);  // flushes; non-blocking: poll briefly, then free what is left
+        ncclResult_t st = ncclInProgress;
+        for (int i = 0; i < 10000 && st == ncclInProgress; ++i) {
+          if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess) break;
+          if (st == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+        (void)(st == ncclSuccess ? ncclCommDestroy(comm_) : ncclCommAbort(comm_));
+      }
+    }
+    if (done_ != nullptr) (void)cudaEventDestroy(done_);
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+
+  int rank() const noexcept { return boot_.rank; }
+  int size() const noexcept { return boot_.size; }
+  int device() const noexcept { return device_; }
+  /// The stream NCCL's kernels run on.
+  cudaStream_t stream() const noexcept { return stream_; }
+  std::uint64_t sequence() const noexcept { return seq_; }
+
+  // The typed overloads (allreduce, broadcast, allgather, reduce_scatter) come from TypedFrontEnd;
+  // their spans are device memory of this rank's device.
+  void barrier() {
+    // NCCL has no barrier: an all-reduce of one device word is one.
+    if (scratch_ == nullptr) {
+      kernels::cuda::DeviceGuard on(device_);
+      STRATA_CUDA_CHECK(cudaMalloc(&scratch_, sizeof(float)));
+      scratch_owner_ = std::shared_ptr<void>(scratch_, [](void* p) { (void)cudaFree(p); });
+    }
+    const Fingerprint fp{OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0, 0};
+    run(fp, [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
+  }
+
+  /// An asynchronous collective on the NCCL stream.
+  class Work {
+   public:
+    Work() = default;
+    /// Blocks the host until the collective has finished (the deadline applies).
+    void wait() {
+      if (owner_ == nullptr) return;
+      owner_->wait_event(event_.get(), fp_);
+      owner_ = nullptr;
+    }
+    /// True once the collective has finished; throws if NCCL reported an error.
+    bool test() {
+      if (owner_ == nullptr) return true;
+      owner_->poll_error(fp_);
+      if (!event_.done()) return false;
+      owner_ = nullptr;
+      return true;
+    }
+    /// Makes `s` wait on the device for the collective, without blocking the host.
+    void then(cudaStream_t s) const { event_.block(s); }
+
+   private:
+    friend class Nccl;
+    Work(Nccl* owner, Fingerprint fp) : owner_(owner), fp_(fp) {}
+    Nccl* owner_ = nullptr;
+    Fingerprint fp_;
+    kernels::cuda::Event event_;
+  };
+
+  /// Starts an in-place allreduce of device memory, after the work already queued on
+  /// `after` (the stream that produced x; by default the device's compute stream).
+  template <class T>
+  Work iallreduce(std::span<T> x, ReduceOp op, cudaStream_t after = nullptr) {
+    Fingerprint fp{OpKind::allreduce, op, dtype_v<T>, x.size(), 0, seq_++};
+    if (options_.check_fingerprints) check_fingerprint(fp);
+    order_after(after);
+    Work w(this, fp);
+    enqueue(fp, [&] {
+      return ncclAllReduce(x.data(), x.data(), x.size(), detail::nccl_type(dtype_v<T>), detail::nccl_op(op), comm_,
+                           stream_);
+    });
+    w.event_.record(stream_);
+    return w;
+  }
+
+  /// Aborts the communicator: NCCL's kernels on this rank stop, later calls fail with `reason`.
+  void abort(const std::string& reason) {
+    if (!aborted_) {
+      abort_reason_ = reason;
+      aborted_ = true;
+      (void)ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+  }
+
+  void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+    run({OpKind::allreduce, op, dtype, count, 0, 0}, [&] {
+      return ncclAllReduce(in, out, count, detail::nccl_type(dtype), detail::nccl_op(op), comm_, stream_);
+    });
+  }
+  void broadcast_raw(void* x, std::size_t count, DType dtype, int root) {
+    run({OpKind::broadcast, ReduceOp::Sum, dtype, count, root, 0},
+        [&] { return ncclBroadcast(x, x, count, detail::nccl_type(dtype), root, comm_, stream_); });
+  }
+  void allgather_raw(const void* in, void* out, std::size_t count, DType dtype) {
+    run({OpKind::allgather, ReduceOp::Sum, dtype, count, 0, 0},
+        [&] { return ncclAllGather(in, out, count, detail::nccl_type(dtype), comm_, stream_); });
+  }
+  void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+    run({OpKind::reduce_scatter, op, dtype, count, 0, 0}, [&] {
+      return ncclReduceScatter(in, out, count, detail::nccl_type(dtype), detail::nccl_op(op), comm_, stream_);
+    });
+  }
+
+ private:
+  friend class TypedFrontEnd<Nccl>;
+  void before_blocking() noexcept {}  // the NCCL stream orders this rank's calls
+
+  std::chrono::steady_clock::time_point deadline() const { return std::chrono::steady_clock::now() + options_.timeout; }
+
+  void check(ncclResult_t rc, const char* call) const {
+    if (rc == ncclSuccess) return;
+    std::string detail = comm_ != nullptr ? ncclGetLastError(comm_) : "";
+    throw collective_error("[strata.collective.nccl] rank " + std::to_string(boot_.rank) + ": " + call + " failed: " +
+                           ncclGetErrorString(rc) + (detail.empty() ? "" : " (" + detail + ")"));
+  }
+
+  void check_usable(const Fingerprint& fp) const {
+    if (aborted_)
+      throw collective_error("[strata.collective.aborted] rank " + std::to_string(boot_.rank) + ": " + fp.str() +
+                             " on an aborted NCCL communicator: " + abort_reason_);
+  }
+
+  /// Queues the compute stream's work (or `after`'s) before the next NCCL call.
+  void order_after(cudaStream_t after) {
+    kernels::cuda::DeviceGuard on(device_);
+    cudaStream_t producer = after != nullptr ? after : kernels::cuda::compute_stream(device_);
+    STRATA_CUDA_CHECK(cudaEventRecord(done_, producer));
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(stream_, done_, 0));
+  }
+
+  /// Issues one NCCL call (non-blocking communicator: it may answer ncclInProgress while it
+  /// enqueues, so poll until it has).
+  template <class Call>
+  void enqueue(const Fingerprint& fp, Call&& call) {
+    check_usable(fp);
+    kernels::cuda::DeviceGuard on(device_);
+    const ncclResult_t rc = call();
+    if (rc != ncclInProgress) check(rc, name_of(fp.kind));
+    wait_ready(fp.str().c_str(), deadline());
+  }
+
+  /// A blocking collective: queue it after the compute stream, then wait for it.
+  template <class Call>
+  void run(Fingerprint fp, Call&& call) {
+    fp.seq = seq_++;
+    if (options_.check_fingerprints) check_fingerprint(fp);
+    order_after(nullptr);
+    enqueue(fp, call);
+    STRATA_CUDA_CHECK(cudaEventRecord(done_, stream_));
+    wait_event(done_, fp);
+  }
+
+  /// Polls the communicator until it is no longer busy with its last call.
+  void wait_ready(const char* what, std::chrono::steady_clock::time_point until) {
+    for (int spins = 0;; ++spins) {
+      ncclResult_t st = ncclSuccess;
+      check(ncclCommGetAsyncError(comm_, &st), "ncclCommGetAsyncError");
+      if (st == ncclSuccess) return;
+      if (st != ncclInProgress) fail(st, what);
+      if (std::chrono::steady_clock::now() > until) expire(what);
+      if (spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  void poll_error(const Fingerprint& fp) {
+    check_usable(fp);
+    ncclResult_t st = ncclSuccess;
+    check(ncclCommGetAsyncError(comm_, &st), "ncclCommGetAsyncError");
+    if (st != ncclSuccess && st != ncclInProgress) fail(st, fp.str().c_str());
+  }
+
+  /// Waits on the host for `event` (recorded after a collective), with the deadline.
+  void wait_event(cudaEvent_t event, const Fingerprint& fp) {
+    const auto until = deadline();
+    for (int spins = 0;; ++spins) {
+      const cudaError_t rc = cudaEventQuery(event);
+      if (rc == cudaSuccess) return;
+      if (rc != cudaErrorNotReady) kernels::cuda::check(rc, "cudaEventQuery");
+      poll_error(fp);
+      if (std::chrono::steady_clock::now() > until) expire(fp.str().c_str());
+      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  [[noreturn]] void fail(ncclResult_t st, const char* what) {
+    const std::string detail = ncclGetLastError(comm_);
+    abort(std::string("NCCL reported ") + ncclGetErrorString(st));
+    throw collective_error("[strata.collective.nccl] rank " + std::to_string(boot_.rank) + ": " + what + " failed: " +
+                           ncclGetErrorString(st) + (detail.empty() ? "" : " (" + detail + ")") +
+                           (st == ncclRemoteError ? "; a peer failed or left the job" : ""));
+  }
+
+  /// The deadline passed: abort NCCL, then let the bootstrap's barrier name who is missing.
+  [[noreturn]] void expire(const char* what) {
+    const std::string head = "[strata.collective.timeout] rank " + std::to_string(boot_.rank) + ": " + what +
+                             " did not complete within " + std::to_string(options_.timeout.count()) + " ms";
+    abort(head);
+    try {
+      boot_.barrier();
+    } catch (const std::exception& e) {
+      throw timeout_error(head + "; the census over the bootstrap: " + e.what());
+    }
+    throw timeout_error(head + "; every rank reached the census over the bootstrap afterwards, so no peer is gone: "
+                               "NCCL itself made no progress (NCCL_DEBUG=INFO shows why)");
+  }
+
+  void check_fingerprint(const Fingerprint& fp) {
+    std::vector<std::uint64_t> mine(Fingerprint::kWords), all(Fingerprint::kWords * static_cast<std::size_t>(size()));
+    fp.pack(mine.data());
+    // Moved as int64 (a dtype every policy has); signed and unsigned words may alias.
+    boot_.allgather(std::span<const std::int64_t>(reinterpret_cast<const std::int64_t*>(mine.data()), mine.size()),
+                    std::span<std::int64_t>(reinterpret_cast<std::int64_t*>(all.data()), all.size()));
+    if (auto msg = fingerprint_mismatch(rank(), fp, all.data(), size()); !msg.empty()) throw collective_error(msg);
+  }
+
+  Options options_;
+  std::shared_ptr<void> owned_boot_;  ///< the bootstrap this rank made itself (default constructor)
+  detail::Bootstrap boot_;
+  int device_ = 0;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  void* scratch_ = nullptr;
+  std::shared_ptr<void> scratch_owner_;
+  std::uint64_t seq_ = 0;
+  bool aborted_ = false;
+  std::string abort_reason_;
+};
+
+}  // namespace strata::collective
+
+template <>
+inline constexpr bool strata::enable_collective<strata::collective::Nccl> = true;
+
+#endif  // STRATA_HAS_NCCL

@@ -1,0 +1,67 @@
+// collective::Nccl on one GPU: a group of one rank (bootstrapped by InProcess) runs every
+// collective on device memory, the asynchronous form ordered on a stream, the fingerprint
+// check, and abort. Groups of several GPUs are in test_nccl_multi_gpu.cu.
+#include "doctest.hpp"
+
+#include <strata/collective/in_process.hpp>
+#include <strata/collective/nccl.hpp>
+
+#include "cuda_test_support.hpp"
+
+using namespace strata;
+using namespace cuda_test;
+using collective::InProcess;
+using collective::Nccl;
+
+TEST_CASE("a one-rank NCCL group: every collective leaves the data as a serial computation would") {
+  auto boot = InProcess::make_group(1);
+  Nccl nccl(boot[0], 0);
+  CHECK(nccl.rank() == 0);
+  CHECK(nccl.size() == 1);
+  const auto v = random_vector<float>(1000, 1);
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Min, ReduceOp::Max, ReduceOp::Prod}) {
+    Tensor x = upload(v, {1000});
+    nccl.allreduce(std::span<float>(x.device_data<float>(), 1000), op);
+    CHECK(download<float>(x) == v);
+  }
+  Tensor x = upload(v, {1000}), y = Tensor::empty({1000}, DType::f32, kDev);
+  nccl.allgather(std::span<const float>(x.device_data<float>(), 1000), std::span<float>(y.device_data<float>(), 1000));
+  CHECK(download<float>(y) == v);
+  nccl.reduce_scatter(std::span<const float>(x.device_data<float>(), 1000), std::span<float>(y.device_data<float>(), 1000),
+                      ReduceOp::Sum);
+  CHECK(download<float>(y) == v);
+  nccl.broadcast(std::span<float>(x.device_data<float>(), 1000), 0);
+  CHECK(download<float>(x) == v);
+  nccl.barrier();
+  CHECK(nccl.sequence() == 9);
+}
+
+TEST_CASE("iallreduce runs after the compute stream's work and orders another stream after itself") {
+  auto boot = InProcess::make_group(1);
+  Nccl nccl(boot[0], 0);
+  Tensor x = Tensor::empty({1 << 20}, DType::f32, kDev);
+  x.fill_(3);  // queued on the compute stream; the all-reduce must see it
+  auto w = nccl.iallreduce(std::span<float>(x.device_data<float>(), 1 << 20), ReduceOp::Sum);
+  w.then(kernels::cuda::compute_stream(0));
+  w.wait();
+  CHECK(w.test());
+  for (float f : download<float>(x)) REQUIRE(f == 3.0f);
+}
+
+TEST_CASE("debug fingerprints agree on a well-formed program; an aborted communicator names its reason") {
+  auto boot = InProcess::make_group(1);
+  collective::Options o;
+  o.check_fingerprints = true;
+  Nccl nccl(boot[0], 0, o);
+  Tensor x = upload(random_vector<double>(10, 2), {10});
+  nccl.allreduce(std::span<double>(x.device_data<double>(), 10), ReduceOp::Sum);
+  nccl.abort("the test stopped it");
+  CHECK_THROWS_WITH_AS(nccl.allreduce(std::span<double>(x.device_data<double>(), 10), ReduceOp::Sum),
+                       doctest::Contains("the test stopped it"), collective_error);
+}
+
+TEST_CASE("Nccl on a device that does not exist is an error naming it") {
+  auto boot = InProcess::make_group(1);
+  CHECK_THROWS_WITH_AS(Nccl(boot[0], kernels::cuda::device_count()), doctest::Contains("does not exist"),
+                       invalid_argument);
+}
