@@ -9,6 +9,7 @@
 //   strata-run -np 2 fashion_mnist --strategy multi_worker_mirrored --collective gloo
 //   mpirun -np 3 fashion_mnist --strategy parameter_server --servers 1 --mode sync|async
 //   strata-run -np 3 fashion_mnist --strategy parameter_server --collective gloo --mode async
+//   fashion_mnist_cuda --device cuda:0                              (the nvcc-built trainer, main_cuda.cu)
 //
 // The strategy is chosen at run time by dispatching to the template's instantiations.
 #include <cmath>
@@ -37,6 +38,7 @@ void usage() {
       "                     [--momentum M] [--data DIR] [--threads T] [--max-steps N] [--no-eval] [--quiet]\n"
       "                     [--strategy one_device|mirrored|central_storage|multi_worker_mirrored|parameter_server]\n"
       "                     [--replicas N] [--collective mpi|gloo] [--compression none|fp16|bf16]\n"
+      "                     [--device cpu|cuda:N]\n"
       "                     [--servers S] [--mode sync|async] [--staleness N] [--update-on servers|workers]\n"
       "                     [--checkpoint-dir DIR] [--checkpoint-every STEPS]\n"
       "                     [--metrics FILE.csv] [--metrics-every STEPS] [--timeline FILE.json]\n"
@@ -44,7 +46,8 @@ void usage() {
       "every --checkpoint-every steps (and at the end).\n"
       "--metrics writes the chief's per-step figures as CSV (tools/plot_metrics.py draws them); --timeline\n"
       "writes a Chrome trace of every rank (open it in https://ui.perfetto.dev).\n"
-      "--batch is per replica: the global batch is B x replicas, and the learning rate applies to it.");
+      "--batch is per replica: the global batch is B x replicas, and the learning rate applies to it.\n"
+      "--device cuda:N (one_device) needs the trainer built by nvcc: fashion_mnist_cuda.");
 }
 
 long long parse_int(const std::string& flag, const char* v) {
@@ -60,11 +63,18 @@ double parse_double(const std::string& flag, const char* v) {
   return x;
 }
 
+/// "cpu" or "cuda:N".
+strata::Device parse_device(const std::string& s) {
+  if (s == "cpu") return strata::Device::cpu();
+  if (s.rfind("cuda:", 0) == 0) return strata::Device::cuda(static_cast<int>(parse_int("--device", s.c_str() + 5)));
+  throw strata::invalid_argument("[strata.example] --device expects cpu or cuda:N, got '" + s + "'");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   fmnist::Config cfg;
-  std::string strategy_name = "one_device", collective, compression = "none";
+  std::string strategy_name = "one_device", collective, compression = "none", device_name = "cpu";
   int threads = 1, replicas = 2, servers = 0;
   long long staleness = -1;
   std::string mode, update_on;
@@ -82,6 +92,7 @@ int main(int argc, char** argv) try {
     else if (a == "--momentum") cfg.momentum = parse_double(a, value());
     else if (a == "--data") cfg.data_dir = value();
     else if (a == "--strategy") strategy_name = value();
+    else if (a == "--device") device_name = value();
     else if (a == "--replicas") replicas = static_cast<int>(parse_int(a, value()));
     else if (a == "--collective") collective = value();
     else if (a == "--compression") compression = value();
@@ -150,8 +161,12 @@ int main(int argc, char** argv) try {
   if (strategy_name != "multi_worker_mirrored" && strategy_name != "parameter_server" && !collective.empty())
     throw strata::invalid_argument("[strata.example] --collective applies to --strategy multi_worker_mirrored or "
                                    "parameter_server only");
+  const strata::Device device = parse_device(device_name);
+  if (device.kind != strata::DeviceKind::cpu && strategy_name != "one_device")
+    throw strata::invalid_argument("[strata.example] --device applies to --strategy one_device only (the other "
+                                   "strategies run on the CPU in this trainer)");
   if (strategy_name == "one_device") {
-    strata::OneDeviceStrategy s;
+    strata::OneDeviceStrategy s(device);
     train_and_report(s);
   } else if (strategy_name == "mirrored") {
     strata::MirroredStrategy s(replicas);

@@ -61,7 +61,8 @@ inline double evaluate(strata::nn::Module& model, const strata::data::TensorData
   model.eval();
   std::int64_t correct = 0;
   strata::data::Pipeline p = strata::data::Pipeline(test).batch(1000);
-  for (const auto& b : p) correct += strata::count_correct(model(b.x), b.y);
+  const strata::Device device = model.parameters().front().device();  // the input follows the variables
+  for (const auto& b : p) correct += strata::count_correct(model(b.x.to(device)), b.y);
   model.train();
   return static_cast<double>(correct) / static_cast<double>(test.size());
 }

@@ -54,3 +54,9 @@ TEST_CASE("Strategy.OneDevice.StepEqualsAPlainStep") {
     for (std::size_t k = 0; k < a.size(); ++k) CHECK(a[k] == doctest::Approx(b[k]).epsilon(1e-6));
   }
 }
+
+TEST_CASE("Strategy.OneDevice.CudaWithoutKernelsIsAClearError") {
+  // This program has no nvcc-compiled translation unit: a cuda device cannot be used.
+  CHECK_THROWS_WITH_AS(strata::OneDeviceStrategy(strata::Device::cuda(0)),
+                       doctest::Contains("this program has no CUDA kernels"), strata::invalid_argument);
+}

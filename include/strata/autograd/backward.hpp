@@ -24,7 +24,7 @@ inline void fire_hooks(const Tensor& leaf, std::uint64_t epoch) {
   auto& ag = leaf.impl()->ag;
   if (!ag.hooks) return;
   if (ag.grad_epoch != epoch || !ag.grad.defined()) {  // no path reached this leaf: its gradient is zero
-    if (!ag.grad.defined()) ag.grad = Tensor::empty(leaf.shape(), leaf.dtype());
+    if (!ag.grad.defined()) ag.grad = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
     ag.grad.fill_(0.0);
     ag.grad_epoch = epoch;
   }
@@ -120,7 +120,7 @@ inline Gradients grad(const Tensor& loss, std::span<const Tensor> params,
     auto& ag = p.impl()->ag;
     if (ag.grad_epoch == epoch && ag.grad.defined()) continue;
     if (mode == GradAccumulation::accumulate && ag.grad.defined()) continue;
-    if (!ag.grad.defined()) ag.grad = Tensor::empty(p.shape(), p.dtype());
+    if (!ag.grad.defined()) ag.grad = Tensor::empty(p.shape(), p.dtype(), p.device());
     ag.grad.fill_(0.0);
     ag.grad_epoch = epoch;
   }

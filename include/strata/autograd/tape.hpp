@@ -114,7 +114,7 @@ inline GradSlot grad_slot(const Tensor& t, std::uint64_t epoch) {
   auto& ag = t.impl()->ag;
   if (ag.grad_epoch == epoch && ag.grad.defined()) return {ag.grad, true};
   if (!ag.grad.defined() || !(ag.grad.shape() == t.shape()) || ag.grad.dtype() != t.dtype())
-    ag.grad = Tensor::empty(t.shape(), t.dtype());
+    ag.grad = Tensor::empty(t.shape(), t.dtype(), t.device());
   ag.grad_epoch = epoch;
   return {ag.grad, false};
 }

@@ -42,6 +42,14 @@ struct Batch {
   std::int64_t global_size = 0;  ///< examples in this step across every replica
   std::int64_t epoch = 0;        ///< 0-based epoch this batch belongs to
   std::int64_t index = 0;        ///< 0-based step within the epoch
+
+  /// The same batch with its tensors on `device`.
+  Batch to(Device device) const {
+    Batch b = *this;
+    if (x.defined()) b.x = x.to(device);
+    if (y.defined()) b.y = y.to(device);
+    return b;
+  }
 };
 
 }  // namespace strata::data

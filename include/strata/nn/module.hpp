@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <strata/ops/linalg.hpp>  // Activation
+#include <strata/tensor/placement.hpp>  // move_in_place
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::nn {
@@ -56,6 +57,14 @@ class Module {
   }
   void eval() { train(false); }
   bool is_training() const noexcept { return training_; }
+
+  /// Moves every parameter to `device` in place: each parameter handle the caller (or an
+  /// optimizer) holds now names the moved values, like PyTorch's Module.to(device). Gradients
+  /// are dropped (the next backward makes them on the new device).
+  Module& to(Device device) {
+    move_in_place(parameters(), device);
+    return *this;
+  }
 
  protected:
   /// Adds `t` as a parameter named `name`; it is marked as requiring gradients.

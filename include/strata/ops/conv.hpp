@@ -8,6 +8,7 @@
 #include <strata/kernels/cpu/conv.hpp>  // im2col, col2im
 #include <strata/kernels/cpu/pool.hpp>  // max_pool2d_forward/backward
 #include <strata/ops/linalg.hpp>        // Activation, ops::detail::gemm
+#include <strata/tensor/device_kernels.hpp>  // the device path
 
 namespace strata {
 
@@ -21,6 +22,33 @@ inline kernels::cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w
 /// and writing NCHW directly) rather than one batched GEMM plus a permute. Measured on
 /// OpenBLAS: per-image wins from a few hundred pixels up (conv 5x5 on 28x28), loses at 8x8.
 inline bool per_image_gemm(std::int64_t plane) { return plane >= 256; }
+
+/// The convolution kernels of `x`'s device, or an error naming the option that adds them.
+inline const DeviceKernels& device_conv_kernels(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const auto& dk = device_kernels("conv2d", x, w, b);
+  if (dk.conv_forward == nullptr)
+    unsupported_on_device("conv2d", x.device(), "convolutions on CUDA devices need cuDNN: configure with -Dcudnn=enabled");
+  return dk;
+}
+
+/// The device path of conv2d's backward: saved = {x, w} (no column matrix: cuDNN reads x).
+inline void conv2d_backward_device(autograd::Node& n, std::uint64_t epoch) {
+  const Tensor& g = autograd::grad_output(n);
+  const Tensor &x = n.saved[0], &w = n.saved[1];
+  const auto geo = conv_geometry(x, w, n.i[1], n.i[2]);
+  const std::int64_t OC = w.dim(0), P = geo.oh() * geo.ow();
+  const auto& dk = device_conv_kernels(x, w, g);
+  const int dev = g.device().index;
+  if (static_cast<Activation>(n.i[0]) == Activation::relu)  // g *= (y > 0), in place
+    dk.unary_backward(dev, g.dtype(), kernels::math::Unary::relu, g.numel(), g.raw_data(), n.out.raw_data(),
+                      n.out.raw_data(), 0.0, g.raw_data(), false);
+  if (auto s = autograd::grad_slot(n.in[2], epoch))
+    dk.channel_sums(dev, g.dtype(), geo.n, OC, P, g.raw_data(), s.dst.raw_data(), s.accumulate);
+  if (auto s = autograd::grad_slot(n.in[1], epoch))
+    dk.conv_backward_filter(dev, g.dtype(), geo, OC, x.raw_data(), g.raw_data(), s.dst.raw_data(), s.accumulate);
+  if (auto s = autograd::grad_slot(n.in[0], epoch))
+    dk.conv_backward_data(dev, g.dtype(), geo, OC, w.raw_data(), g.raw_data(), s.dst.raw_data(), s.accumulate);
+}
 
 inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
   const Tensor& g = autograd::grad_output(n);
@@ -75,6 +103,13 @@ inline void max_pool2d_backward(autograd::Node& n, std::uint64_t epoch) {
   if (!s) return;
   const Tensor& x = n.in[0];
   const kernels::cpu::PoolGeometry geo{x.dim(0) * x.dim(1), x.dim(2), x.dim(3), n.i[0], n.i[1], n.i[2]};
+  if (on_device(x)) {
+    const Tensor& g = autograd::grad_output(n);
+    device_kernels("max_pool2d", x, g).max_pool_backward(x.device().index, x.dtype(), geo, g.raw_data(),
+                                                         n.saved[0].device_data<std::int32_t>(), s.dst.raw_data(),
+                                                         s.accumulate);
+    return;
+  }
   strata::detail::visit_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::max_pool2d_backward<T>(geo, autograd::grad_output(n).template data<T>(),
@@ -103,6 +138,22 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
   Tensor bc = b.defined() ? b.contiguous() : Tensor();
   const auto geo = ops::detail::conv_geometry(xc, wc, stride, padding);
   const std::int64_t N = geo.n, OC = wc.dim(0), P = geo.oh() * geo.ow(), R = geo.rows(), C = geo.cols();
+  if (on_device(x)) {
+    const auto& dk = ops::detail::device_conv_kernels(xc, wc, bc);
+    Tensor out = Tensor::empty({N, OC, geo.oh(), geo.ow()}, x.dtype(), x.device());
+    const int dev = x.device().index;
+    dk.conv_forward(dev, x.dtype(), geo, OC, xc.raw_data(), wc.raw_data(), out.raw_data());
+    if (bc.defined() || act == Activation::relu)
+      dk.channel_bias_act(dev, x.dtype(), N, OC, P, out.raw_data(), bc.defined() ? bc.raw_data() : nullptr,
+                          act == Activation::relu, out.raw_data());
+    if (auto* n = autograd::record("conv2d", &ops::detail::conv2d_backward_device, out, x, w, b)) {
+      n->saved = {xc, wc};
+      n->i[0] = static_cast<std::int64_t>(act);
+      n->i[1] = stride;
+      n->i[2] = padding;
+    }
+    return out;
+  }
   Tensor cols = Tensor::empty({R, C}, x.dtype());
   Tensor out = Tensor::empty({N, OC, geo.oh(), geo.ow()}, x.dtype());
   strata::detail::visit_floating(x.dtype(), "conv2d", [&](auto tag) {
@@ -143,13 +194,17 @@ inline Tensor max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stri
                " larger than the input ", x.shape());
   Tensor xc = x.contiguous();
   const kernels::cpu::PoolGeometry geo{x.dim(0) * x.dim(1), x.dim(2), x.dim(3), kernel, stride, padding};
-  Tensor out = Tensor::empty({x.dim(0), x.dim(1), geo.oh(), geo.ow()}, x.dtype());
-  Tensor arg = Tensor::empty(out.shape(), DType::i32);
-  strata::detail::visit_floating(x.dtype(), "max_pool2d", [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::max_pool2d_forward<T>(geo, xc.template data<T>(), out.template data<T>(),
-                                        arg.template data<std::int32_t>());
-  });
+  Tensor out = Tensor::empty({x.dim(0), x.dim(1), geo.oh(), geo.ow()}, x.dtype(), x.device());
+  Tensor arg = Tensor::empty(out.shape(), DType::i32, x.device());
+  if (on_device(x))
+    device_kernels("max_pool2d", x).max_pool_forward(x.device().index, x.dtype(), geo, xc.raw_data(), out.raw_data(),
+                                                     arg.device_data<std::int32_t>());
+  else
+    strata::detail::visit_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::max_pool2d_forward<T>(geo, xc.template data<T>(), out.template data<T>(),
+                                          arg.template data<std::int32_t>());
+    });
   if (auto* n = autograd::record("max_pool2d", &ops::detail::max_pool2d_backward, out, x)) {
     n->saved[0] = arg;
     n->i = {kernel, stride, padding, 0, 0, 0};

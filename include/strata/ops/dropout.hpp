@@ -6,6 +6,8 @@
 #include <cstdint>
 
 #include <strata/autograd/tape.hpp>
+#include <strata/tensor/device_kernels.hpp>  // the device path
+#include <strata/tensor/factory.hpp>         // ones
 #include <strata/tensor/random.hpp>
 #include <strata/tensor/tensor.hpp>
 
@@ -15,6 +17,13 @@ namespace ops::detail {
 inline void dropout_backward(autograd::Node& n, std::uint64_t epoch) {
   auto s = autograd::grad_slot(n.in[0], epoch);
   if (!s) return;
+  if (on_device(n.out)) {  // d (+)= g * mask: the gradient of g * mask with respect to g
+    const Tensor& g = autograd::grad_output(n);
+    device_kernels("dropout", g, n.saved[0])
+        .binary_backward(g.device().index, g.dtype(), kernels::math::BinaryKind::mul, 0, g.numel(), g.raw_data(),
+                         nullptr, n.saved[0].raw_data(), s.dst.raw_data(), s.accumulate);
+    return;
+  }
   strata::detail::visit_floating(n.out.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
     const T* g = autograd::grad_output(n).template data<T>();
@@ -31,6 +40,17 @@ inline Tensor dropout(const Tensor& x, double p, Generator& gen, bool training =
   STRATA_CHECK(x.defined(), "dropout of an undefined tensor");
   STRATA_CHECK(p >= 0.0 && p < 1.0, "dropout probability must be in [0, 1), got ", p);
   if (!training || p == 0.0) return x;
+  if (on_device(x)) {
+    // The mask is drawn on the host from the same generator, so a device run drops exactly
+    // the elements a CPU run drops; one copy of it goes to the device.
+    Tensor mask = dropout(ones(x.shape(), x.dtype()), p, gen, true).detach().to(x.device());
+    Tensor xc = x.contiguous();
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+    device_kernels("dropout", x).binary(x.device().index, x.dtype(), kernels::math::BinaryKind::mul, x.numel(),
+                                        xc.raw_data(), mask.raw_data(), out.raw_data());
+    if (auto* n = autograd::record("dropout", &ops::detail::dropout_backward, out, x)) n->saved[0] = mask;
+    return out;
+  }
   Tensor xc = x.contiguous();
   Tensor mask = Tensor::empty(x.shape(), x.dtype());
   Tensor out = Tensor::empty(x.shape(), x.dtype());

@@ -11,6 +11,7 @@
 #include <strata/kernels/math/binary.hpp>
 #include <strata/kernels/math/unary.hpp>
 #include <strata/ops/detail/strided.hpp>  // for_each_strided
+#include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -49,6 +50,18 @@ inline void binary_backward(Node& n, std::uint64_t epoch) {
   const Tensor &a = n.in[0], &b = n.in[1];
   const auto kind = static_cast<BinaryKind>(n.i[0]);
   const Shape& os = n.out.shape();
+  if (on_device(g)) {
+    const auto& dk = device_kernels(n.name, g, a, b);
+    if (!(a.shape() == os && b.shape() == os))
+      unsupported_on_device(n.name, g.device(), "the gradient of a broadcasting operand is not computed on devices "
+                                                 "yet; broadcast it first (one shape for both operands)");
+    Tensor ac = a.contiguous(), bc = b.contiguous();
+    for (int which = 0; which < 2; ++which)
+      if (auto s = autograd::grad_slot(which == 0 ? a : b, epoch))
+        dk.binary_backward(g.device().index, g.dtype(), kind, which, g.numel(), g.raw_data(), ac.raw_data(),
+                           bc.raw_data(), s.dst.raw_data(), s.accumulate);
+    return;
+  }
   strata::detail::visit_floating(g.dtype(), n.name, [&](auto tag) {
     using T = decltype(tag);
     const T* gp = g.data<T>();
@@ -71,26 +84,35 @@ inline Tensor binary(const char* name, BinaryKind kind, const Tensor& a, const T
   STRATA_CHECK(a.defined() && b.defined(), name, ": undefined operand");
   STRATA_CHECK(a.dtype() == b.dtype(), name, ": dtypes differ (", a.dtype(), " vs ", b.dtype(), ")");
   const Shape os = broadcast_shapes(a.shape(), b.shape());
-  Tensor out = Tensor::empty(os, a.dtype());
-  strata::detail::visit_dtype(a.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* ap = static_cast<const T*>(a.raw_data());
-    const T* bp = static_cast<const T*>(b.raw_data());
-    T* op = static_cast<T*>(out.raw_data());
-    const std::int64_t n = out.numel();
-    if (a.shape() == os && b.shape() == os && a.is_contiguous() && b.is_contiguous()) {
-      switch (kind) {  // the common case, kept free of per-element dispatch so it vectorises
-        case BinaryKind::add: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] + bp[i]; break;
-        case BinaryKind::sub: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] - bp[i]; break;
-        case BinaryKind::mul: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] * bp[i]; break;
-        case BinaryKind::div: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] / bp[i]; break;
+  Tensor out = Tensor::empty(os, a.dtype(), a.device());
+  if (on_device(a)) {
+    const auto& dk = device_kernels(name, a, b);
+    if (a.shape() == os && b.shape() == os && a.is_contiguous() && b.is_contiguous())
+      dk.binary(a.device().index, a.dtype(), kind, out.numel(), a.raw_data(), b.raw_data(), out.raw_data());
+    else
+      dk.binary_broadcast(a.device().index, a.dtype(), kind, os, strata::detail::broadcast_strides(a, os),
+                          strata::detail::broadcast_strides(b, os), a.raw_data(), b.raw_data(), out.raw_data());
+  } else {
+    strata::detail::visit_dtype(a.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* ap = static_cast<const T*>(a.raw_data());
+      const T* bp = static_cast<const T*>(b.raw_data());
+      T* op = static_cast<T*>(out.raw_data());
+      const std::int64_t n = out.numel();
+      if (a.shape() == os && b.shape() == os && a.is_contiguous() && b.is_contiguous()) {
+        switch (kind) {  // the common case, kept free of per-element dispatch so it vectorises
+          case BinaryKind::add: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] + bp[i]; break;
+          case BinaryKind::sub: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] - bp[i]; break;
+          case BinaryKind::mul: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] * bp[i]; break;
+          case BinaryKind::div: for (std::int64_t i = 0; i < n; ++i) op[i] = ap[i] / bp[i]; break;
+        }
+        return;
       }
-      return;
-    }
-    const std::array<Shape, 3> st{contiguous_strides(os), strata::detail::broadcast_strides(a, os),
-                                  strata::detail::broadcast_strides(b, os)};
-    strata::detail::for_each_strided<3>(os, st, [&](const auto& o) { op[o[0]] = kernels::math::binary(kind, ap[o[1]], bp[o[2]]); });
-  });
+      const std::array<Shape, 3> st{contiguous_strides(os), strata::detail::broadcast_strides(a, os),
+                                    strata::detail::broadcast_strides(b, os)};
+      strata::detail::for_each_strided<3>(os, st, [&](const auto& o) { op[o[0]] = kernels::math::binary(kind, ap[o[1]], bp[o[2]]); });
+    });
+  }
   if (is_floating(a.dtype())) {
     if (Node* node = autograd::record(name, &binary_backward, out, a, b)) node->i[0] = static_cast<std::int64_t>(kind);
   }
@@ -104,6 +126,13 @@ inline void unary_backward(Node& n, std::uint64_t epoch) {
   auto s = autograd::grad_slot(n.in[0], epoch);
   if (!s) return;
   const std::int64_t k = n.i[0];
+  if (on_device(n.out)) {
+    const Tensor& g = autograd::grad_output(n);
+    device_kernels(n.name, n.out, g).unary_backward(n.out.device().index, n.out.dtype(), k, n.out.numel(),
+                                                     g.raw_data(), n.saved[0].raw_data(), n.out.raw_data(), n.f[0],
+                                                     s.dst.raw_data(), s.accumulate);
+    return;
+  }
   strata::detail::visit_floating(n.out.dtype(), n.name, [&](auto tag) {
     using T = decltype(tag);
     const T* g = autograd::grad_output(n).template data<T>();
@@ -126,18 +155,22 @@ inline void unary_backward(Node& n, std::uint64_t epoch) {
 inline Tensor unary(const char* name, std::int64_t kind, const Tensor& x, double scalar = 0) {
   STRATA_CHECK(x.defined(), name, ": undefined operand");
   Tensor in = x.contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  strata::detail::visit_floating(x.dtype(), name, [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = in.data<T>();
-    T* o = out.data<T>();
-    const T s = static_cast<T>(scalar);
-    const std::int64_t n = out.numel();
-    if (kind == UnaryOp::relu)
-      kernels::cpu::bias_act_rows<T>(1, n, p, n, nullptr, true, o, n);
-    else
-      for (std::int64_t i = 0; i < n; ++i) o[i] = kernels::math::unary_fwd<T>(kind, p[i], s);
-  });
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (on_device(x)) {
+    device_kernels(name, x).unary(x.device().index, x.dtype(), kind, x.numel(), in.raw_data(), scalar, out.raw_data());
+  } else {
+    strata::detail::visit_floating(x.dtype(), name, [&](auto tag) {
+      using T = decltype(tag);
+      const T* p = in.data<T>();
+      T* o = out.data<T>();
+      const T s = static_cast<T>(scalar);
+      const std::int64_t n = out.numel();
+      if (kind == UnaryOp::relu)
+        kernels::cpu::bias_act_rows<T>(1, n, p, n, nullptr, true, o, n);
+      else
+        for (std::int64_t i = 0; i < n; ++i) o[i] = kernels::math::unary_fwd<T>(kind, p[i], s);
+    });
+  }
   if (Node* node = autograd::record(name, &unary_backward, out, x)) {
     node->i[0] = kind;
     node->f[0] = scalar;

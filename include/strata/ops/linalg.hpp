@@ -8,6 +8,8 @@
 #include <strata/autograd/tape.hpp>
 #include <strata/kernels/cpu/elementwise.hpp>  // bias_act_inplace, relu_mask_inplace, column_sums
 #include <strata/kernels/cpu/gemm.hpp>         // kernels::cpu::gemm
+#include <strata/kernels/math/unary.hpp>     // Unary::relu
+#include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -31,10 +33,23 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
   gemm_strided<T>(ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, c, n, accumulate);
 }
 
+/// The device path of gemm(): contiguous operands on g's device.
+inline void device_gemm(const Tensor& on, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                        const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate) {
+  const auto& dk = device_kernels("matmul", on, a, b, c);
+  dk.gemm(on.device().index, on.dtype(), ta, tb, m, n, k, a.raw_data(), ta ? m : k, b.raw_data(), tb ? k : n,
+          c.raw_data(), n, accumulate);
+}
+
 inline void matmul_backward(autograd::Node& n, std::uint64_t epoch) {
   const Tensor& g = autograd::grad_output(n);
   const Tensor &a = n.saved[0], &b = n.saved[1];
   const std::int64_t M = a.dim(0), K = a.dim(1), N = b.dim(1);
+  if (on_device(g)) {
+    if (auto s = autograd::grad_slot(n.in[0], epoch)) device_gemm(g, false, true, M, K, N, g, b, s.dst, s.accumulate);
+    if (auto s = autograd::grad_slot(n.in[1], epoch)) device_gemm(g, true, false, K, N, M, a, g, s.dst, s.accumulate);
+    return;
+  }
   strata::detail::visit_floating(g.dtype(), "matmul", [&](auto tag) {
     using T = decltype(tag);
     if (auto s = autograd::grad_slot(n.in[0], epoch))  // dA = G B^T
@@ -48,6 +63,18 @@ inline void linear_backward(autograd::Node& n, std::uint64_t epoch) {
   const Tensor& g = autograd::grad_output(n);
   const Tensor &x = n.saved[0], &w = n.saved[1];
   const std::int64_t N = x.dim(0), I = x.dim(1), O = w.dim(0);
+  if (on_device(g)) {
+    const auto& dk = device_kernels("linear", g, x, w);
+    const int dev = g.device().index;
+    if (static_cast<Activation>(n.i[0]) == Activation::relu)  // g *= (y > 0), in place
+      dk.unary_backward(dev, g.dtype(), kernels::math::Unary::relu, N * O, g.raw_data(), n.out.raw_data(),
+                        n.out.raw_data(), 0.0, g.raw_data(), false);
+    if (auto s = autograd::grad_slot(n.in[1], epoch)) device_gemm(g, true, false, O, I, N, g, x, s.dst, s.accumulate);
+    if (auto s = autograd::grad_slot(n.in[2], epoch))
+      dk.column_sums(dev, g.dtype(), N, O, g.raw_data(), s.dst.raw_data(), s.accumulate);
+    if (auto s = autograd::grad_slot(n.in[0], epoch)) device_gemm(g, false, false, N, I, O, g, w, s.dst, s.accumulate);
+    return;
+  }
   strata::detail::visit_floating(g.dtype(), "linear", [&](auto tag) {
     using T = decltype(tag);
     T* gp = g.template data<T>();
@@ -70,12 +97,16 @@ inline Tensor matmul(const Tensor& a, const Tensor& b) {
   STRATA_CHECK(a.dim(1) == b.dim(0), "matmul: inner extents differ: ", a.shape(), " x ", b.shape());
   STRATA_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ (", a.dtype(), " vs ", b.dtype(), ")");
   Tensor ac = a.contiguous(), bc = b.contiguous();
-  Tensor out = Tensor::empty({a.dim(0), b.dim(1)}, a.dtype());
-  strata::detail::visit_floating(a.dtype(), "matmul", [&](auto tag) {
-    using T = decltype(tag);
-    ops::detail::gemm<T>(false, false, a.dim(0), b.dim(1), a.dim(1), ac.template data<T>(), bc.template data<T>(),
-                         out.template data<T>(), false);
-  });
+  Tensor out = Tensor::empty({a.dim(0), b.dim(1)}, a.dtype(), a.device());
+  if (on_device(a)) {
+    ops::detail::device_gemm(a, false, false, a.dim(0), b.dim(1), a.dim(1), ac, bc, out, false);
+  } else {
+    strata::detail::visit_floating(a.dtype(), "matmul", [&](auto tag) {
+      using T = decltype(tag);
+      ops::detail::gemm<T>(false, false, a.dim(0), b.dim(1), a.dim(1), ac.template data<T>(), bc.template data<T>(),
+                           out.template data<T>(), false);
+    });
+  }
   if (auto* n = autograd::record("matmul", &ops::detail::matmul_backward, out, a, b)) n->saved = {ac, bc};
   return out;
 }
@@ -92,14 +123,21 @@ inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {}, Act
   const std::int64_t N = x.dim(0), I = x.dim(1), O = w.dim(0);
   Tensor xc = x.contiguous(), wc = w.contiguous();
   Tensor bc = b.defined() ? b.contiguous() : Tensor();
-  Tensor out = Tensor::empty({N, O}, x.dtype());
-  strata::detail::visit_floating(x.dtype(), "linear", [&](auto tag) {
-    using T = decltype(tag);
-    T* y = out.template data<T>();
-    ops::detail::gemm<T>(false, true, N, O, I, xc.template data<T>(), wc.template data<T>(), y, false);
-    const T* bp = bc.defined() ? bc.template data<T>() : nullptr;
-    kernels::cpu::bias_act_inplace<T>(N, O, y, bp, act == Activation::relu);  // one pass
-  });
+  Tensor out = Tensor::empty({N, O}, x.dtype(), x.device());
+  if (on_device(x)) {
+    const auto& dk = device_kernels("linear", x, w, b);
+    ops::detail::device_gemm(x, false, true, N, O, I, xc, wc, out, false);
+    dk.bias_act(x.device().index, x.dtype(), N, O, out.raw_data(), bc.defined() ? bc.raw_data() : nullptr,
+                act == Activation::relu, out.raw_data());
+  } else {
+    strata::detail::visit_floating(x.dtype(), "linear", [&](auto tag) {
+      using T = decltype(tag);
+      T* y = out.template data<T>();
+      ops::detail::gemm<T>(false, true, N, O, I, xc.template data<T>(), wc.template data<T>(), y, false);
+      const T* bp = bc.defined() ? bc.template data<T>() : nullptr;
+      kernels::cpu::bias_act_inplace<T>(N, O, y, bp, act == Activation::relu);  // one pass
+    });
+  }
   if (auto* n = autograd::record("linear", &ops::detail::linear_backward, out, x, w, b)) {
     n->saved = {xc, wc};
     n->i[0] = static_cast<std::int64_t>(act);

@@ -6,6 +6,7 @@
 
 #include <strata/autograd/tape.hpp>
 #include <strata/kernels/cpu/softmax.hpp>
+#include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -39,6 +40,13 @@ inline void softmax_xent_backward(autograd::Node& n, std::uint64_t epoch) {
   if (!s) return;
   const Tensor &prob = n.saved[0], &labels = n.saved[1];
   const std::int64_t rows = prob.dim(0), cols = prob.dim(1);
+  if (on_device(prob)) {
+    const double scale = n.f[0] * autograd::grad_output(n).item();
+    device_kernels("cross_entropy", prob, labels, s.dst)
+        .softmax_xent_backward(prob.device().index, prob.dtype(), labels.dtype(), rows, cols, prob.raw_data(),
+                               labels.raw_data(), scale, s.dst.raw_data(), s.accumulate);
+    return;
+  }
   strata::detail::visit_floating(prob.dtype(), "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     const T scale = static_cast<T>(n.f[0] * autograd::grad_output(n).item());
@@ -56,6 +64,7 @@ inline void softmax_xent_backward(autograd::Node& n, std::uint64_t epoch) {
 inline Tensor log_softmax(const Tensor& x) {
   STRATA_CHECK(x.defined() && x.ndim() == 2, "log_softmax needs a 2-D tensor [N, C], got ", x.shape());
   STRATA_CHECK(x.dim(1) > 0, "log_softmax over zero classes");
+  require_host("log_softmax", x);
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   strata::detail::visit_floating(x.dtype(), "log_softmax", [&](auto tag) {
@@ -76,24 +85,31 @@ inline Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, 
                labels.shape(), " does not match logits ", logits.shape());
   const std::int64_t rows = logits.dim(0), cols = logits.dim(1);
   Tensor xc = logits.contiguous(), lc = labels.contiguous();
+  const Tensor host_labels = lc.to(Device::cpu());  // checked on the host (a device's labels: one small copy)
   ops::detail::visit_label(lc.dtype(), [&](auto ltag) {
     using L = decltype(ltag);
-    const L* l = lc.template data<L>();
+    const L* l = host_labels.template data<L>();
     for (std::int64_t r = 0; r < rows; ++r)
       STRATA_CHECK((l[r] >= 0 && static_cast<std::int64_t>(l[r]) < cols) || l[r] == kPadLabel, "cross_entropy: label ",
                    +l[r], " at row ", r, " is outside [0, ", cols, ") and is not the padding label ", kPadLabel);
   });
-  Tensor prob = Tensor::empty(logits.shape(), logits.dtype());
-  Tensor out = Tensor::empty({}, logits.dtype());
-  strata::detail::visit_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
-    using T = decltype(tag);
-    ops::detail::visit_label(lc.dtype(), [&](auto ltag) {
-      using L = decltype(ltag);
-      const double total = kernels::cpu::softmax_xent_forward<T, L>(rows, cols, xc.template data<T>(),
-                                                                    lc.template data<L>(), prob.template data<T>());
-      *out.template data<T>() = static_cast<T>(total * scale);
+  Tensor prob = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+  Tensor out = Tensor::empty({}, logits.dtype(), logits.device());
+  if (on_device(logits)) {
+    device_kernels("cross_entropy", logits, lc)
+        .softmax_xent_forward(logits.device().index, logits.dtype(), lc.dtype(), rows, cols, xc.raw_data(),
+                              lc.raw_data(), prob.raw_data(), out.raw_data(), scale);
+  } else {
+    strata::detail::visit_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+      using T = decltype(tag);
+      ops::detail::visit_label(lc.dtype(), [&](auto ltag) {
+        using L = decltype(ltag);
+        const double total = kernels::cpu::softmax_xent_forward<T, L>(rows, cols, xc.template data<T>(),
+                                                                      lc.template data<L>(), prob.template data<T>());
+        *out.template data<T>() = static_cast<T>(total * scale);
+      });
     });
-  });
+  }
   if (auto* n = autograd::record("cross_entropy", &ops::detail::softmax_xent_backward, out, logits)) {
     n->saved = {prob, lc};
     n->f[0] = scale;

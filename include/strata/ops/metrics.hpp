@@ -9,11 +9,11 @@
 
 namespace strata {
 
-/// Index of the largest element in each row of a 2-D tensor, as int64 [N]. The first maximum
+/// Index of the largest element in each row of a 2-D tensor, as int64 [N] on the host. The first maximum
 /// wins ties.
 inline Tensor argmax(const Tensor& x) {
   STRATA_CHECK(x.defined() && x.ndim() == 2 && x.dim(1) > 0, "argmax needs a 2-D tensor with columns, got ", x.shape());
-  Tensor xc = x.contiguous();
+  Tensor xc = x.to(Device::cpu()).contiguous();  // a device's logits: one copy of N x C values
   Tensor out = Tensor::empty({x.dim(0)}, DType::i64);
   std::int64_t* o = out.data<std::int64_t>();
   strata::detail::visit_floating(x.dtype(), "argmax", [&](auto tag) {
@@ -35,7 +35,7 @@ inline std::int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   STRATA_CHECK(labels.defined() && labels.ndim() == 1 && labels.dim(0) == logits.dim(0), "count_correct: labels shape ",
                labels.shape(), " does not match logits ", logits.shape());
   Tensor pred = argmax(logits);
-  Tensor lc = labels.contiguous();
+  Tensor lc = labels.to(Device::cpu()).contiguous();
   const std::int64_t* p = pred.data<std::int64_t>();
   std::int64_t correct = 0;
   ops::detail::visit_label(lc.dtype(), [&](auto ltag) {

@@ -7,6 +7,7 @@
 
 #include <strata/autograd/tape.hpp>
 #include <strata/ops/detail/strided.hpp>
+#include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -34,6 +35,12 @@ inline void sum_backward(autograd::Node& n, std::uint64_t epoch) {
   const double scale = n.f[0];
   const Shape& xs = n.in[0].shape();
   const Shape keep = reduced_shape_keepdim(xs, mask);
+  if (on_device(n.out)) {  // sum_impl let only full reductions onto the device
+    const Tensor& g = autograd::grad_output(n);
+    device_kernels(n.name, g, s.dst).spread_scalar(g.device().index, g.dtype(), xs.numel(), g.raw_data(), scale,
+                                                   s.dst.raw_data(), s.accumulate);
+    return;
+  }
   strata::detail::visit_floating(n.out.dtype(), "sum", [&](auto tag) {
     using T = decltype(tag);
     const T* g = autograd::grad_output(n).template data<T>();
@@ -51,23 +58,30 @@ inline Tensor sum_impl(const char* name, const Tensor& x, std::uint32_t mask, bo
   STRATA_CHECK(x.defined(), name, ": undefined operand");
   const Shape& xs = x.shape();
   const Shape keep = reduced_shape_keepdim(xs, mask);
-  Tensor out = Tensor::empty(keepdim ? keep : drop_axes(xs, mask), x.dtype());
-  strata::detail::visit_floating(x.dtype(), name, [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = static_cast<const T*>(x.raw_data());
-    T* o = out.data<T>();
-    if (keep.numel() == 1) {  // full reduction: accumulate in double for accuracy
-      double acc = 0;
-      strata::detail::for_each_strided<1>(xs, {x.strides()}, [&](const auto& off) { acc += p[off[0]]; });
-      o[0] = static_cast<T>(acc * scale);
-      return;
-    }
-    for (std::int64_t i = 0; i < out.numel(); ++i) o[i] = T(0);
-    const std::array<Shape, 2> st{x.strides(), strata::detail::broadcast_strides(keep, contiguous_strides(keep), xs)};
-    strata::detail::for_each_strided<2>(xs, st, [&](const auto& off) { o[off[1]] += p[off[0]]; });
-    if (scale != 1.0)
-      for (std::int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<T>(o[i] * scale);
-  });
+  Tensor out = Tensor::empty(keepdim ? keep : drop_axes(xs, mask), x.dtype(), x.device());
+  if (on_device(x)) {
+    if (keep.numel() != 1)
+      unsupported_on_device(name, x.device(), "only the reduction over all axes runs on devices yet");
+    Tensor xc = x.contiguous();
+    device_kernels(name, x).sum(x.device().index, x.dtype(), x.numel(), xc.raw_data(), out.raw_data(), scale, false);
+  } else {
+    strata::detail::visit_floating(x.dtype(), name, [&](auto tag) {
+      using T = decltype(tag);
+      const T* p = static_cast<const T*>(x.raw_data());
+      T* o = out.data<T>();
+      if (keep.numel() == 1) {  // full reduction: accumulate in double for accuracy
+        double acc = 0;
+        strata::detail::for_each_strided<1>(xs, {x.strides()}, [&](const auto& off) { acc += p[off[0]]; });
+        o[0] = static_cast<T>(acc * scale);
+        return;
+      }
+      for (std::int64_t i = 0; i < out.numel(); ++i) o[i] = T(0);
+      const std::array<Shape, 2> st{x.strides(), strata::detail::broadcast_strides(keep, contiguous_strides(keep), xs)};
+      strata::detail::for_each_strided<2>(xs, st, [&](const auto& off) { o[off[1]] += p[off[0]]; });
+      if (scale != 1.0)
+        for (std::int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<T>(o[i] * scale);
+    });
+  }
   if (auto* node = autograd::record(name, &sum_backward, out, x)) {
     node->i[0] = mask;
     node->f[0] = scale;

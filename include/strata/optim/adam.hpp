@@ -4,6 +4,7 @@
 
 #include <strata/kernels/cpu/optim_step.hpp>  // adam_step
 #include <strata/optim/optimizer.hpp>
+#include <strata/tensor/device_kernels.hpp>  // the device path
 
 namespace strata::optim {
 
@@ -37,6 +38,11 @@ class Adam : public Optimizer {
   void update(std::size_t i, Tensor& p, const Tensor& g) override {
     Tensor m = state_for(m_, i), v = state_for(v_, i);
     kernels::cpu::AdamParams kp{lr(), o_.beta1, o_.beta2, o_.eps, o_.weight_decay, decoupled_, steps() + 1};
+    if (on_device(p)) {
+      device_kernels("Adam", p, g, m, v).adam_step(p.device().index, p.dtype(), p.numel(), p.raw_data(), g.raw_data(),
+                                                   m.raw_data(), v.raw_data(), kp);
+      return;
+    }
     strata::detail::visit_floating(p.dtype(), "Adam", [&](auto tag) {
       using T = decltype(tag);
       kernels::cpu::adam_step<T>(p.numel(), p.template data<T>(), g.template data<T>(), m.template data<T>(),

@@ -138,7 +138,8 @@ class Optimizer {
   /// A zero state tensor shaped like parameter i, created on first use.
   Tensor& state_for(std::vector<Tensor>& slots, std::size_t i) {
     if (slots.size() != params_.size()) slots.resize(params_.size());
-    if (!slots[i].defined()) slots[i] = zeros(params_[i].shape(), params_[i].dtype());
+    if (!slots[i].defined())
+      slots[i] = Tensor::empty(params_[i].shape(), params_[i].dtype(), params_[i].device()).fill_(0.0);
     return slots[i];
   }
 

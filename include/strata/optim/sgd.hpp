@@ -5,6 +5,7 @@
 
 #include <strata/kernels/cpu/optim_step.hpp>  // sgd_step
 #include <strata/optim/optimizer.hpp>
+#include <strata/tensor/device_kernels.hpp>  // the device path
 
 namespace strata::optim {
 
@@ -45,6 +46,11 @@ class Sgd : public Optimizer {
     if (o_.momentum != 0) {
       kp.first_step = bufs_.size() != params().size() || !bufs_[i].defined();
       buf = state_for(bufs_, i);
+    }
+    if (on_device(p)) {
+      device_kernels("SGD", p, g, buf).sgd_step(p.device().index, p.dtype(), p.numel(), p.raw_data(), g.raw_data(),
+                                                buf.defined() ? buf.raw_data() : nullptr, kp);
+      return;
     }
     strata::detail::visit_floating(p.dtype(), "SGD", [&](auto tag) {
       using T = decltype(tag);

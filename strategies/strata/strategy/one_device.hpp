@@ -7,11 +7,13 @@
 #include <utility>
 
 #include <strata/data/pipeline.hpp>
+#include <strata/strategy/local_replicas.hpp>  // HasParameters
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/process_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/tensor/device.hpp>
+#include <strata/tensor/placement.hpp>  // move_in_place
 
 namespace strata {
 
@@ -27,19 +29,23 @@ class OneDeviceStrategy : detail::RejectsReplicaValues {
  public:
   static constexpr const char* name = "one_device";
 
+  /// On `device`; a cuda device needs a program with CUDA kernels (backend_of says how).
   explicit OneDeviceStrategy(Device device = Device::cpu()) : device_(device) {
-    STRATA_CHECK(device.kind == DeviceKind::cpu, "OneDeviceStrategy on ", device, " needs a CUDA build (-Dcuda=enabled)");
+    if (device.kind != DeviceKind::cpu) (void)backend_of(device);
   }
 
   int num_replicas_in_sync() const noexcept { return 1; }
   bool is_chief() const noexcept { return true; }
   Device device() const noexcept { return device_; }
 
-  /// Calls `factory` and returns what it makes: its variables live on this strategy's device.
+  /// Calls `factory` and returns what it makes, its variables moved to this strategy's device
+  /// (in place: handles to them, an optimizer's included, follow).
   template <class F>
     requires std::invocable<F&>
   std::invoke_result_t<F&> scope(F&& factory) {
-    return factory();
+    auto made = factory();
+    if constexpr (detail::HasParameters<decltype(made)>) move_in_place(made.parameters(), device_);
+    return made;
   }
 
   /// The input pipeline, prefetching at least two batches ahead; its batches are global batches.
@@ -53,7 +59,10 @@ class OneDeviceStrategy : detail::RejectsReplicaValues {
   auto run(F&& fn, const data::Batch& batch) {
     using R = std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>;
     Context ctx;
-    return detail::run_single_replica<R>(ctx, [&](ReplicaContext& c) { return fn(c, batch); });
+    if (device_.kind == DeviceKind::cpu)
+      return detail::run_single_replica<R>(ctx, [&](ReplicaContext& c) { return fn(c, batch); });
+    const data::Batch on_device = batch.to(device_);  // the input follows the variables
+    return detail::run_single_replica<R>(ctx, [&](ReplicaContext& c) { return fn(c, on_device); });
   }
   /// Runs fn(ctx) as the single replica.
   template <class F>

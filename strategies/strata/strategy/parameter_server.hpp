@@ -136,15 +136,21 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
   /// Sync: the reduction over the workers, the same on each. Async: this worker's value.
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) {
     detail::check_cross_replica("reduce()");
-    if constexpr (sync) return detail::allreduce_value(t_.group(), op, v);
-    STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
-    return v[0].contiguous().clone();
+    if constexpr (sync) {
+      return detail::allreduce_value(t_.group(), op, v);
+    } else {
+      STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
+      return v[0].contiguous().clone();
+    }
   }
   double reduce(ReduceOp op, const PerReplica<double>& v) {
     detail::check_cross_replica("reduce()");
-    if constexpr (sync) return detail::allreduce_value(t_.group(), op, v);
-    STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
-    return v[0];
+    if constexpr (sync) {
+      return detail::allreduce_value(t_.group(), op, v);
+    } else {
+      STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
+      return v[0];
+    }
   }
   using detail::RejectsReplicaValues::reduce;  // a replica's own value: a compile-time error
 

@@ -1,5 +1,5 @@
 /// \file
-/// The CUDA DeviceBackend: memory from the caching device allocator, transfers staged through
+/// The CUDA DeviceBackend and DeviceKernels: memory from the caching device allocator, transfers staged through
 /// pinned buffers, fill and strided gather as kernels on the device's compute stream.
 /// Including this header from a .cu file (compiled by nvcc) registers the backend during
 /// static initialisation, which is what lets every translation unit of the program, nvcc's or
@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include <strata/kernels/cuda/allocator.hpp>
+#include <strata/kernels/cuda/device_kernels.cuh>
 #include <strata/kernels/cuda/elementwise.cuh>
 #include <strata/tensor/device_backend.hpp>
 #include <strata/tensor/half.hpp>
@@ -115,6 +116,7 @@ inline constexpr DeviceBackend kTable{"cuda", &count, &allocate, &deallocate, &c
 
 /// True once this program's CUDA backend is registered (an inline variable: initialised once
 /// per program, whichever translation unit includes this header first).
-inline const bool backend_registered = (register_cuda_backend(&backend::kTable), true);
+inline const bool backend_registered =
+    (register_cuda_kernels(&table::kKernels), register_cuda_backend(&backend::kTable), true);
 
 }  // namespace strata::kernels::cuda

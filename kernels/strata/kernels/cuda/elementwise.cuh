@@ -78,6 +78,30 @@ __global__ void unary_backward(std::int64_t k, std::int64_t n, const T* g, const
 }
 
 template <class T>
+__global__ void binary_backward(math::BinaryKind k, int which, std::int64_t n, const T* g, const T* a, const T* b, T* d,
+                                bool accumulate) {
+  STRATA_GRID_STRIDE_LOOP(i, n) {
+    const T v = which == 0 ? math::binary_grad_a(k, g[i], b[i]) : math::binary_grad_b(k, g[i], a[i], b[i]);
+    d[i] = accumulate ? d[i] + v : v;
+  }
+}
+
+template <class T>
+__global__ void spread_scalar(std::int64_t n, const T* g, T scale, T* d, bool accumulate) {
+  const T v = scale * *g;
+  STRATA_GRID_STRIDE_LOOP(i, n) d[i] = accumulate ? d[i] + v : v;
+}
+
+template <class T>
+__global__ void channel_bias_act(std::int64_t n, std::int64_t channels, std::int64_t plane, const T* src, const T* bias,
+                                 bool relu, T* dst) {
+  STRATA_GRID_STRIDE_LOOP(i, n) {
+    T v = src[i] + (bias != nullptr ? bias[(i / plane) % channels] : T(0));
+    dst[i] = relu && v < T(0) ? T(0) : v;
+  }
+}
+
+template <class T>
 __global__ void bias_act_rows(std::int64_t rows, std::int64_t cols, const T* src, const T* bias, bool relu, T* dst) {
   STRATA_GRID_STRIDE_LOOP(i, rows * cols) {
     T v = src[i] + (bias != nullptr ? bias[i % cols] : T(0));
@@ -132,6 +156,33 @@ void binary_broadcast(math::BinaryKind k, const T* a, const T* b, T* out, const 
   if (n == 0) return;
   kernel::binary_broadcast<T><<<blocks_for(n), kThreads, 0, s>>>(k, n, a, b, out, ix);
   STRATA_CUDA_CHECK_LAUNCH("binary_broadcast");
+}
+
+/// d (+)= the gradient of a (kind) b with respect to operand `which` (0: a, 1: b).
+template <class T>
+void binary_backward(math::BinaryKind k, int which, std::int64_t n, const T* g, const T* a, const T* b, T* d,
+                     bool accumulate, cudaStream_t s) {
+  if (n == 0) return;
+  kernel::binary_backward<T><<<blocks_for(n), kThreads, 0, s>>>(k, which, n, g, a, b, d, accumulate);
+  STRATA_CUDA_CHECK_LAUNCH("binary_backward");
+}
+
+/// d[0, n) (+)= scale * g[0], g one element of device memory.
+template <class T>
+void spread_scalar(std::int64_t n, const T* g, T scale, T* d, bool accumulate, cudaStream_t s) {
+  if (n == 0) return;
+  kernel::spread_scalar<T><<<blocks_for(n), kThreads, 0, s>>>(n, g, scale, d, accumulate);
+  STRATA_CUDA_CHECK_LAUNCH("spread_scalar");
+}
+
+/// dst = act(src + bias[channel]) over images x channels x plane (NCHW; bias may be null).
+template <class T>
+void channel_bias_act(std::int64_t images, std::int64_t channels, std::int64_t plane, const T* src, const T* bias,
+                      bool relu, T* dst, cudaStream_t s) {
+  const std::int64_t n = images * channels * plane;
+  if (n == 0) return;
+  kernel::channel_bias_act<T><<<blocks_for(n), kThreads, 0, s>>>(n, channels, plane, src, bias, relu, dst);
+  STRATA_CUDA_CHECK_LAUNCH("channel_bias_act");
 }
 
 /// y = f(x) for the unary function `k` (s: the scalar of the scalar forms).

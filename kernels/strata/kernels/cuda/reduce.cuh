@@ -53,7 +53,32 @@ __global__ void sum_columns(std::int64_t rows, std::int64_t cols, const T* x, T*
   }
 }
 
+/// One block per channel: out[c] (+)= the sum of x[i, c, :] over the images i.
+template <class T>
+__global__ void channel_sums(std::int64_t images, std::int64_t channels, std::int64_t plane, const T* x, T* out,
+                             bool accumulate) {
+  const std::int64_t c = blockIdx.x;
+  T v = 0;
+  for (std::int64_t j = threadIdx.x; j < images * plane; j += blockDim.x) {
+    const std::int64_t i = j / plane, p = j - i * plane;
+    v += x[(i * channels + c) * plane + p];
+  }
+  v = block_sum(v);
+  if (threadIdx.x == 0) out[c] = accumulate ? out[c] + v : v;
+}
+
 }  // namespace kernel
+
+/// out[c] (+)= sum of x[i, c, p] over images i and plane positions p (NCHW: the bias gradient
+/// of a convolution).
+template <class T>
+void channel_sums(std::int64_t images, std::int64_t channels, std::int64_t plane, const T* x, T* out, bool accumulate,
+                  cudaStream_t s) {
+  if (channels == 0) return;
+  kernel::channel_sums<T><<<static_cast<unsigned>(channels), kThreads, 0, s>>>(images, channels, plane, x, out,
+                                                                              accumulate);
+  STRATA_CUDA_CHECK_LAUNCH("channel_sums");
+}
 
 /// *out (+)= scale * sum(x[0, n)), accumulated in double for float64 and float32 alike.
 template <class T>

@@ -1,0 +1,166 @@
+// Training on cuda:0 against the same training on the CPU: a CNN (convolution, ReLU, max
+// pooling, linear layers, dropout) and the softmax cross-entropy, SGD with momentum and Adam,
+// in float64 so the two runs agree to rounding. Also: a moved model's parameters, mixed
+// devices named in the error, and a steady-state device step that calls cudaMalloc no more.
+#include "doctest.hpp"
+
+#include <cmath>
+
+#include "cuda_test_support.hpp"
+
+using namespace strata;
+using namespace cuda_test;
+
+namespace {
+
+/// The model both runs train: the same initial values from the same seed.
+nn::Sequential make_model(std::uint64_t seed) {
+  Generator gen(seed);
+  nn::Sequential m;
+  m.add(nn::Conv2d(1, 4, 3, 1, 1, true, gen, DType::f64));
+  m.add(nn::ReLU());
+  m.add(nn::MaxPool2d(2));
+  m.add(nn::Flatten());
+  m.add(nn::Linear(4 * 4 * 4, 16, true, gen, DType::f64));
+  m.add(nn::ReLU());
+  m.add(nn::Dropout(0.25, gen));
+  m.add(nn::Linear(16, 5, true, gen, DType::f64));
+  return m;
+}
+
+struct Data {
+  Tensor x, y;
+};
+
+Data make_data(std::int64_t n, std::uint64_t seed) {
+  Generator gen(seed);
+  Data d{normal({n, 1, 8, 8}, 0, 1, gen, DType::f64), Tensor::empty({n}, DType::i64)};
+  for (std::int64_t i = 0; i < n; ++i) d.y.data<std::int64_t>()[i] = (i * 7) % 5;
+  return d;
+}
+
+/// Trains `steps` steps of `opt` on (x, y) and returns the losses.
+template <class Opt>
+std::vector<double> train(nn::Sequential& model, Opt& opt, const Tensor& x, const Tensor& y, int steps) {
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    Tensor loss = softmax_cross_entropy(model(x), y, 1.0 / static_cast<double>(x.dim(0)));
+    opt.apply_gradients(grad(loss, model.parameters()));
+    losses.push_back(loss.item());
+  }
+  return losses;
+}
+
+void check_same_parameters(const nn::Sequential& a, const nn::Sequential& b, double tol) {
+  const auto& pa = a.parameters();
+  const auto& pb = b.parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    const auto va = pa[i].to_vector<double>(), vb = pb[i].to_vector<double>();
+    for (std::size_t j = 0; j < va.size(); ++j) REQUIRE(va[j] == doctest::Approx(vb[j]).epsilon(tol));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Module::to moves the parameters in place, and the optimizer's handles follow") {
+  auto model = make_model(1);
+  const auto before = model.parameters()[0].to_vector<double>();
+  model.to(kDev);
+  for (const Tensor& p : model.parameters()) CHECK(p.device() == kDev);
+  CHECK(model.parameters()[0].to_vector<double>() == before);
+  CHECK(model.parameters()[0].requires_grad());
+}
+
+TEST_CASE("a CNN trained with SGD + momentum on cuda:0 follows the CPU run step for step") {
+  auto cpu = make_model(7), gpu = make_model(7);
+  gpu.to(kDev);
+  const Data d = make_data(32, 8);
+  const Tensor gx = d.x.to(kDev), gy = d.y.to(kDev);
+  optim::Sgd cpu_opt(cpu.parameters(), 0.05, {.momentum = 0.9}), gpu_opt(gpu.parameters(), 0.05, {.momentum = 0.9});
+  const auto lc = train(cpu, cpu_opt, d.x, d.y, 10);
+  const auto lg = train(gpu, gpu_opt, gx, gy, 10);
+  for (std::size_t s = 0; s < lc.size(); ++s) {
+    CAPTURE(s);
+    CHECK(lg[s] == doctest::Approx(lc[s]).epsilon(1e-9));
+  }
+  CHECK(lc.back() < lc.front());  // it learned something
+  check_same_parameters(cpu, gpu, 1e-8);
+}
+
+TEST_CASE("Adam on cuda:0 follows the CPU run") {
+  auto cpu = make_model(11), gpu = make_model(11);
+  gpu.to(kDev);
+  const Data d = make_data(16, 12);
+  optim::Adam cpu_opt(cpu.parameters(), 1e-2), gpu_opt(gpu.parameters(), 1e-2);
+  const auto lc = train(cpu, cpu_opt, d.x, d.y, 5);
+  const auto lg = train(gpu, gpu_opt, d.x.to(kDev), d.y.to(kDev), 5);
+  for (std::size_t s = 0; s < lc.size(); ++s) CHECK(lg[s] == doctest::Approx(lc[s]).epsilon(1e-9));
+  check_same_parameters(cpu, gpu, 1e-8);
+}
+
+TEST_CASE("elementwise ops, sum and mean on the device: values and gradients equal the CPU's") {
+  Generator gen(20);
+  Tensor a = normal({6, 7}, 0, 1, gen, DType::f64), b = uniform({6, 7}, 0.5, 2, gen, DType::f64);
+  auto run = [](Tensor x, Tensor y) {
+    x = x.detach().requires_grad_(true);
+    y = y.detach().requires_grad_(true);
+    Tensor out = mean(tanh(x) * y + exp(x) / y - sigmoid(y) * 3.0);
+    auto g = grad(out, std::vector<Tensor>{x, y});
+    return std::tuple{out.item(), g[0].to_vector<double>(), g[1].to_vector<double>()};
+  };
+  const auto [vc, gac, gbc] = run(a, b);
+  const auto [vg, gag, gbg] = run(a.to(kDev), b.to(kDev));
+  CHECK(vg == doctest::Approx(vc).epsilon(1e-12));
+  for (std::size_t i = 0; i < gac.size(); ++i) {
+    REQUIRE(gag[i] == doctest::Approx(gac[i]).epsilon(1e-12));
+    REQUIRE(gbg[i] == doctest::Approx(gbc[i]).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("operands on different devices are an error naming both") {
+  Tensor a = ones({3}), b = ones({3}).to(kDev);
+  CHECK_THROWS_WITH_AS(b + a, doctest::Contains("operands on different devices (cuda:0 and cpu)"), invalid_argument);
+}
+
+TEST_CASE("a steady-state training step on the device calls cudaMalloc no more") {
+  auto model = make_model(3);
+  model.to(kDev);
+  const Data d = make_data(32, 4);
+  const Tensor x = d.x.to(kDev), y = d.y.to(kDev);
+  optim::Sgd opt(model.parameters(), 0.01, {.momentum = 0.9});
+  (void)train(model, opt, x, y, 3);
+  auto& alloc = kernels::cuda::CachingDeviceAllocator::of(0);
+  const auto before = alloc.stats();
+  (void)train(model, opt, x, y, 10);
+  CHECK(alloc.stats().system_allocations == before.system_allocations);
+}
+
+TEST_CASE("OneDeviceStrategy on cuda:0 moves the model and each batch there, and matches OneDeviceStrategy on the CPU") {
+  auto run = [](Device device) {
+    OneDeviceStrategy strategy(device);
+    auto model = strategy.scope([] { return make_model(21); });
+    for (const Tensor& p : model.parameters()) CHECK(p.device() == device);
+    optim::Sgd opt(model.parameters(), 0.05, {.momentum = 0.9});
+    const Data d = make_data(24, 22);
+    std::vector<double> losses;
+    for (int step = 0; step < 5; ++step) {
+      data::Batch b;
+      b.x = d.x;  // on the host: the strategy moves it
+      b.y = d.y;
+      b.size = b.global_size = 24;
+      losses.push_back(strategy.reduce(ReduceOp::Sum, strategy.run(
+          [&](ReplicaContext& ctx, const data::Batch& on) {
+            CHECK(on.x.device() == device);
+            Tensor loss = softmax_cross_entropy(model(on.x), on.y, 1.0 / 24);
+            opt.apply_gradients(ctx, grad(loss, model.parameters()));
+            return loss.item();
+          },
+          b)));
+    }
+    return losses;
+  };
+  const auto lc = run(Device::cpu());
+  const auto lg = run(kDev);
+  for (std::size_t s = 0; s < lc.size(); ++s) CHECK(lg[s] == doctest::Approx(lc[s]).epsilon(1e-9));
+}
