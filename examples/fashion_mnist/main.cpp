@@ -117,9 +117,10 @@ int main(int argc, char** argv) try {
   if (threads < 1) throw strata::invalid_argument("[strata.example] --threads must be at least 1");
   if (cfg.checkpoint_every < 0) throw strata::invalid_argument("[strata.example] --checkpoint-every must be >= 0");
   if (cfg.metrics_every < 1) throw strata::invalid_argument("[strata.example] --metrics-every must be at least 1");
-  if (strategy_name == "parameter_server" && !cfg.checkpoint_dir.empty())
-    throw strata::invalid_argument("[strata.example] --checkpoint-dir does not support --strategy parameter_server yet "
-                                   "(the servers' optimizer state is not captured)");
+  if (strategy_name == "parameter_server" && mode == "async" && !cfg.checkpoint_dir.empty())
+    throw strata::invalid_argument("[strata.example] --checkpoint-dir needs --mode sync under --strategy "
+                                   "parameter_server: an asynchronous job has no step at which every server's state "
+                                   "is one consistent point");
   if (cfg.checkpoint_every > 0 && cfg.checkpoint_dir.empty())
     throw strata::invalid_argument("[strata.example] --checkpoint-every needs --checkpoint-dir");
   if (cfg.model != "mlp" && cfg.model != "cnn")

@@ -4,6 +4,8 @@
 # with a final checkpoint byte-identical to the uninterrupted run's — parameters, optimizer
 # state, data position and generator, all bitwise. 2 epochs of 60 steps, so the resumed part
 # crosses an epoch boundary.
+# ParameterServerStrategy's per-server shard files must match as well. The chief's rank is
+# STRATA_RESUME_CHIEF (default 0; the first worker under ParameterServerStrategy).
 #   usage: run_resume.sh TRAINER [LAUNCHER...] -- STRATEGY FLAGS...
 #   e.g.   run_resume.sh build/tests/fashion_mnist_faults mpirun -np 2 -- --strategy multi_worker_mirrored --collective mpi
 set -u
@@ -18,7 +20,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 "${launch[@]}" "$exe" "$@" "${common[@]}" --checkpoint-dir "$work/a" > "$work/a.log" 2>&1 ||
   { cat "$work/a.log"; fail "the uninterrupted run failed"; }
-STRATA_FAULT='0;75;after_step;sigkill' "${launch[@]}" "$exe" "$@" "${common[@]}" --checkpoint-dir "$work/b" > "$work/b1.log" 2>&1 &&
+chief=${STRATA_RESUME_CHIEF:-0}
+STRATA_FAULT="$chief;75;after_step;sigkill" "${launch[@]}" "$exe" "$@" "${common[@]}" --checkpoint-dir "$work/b" > "$work/b1.log" 2>&1 &&
   { cat "$work/b1.log"; fail "the run meant to be killed at step 75 exited 0"; }
 ls "$work/b"
 [[ -f $work/b/ckpt-000000000070.strata && ! -f $work/b/ckpt-000000000080.strata ]] ||
@@ -28,4 +31,9 @@ ls "$work/b"
 grep -h "resumed from step 70 (epoch 1, batch 10)" "$work/b2.log" || { cat "$work/b2.log"; fail "no resume from step 70"; }
 cmp "$work/a/ckpt-000000000120.strata" "$work/b/ckpt-000000000120.strata" ||
   fail "the resumed run's final checkpoint differs from the uninterrupted run's"
+for shard in "$work"/a/ps-shard-*-000000000120.strata; do
+  [[ -e $shard ]] || continue
+  cmp "$shard" "$work/b/$(basename "$shard")" || fail "the resumed run's $(basename "$shard") differs"
+  echo "shard $(basename "$shard") identical"
+done
 echo "PASS: final checkpoints identical ($(stat -c %s "$work/a/ckpt-000000000120.strata") bytes)"

@@ -220,12 +220,14 @@ class Reader {
     for (const Entry& e : entries_) (void)read(e.name);
   }
 
- private:
+  /// A checksum as errors print it (0x1234abcd).
   static std::string hex(std::uint32_t v) {
     char b[16];
     std::snprintf(b, sizeof b, "0x%08x", v);
     return b;
   }
+
+ private:
   [[noreturn]] void corrupt(const std::string& what) const {
     throw data_error("[strata.checkpoint.corrupt] '" + name_ + "': " + what);
   }

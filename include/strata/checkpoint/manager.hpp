@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -74,13 +75,16 @@ class CheckpointManager {
     const auto r = open_latest(skipped);
     return r ? std::optional<std::filesystem::path>(r->name()) : std::nullopt;
   }
-  /// latest(), read and verified: the reader over it.
-  std::optional<Reader> open_latest(std::vector<std::string>* skipped = nullptr) const {
+  /// latest(), read and verified: the reader over it. `also` (given a reader and its step)
+  /// may check more — files the checkpoint refers to — and throw to have it skipped.
+  std::optional<Reader> open_latest(std::vector<std::string>* skipped = nullptr,
+                                    const std::function<void(const Reader&, std::int64_t)>& also = {}) const {
     for (std::int64_t s : steps()) {
       const auto p = path_for(s);
       try {
         Reader r(p);
         r.verify();
+        if (also) also(r, s);
         return r;
       } catch (const error& e) {
         if (skipped) skipped->push_back(p.string() + ": " + e.what());

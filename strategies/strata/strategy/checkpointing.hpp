@@ -3,11 +3,15 @@
 /// writes (CheckpointManager: atomic, the newest `keep` kept); on restore the chief picks the
 /// newest complete checkpoint and its bytes go to every process (a strategy across processes
 /// shares them through its collective: share_from_chief), and every local replica's model and
-/// optimizer take them — so all replicas resume from one file, identically.
+/// optimizer take them — so all replicas resume from one file, identically. A strategy whose
+/// state lives on other ranks too (ParameterServerStrategy<Sync>: the servers' optimizer
+/// state) adds per-rank shard files, written before the chief's file indexes them
+/// (checkpoint_shards, restore_shards, prune_shards).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,7 +57,9 @@ class TrainingCheckpoints {
 
  public:
   TrainingCheckpoints(S& strategy, Model& model, Opt& opt, std::filesystem::path dir, int keep = 3)
-      : s_(strategy), model_(model), opt_(opt), manager_(std::move(dir), keep) {}
+      : s_(strategy), model_(model), opt_(opt), manager_(std::move(dir), keep) {
+    if constexpr (requires { s_.set_checkpoint_dir(manager_.directory()); }) s_.set_checkpoint_dir(manager_.directory());
+  }
 
   /// Resumes from the newest complete checkpoint, if there is one: every replica's model and
   /// optimizer, and the default generator. Returns where to continue.
@@ -62,7 +68,10 @@ class TrainingCheckpoints {
     std::string name;
     if (s_.is_chief()) {
       std::vector<std::string> skipped;
-      if (auto r = manager_.open_latest(&skipped)) {
+      std::function<void(const checkpoint::Reader&, std::int64_t)> also;
+      if constexpr (requires { s_.check_shards(std::declval<const checkpoint::Reader&>(), manager_.directory(), 0); })
+        also = [&](const checkpoint::Reader& r, std::int64_t step) { s_.check_shards(r, manager_.directory(), step); };
+      if (auto r = manager_.open_latest(&skipped, also)) {
         name = r->name();
         bytes = r->bytes();
       }
@@ -75,15 +84,25 @@ class TrainingCheckpoints {
     for (std::size_t k = 0; k < detail::local_copies(model_); ++k)
       pos = checkpoint::restore_training_state(r, detail::local_copy(model_, k).parameters(), detail::local_copy(opt_, k),
                                                s_.num_replicas_in_sync());
+    // State held off the chief (ParameterServerStrategy's servers): each rank takes its part.
+    if constexpr (requires { s_.restore_shards(r, manager_.directory(), pos.step); })
+      s_.restore_shards(r, manager_.directory(), pos.step);
     return pos;
   }
 
-  /// Writes the run's state at `pos` (the chief only; every replica holds the same values).
+  /// Writes the run's state at `pos` (the chief writes; every replica holds the same values).
+  /// Called where the training loop's body runs (ParameterServerStrategy: the workers; the
+  /// chief then asks the serving servers for their shards), or by every rank outside an epoch.
   void save(const checkpoint::TrainingPosition& pos) {
+    checkpoint::NamedTensors shards;  // written (and answered for) before the index that records them
+    if constexpr (requires { s_.checkpoint_shards(pos.step); }) shards = s_.checkpoint_shards(pos.step);
     if (!s_.is_chief()) return;
-    manager_.save(pos.step, checkpoint::capture_training_state(detail::local_copy(model_, 0).parameters(),
-                                                               detail::local_copy(opt_, 0), pos,
-                                                               s_.num_replicas_in_sync()));
+    auto tensors = checkpoint::capture_training_state(detail::local_copy(model_, 0).parameters(),
+                                                      detail::local_copy(opt_, 0), pos, s_.num_replicas_in_sync());
+    tensors.insert(tensors.end(), shards.begin(), shards.end());
+    manager_.save(pos.step, tensors);
+    if constexpr (requires { s_.prune_shards(manager_.directory(), manager_.steps()); })
+      s_.prune_shards(manager_.directory(), manager_.steps());
   }
 
   const checkpoint::CheckpointManager& manager() const noexcept { return manager_; }

@@ -158,10 +158,7 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
   /// Rank 0's `bytes` on every process (a checkpoint the chief read, for every replica to restore).
   void share_from_chief(std::vector<unsigned char>& bytes) {
     detail::check_cross_replica("share_from_chief()");
-    std::int64_t n = static_cast<std::int64_t>(bytes.size());
-    comm_.broadcast_raw(&n, 1, DType::i64, 0);
-    bytes.resize(static_cast<std::size_t>(n));
-    if (n > 0) comm_.broadcast_raw(bytes.data(), bytes.size(), DType::u8, 0);
+    detail::broadcast_bytes(comm_, bytes, 0);
   }
 
   /// The reduction across every process's replica, the same on every process.

@@ -7,8 +7,11 @@
 /// hold the servers' values. See docs/parameter_server.md.
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -16,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include <strata/checkpoint/crc32c.hpp>
+#include <strata/checkpoint/file.hpp>
 #include <strata/config.hpp>
 #include <strata/data/pipeline.hpp>
 #include <strata/optim/optimizer.hpp>
@@ -166,6 +171,85 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
     }
   }
 
+  // ---- checkpoints (Sync; TrainingCheckpoints calls these) --------------------------------
+  // The chief writes an index checkpoint (the model as the workers hold it, the position, the
+  // generator) that records each server's shard by its CRC-32C; each server writes its shard,
+  // the values and optimizer state of its partitions, on the chief's request.
+
+  /// Where this job's checkpoints go (every rank: the servers write their shards there).
+  void set_checkpoint_dir(const std::filesystem::path& dir) {
+    if (server_) server_->set_checkpoint_dir(dir);
+  }
+  /// The chief's index checkpoint, with every rank: the index's bytes go to every rank.
+  void share_from_chief(std::vector<unsigned char>& bytes) { detail::broadcast_bytes(t_.world(), bytes, chief_rank()); }
+  /// Every server's shard at `step`; returns what the chief's index records. Inside an epoch
+  /// (a worker between steps) the chief asks the serving servers; after one (every rank calls
+  /// save), the servers write theirs and the CRCs meet over the job's collective.
+  checkpoint::NamedTensors checkpoint_shards(std::int64_t step) {
+    std::vector<std::int64_t> crcs;
+    if (in_epoch_) {
+      if (!is_chief()) return {};
+      crcs = worker_->save_shards(step);
+    } else {
+      const std::int64_t mine = server_ ? server_->save_shard(step) : 0;
+      std::vector<std::int64_t> all(static_cast<std::size_t>(t_.world().size()));
+      t_.world().allgather(std::span<const std::int64_t>(&mine, 1), std::span<std::int64_t>(all));
+      for (int s : t_.roles().servers) crcs.push_back(all[static_cast<std::size_t>(s)]);
+    }
+    return {{"ps.shard_crc", from_vector<std::int64_t>({static_cast<std::int64_t>(crcs.size())}, crcs)}};
+  }
+  /// The chief, choosing an index to resume from: throws unless every shard it records is
+  /// present, whole and the one recorded (the directory is shared by the chief and the
+  /// servers, as TF's parameter-server checkpoints require), so a damaged newest checkpoint
+  /// is skipped for the one before.
+  /// (An index that does not fit this job is not skipped: restore_shards refuses it by name.)
+  void check_shards(const checkpoint::Reader& r, const std::filesystem::path& dir, std::int64_t step) const {
+    const checkpoint::Entry* e = r.find("ps.shard_crc");
+    if (e == nullptr || r.read("ps.shard_crc").numel() != num_servers()) return;
+    for (int k = 0; k < num_servers(); ++k) (void)open_shard(r, dir, step, k);
+  }
+  /// Every rank, after the index `r` of step `step` is restored: each server takes its shard.
+  void restore_shards(const checkpoint::Reader& r, const std::filesystem::path& dir, std::int64_t step) {
+    (void)shard_crcs(r);
+    if (server_) server_->restore_shard(open_shard(r, dir, step, t_.roles().index_of(t_.rank())));
+  }
+  /// The shard CRCs index `r` records, one per server of this job.
+  Tensor shard_crcs(const checkpoint::Reader& r) const {
+    STRATA_CHECK(r.find("ps.shard_crc") != nullptr, "[strata.checkpoint.mismatch] '", r.name(),
+                 "' records no parameter-server shards: it was written by another strategy");
+    Tensor crcs = r.read("ps.shard_crc");
+    STRATA_CHECK(crcs.numel() == num_servers(), "[strata.checkpoint.mismatch] '", r.name(), "' was written with ",
+                 crcs.numel(), " servers, this job has ", num_servers());
+    return crcs;
+  }
+  /// Server `k`'s shard of index `r`, read and checked against the CRC-32C the index recorded.
+  checkpoint::Reader open_shard(const checkpoint::Reader& r, const std::filesystem::path& dir, std::int64_t step,
+                                int k) const {
+    const Tensor crcs = shard_crcs(r);
+    const auto path = ps::Server<T>::shard_path(dir, k, step);
+    checkpoint::Reader shard(path);
+    const auto want = static_cast<std::uint32_t>(crcs.template data<std::int64_t>()[k]);
+    const std::uint32_t got = checkpoint::crc32c(shard.bytes().data(), shard.bytes().size());
+    if (got != want)
+      throw checksum_error("[strata.checkpoint.checksum] shard '" + path.string() + "' is not the one '" + r.name() +
+                           "' recorded (CRC-32C " + checkpoint::Reader::hex(got) + ", expected " +
+                           checkpoint::Reader::hex(want) + ")");
+    return shard;
+  }
+
+  /// The chief, after the index of a save is committed: removes the shards of the steps whose
+  /// index is gone (`kept`: the steps still indexed).
+  void prune_shards(const std::filesystem::path& dir, const std::vector<std::int64_t>& kept) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string n = e.path().filename().string();
+      long long step = -1;
+      int server = -1;
+      if (std::sscanf(n.c_str(), "ps-shard-%d-%lld.strata", &server, &step) != 2) continue;
+      if (std::find(kept.begin(), kept.end(), step) == kept.end()) std::filesystem::remove(e.path(), ec);
+    }
+  }
+
   /// Updates applied so far to partition `id`, on the server holding it (0 elsewhere).
   std::int64_t server_updates(std::size_t id) const { return server_ ? server_->updates(id) : 0; }
 
@@ -211,6 +295,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
         s_->publish_values();
         return Iterator();
       }
+      s_->in_epoch_ = true;
       return Iterator(s_, p_.begin());
     }
     Sentinel end() const noexcept { return {}; }
@@ -261,6 +346,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
   }
 
   void finish_epoch() {
+    in_epoch_ = false;
     worker_->finish_epoch();
     publish_values();
   }
@@ -290,15 +376,16 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
   ps::Shards shards_;
   std::optional<ps::Server<T>> server_;
   std::optional<ps::Worker<T>> worker_;
+  bool in_epoch_ = false;  ///< a worker between an epoch's begin() and its end (the servers are serving)
 };
 
 template <class C, class M>
   requires ps::has_transport<C> && ps::Mode<M>
 inline constexpr bool enable_strategy<ParameterServerStrategy<C, M>> = true;
 
-// The servers' optimizer state is not in TrainingCheckpoints yet.
-template <class C, class M>
-inline constexpr bool checkpoints_supported<ParameterServerStrategy<C, M>> = false;
+// Async has no step at which every server's state is one consistent point to save.
+template <class C>
+inline constexpr bool checkpoints_supported<ParameterServerStrategy<C, ps::Async>> = false;
 
 }  // namespace strata
 

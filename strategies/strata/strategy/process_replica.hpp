@@ -39,6 +39,15 @@ void broadcast_parameters(C& comm, const std::vector<Tensor>& params, int root) 
   }
 }
 
+/// `bytes` set to rank `root`'s (its length first) over collective `comm`.
+template <class C>
+void broadcast_bytes(C& comm, std::vector<unsigned char>& bytes, int root) {
+  std::int64_t n = static_cast<std::int64_t>(bytes.size());
+  comm.broadcast_raw(&n, 1, DType::i64, root);
+  bytes.resize(static_cast<std::size_t>(n));
+  if (n > 0) comm.broadcast_raw(bytes.data(), bytes.size(), DType::u8, root);
+}
+
 /// The one replica's value of `v`, reduced over `comm`: the same on every rank.
 template <class C>
 Tensor allreduce_value(C& comm, ReduceOp op, const PerReplica<Tensor>& v) {

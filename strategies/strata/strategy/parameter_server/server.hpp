@@ -11,11 +11,21 @@
 ///          then its reply is held until the others catch up or finish.
 /// Before a partition's buffers change, its replies still in flight complete (the workers
 /// posted their receives before pushing, so this never waits on a worker's compute).
+///
+/// A Sync step's pushes are summed in worker order whenever they arrive (worker 0's straight
+/// into the sum, the others each into a buffer of its own), so the sum is the same bits run
+/// after run: what a resumed run must reproduce.
+///
+/// Checkpoints: on the chief's kSaveTag(step) the server writes its shard — each partition's
+/// value and optimizer state — to <dir>/ps-shard-<server>-<step>.strata (atomically) and
+/// answers with the file's CRC-32C, which the chief's index records (see shard_path()).
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -25,11 +35,14 @@
 #include <vector>
 
 #include <strata/autograd/grad_mode.hpp>
+#include <strata/checkpoint/crc32c.hpp>
+#include <strata/checkpoint/file.hpp>
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/runtime/process_state.hpp>
 #include <strata/strategy/parameter_server/backoff.hpp>
 #include <strata/strategy/parameter_server/shards.hpp>
+#include <strata/tensor/factory.hpp>  // full
 
 namespace strata::ps {
 
@@ -61,7 +74,8 @@ class Server {
       std::memcpy(h.value.raw_data(), static_cast<const char*>(v.raw_data()) + shards_.byte_offset(q), shards_.bytes(q));
       h.value.requires_grad_(true);
       h.sum = Tensor::empty({q.count}, v.dtype());
-      if (s_.sync && workers_ > 1) h.scratch = Tensor::empty({q.count}, v.dtype());
+      if (s_.sync)
+        for (int w = 1; w < workers_; ++w) h.pushes.push_back(Tensor::empty({q.count}, v.dtype()));
       h.clock.assign(static_cast<std::size_t>(workers_), 0);
       held_.push_back(std::move(h));
     }
@@ -125,6 +139,15 @@ class Server {
         running_[static_cast<std::size_t>(w)] = 0;
         if (!s_.sync)
           for (Held& h : held_) release(h);
+      } else if (m.tag == kSaveTag) {
+        std::int64_t step = 0;
+        t_.receive(m, &step);
+        std::int64_t crc = save_shard(step);
+        auto ack = t_.isend(&crc, sizeof crc, m.source, kSaveAckTag);
+        t_.wait_all(std::span(&ack, 1), std::chrono::steady_clock::now() + t_.timeout(), [&](const std::string& why) {
+          t_.abort("[strata.ps.timeout] server rank " + std::to_string(t_.rank()) + ": the checkpoint answer to worker "
+                   "rank " + std::to_string(m.source) + " failed: " + why + "; aborting the job");
+        });
       } else if (m.tag == kLearningRateTag) {
         double lr = 0;
         STRATA_CHECK_EQ(m.bytes, sizeof lr, "[strata.ps] a learning-rate message of the wrong size");
@@ -217,6 +240,65 @@ class Server {
     }
   }
 
+  /// Where this server writes its checkpoint shards.
+  void set_checkpoint_dir(std::filesystem::path dir) { checkpoint_dir_ = std::move(dir); }
+
+  /// The shard file of server `server` (its index among the servers) at step `step`.
+  static std::filesystem::path shard_path(const std::filesystem::path& dir, int server, std::int64_t step) {
+    char name[64];
+    std::snprintf(name, sizeof name, "ps-shard-%03d-%012lld.strata", server, static_cast<long long>(step));
+    return dir / name;
+  }
+
+  /// Takes each held partition's value and optimizer state from shard `r` (written by
+  /// save_shard on this server's index), checking everything before changing anything.
+  void restore_shard(const checkpoint::Reader& r) {
+    r.verify();
+    NoGradGuard no_grad;
+    std::vector<Tensor> values;
+    for (const Held& h : held_) {
+      const std::string key = "partition." + std::to_string(h.id) + ".value";
+      STRATA_CHECK(r.find(key) != nullptr, "[strata.checkpoint.mismatch] '", r.name(), "' has no '", key,
+                   "': it was written with another placement of the variables");
+      Tensor v = r.read(key);
+      STRATA_CHECK(v.shape() == h.value.shape() && v.dtype() == h.value.dtype(), "[strata.checkpoint.mismatch] '",
+                   r.name(), "': '", key, "' is ", v.shape(), " ", name_of(v.dtype()), ", this server holds ",
+                   h.value.shape(), " ", name_of(h.value.dtype()));
+      values.push_back(std::move(v));
+    }
+    for (std::size_t k = 0; k < held_.size(); ++k) {
+      Held& h = held_[k];
+      h.value.copy_(values[k]);
+      if (!h.opt) continue;
+      const std::string prefix = "partition." + std::to_string(h.id) + ".optimizer.";
+      std::vector<std::pair<std::string, Tensor>> slots;
+      for (const checkpoint::Entry& e : r.entries())
+        if (e.name.rfind(prefix, 0) == 0 && e.name != prefix + "steps")
+          slots.emplace_back(e.name.substr(prefix.size()), r.read(e.name));
+      const bool has_steps = r.find(prefix + "steps") != nullptr;
+      h.opt->load_state(slots, has_steps ? static_cast<std::int64_t>(r.read(prefix + "steps").item()) : 0);
+    }
+  }
+
+  /// Writes this server's shard at `step`; returns the file's CRC-32C.
+  std::int64_t save_shard(std::int64_t step) {
+    STRATA_CHECK(!checkpoint_dir_.empty(), "[strata.ps] server rank ", t_.rank(), ": asked for a checkpoint shard "
+                 "without a checkpoint directory (TrainingCheckpoints sets it on every rank)");
+    checkpoint::NamedTensors tensors;
+    for (const Held& h : held_) {
+      const std::string p = "partition." + std::to_string(h.id);
+      tensors.emplace_back(p + ".value", h.value);
+      if (!h.opt) continue;
+      for (const auto& [name, t] : h.opt->state()) tensors.emplace_back(p + ".optimizer." + name, t);
+      tensors.emplace_back(p + ".optimizer.steps", full({}, static_cast<double>(h.opt->steps()), DType::i64));
+    }
+    const std::vector<unsigned char> bytes = checkpoint::encode(tensors);
+    std::error_code ec;
+    std::filesystem::create_directories(checkpoint_dir_, ec);  // an error here shows in the write's message
+    checkpoint::write_file_atomically(shard_path(checkpoint_dir_, me_, step), bytes);
+    return checkpoint::crc32c(bytes.data(), bytes.size());
+  }
+
   /// The updates applied to partition `id` (held here) so far.
   std::int64_t updates(std::size_t id) const {
     const Held* h = find(id);
@@ -226,7 +308,8 @@ class Server {
  private:
   struct Held {
     std::size_t id = 0;
-    Tensor value, sum, scratch;
+    Tensor value, sum;
+    std::vector<Tensor> pushes;           // Sync: worker w's push (w >= 1) until the step completes
     std::unique_ptr<optim::Optimizer> opt;
     int arrived = 0;                      // Sync: pushes of the step so far
     std::vector<int> waiting;             // Sync: world ranks awaiting the reply; Async: held replies
@@ -311,21 +394,19 @@ class Server {
   }
 
   void push_sync(Held& h, int w, typename T::Message& m) {
-    (void)w;
     if (h.arrived == 0) {
       complete_replies(h);  // the previous step's replies may still read the sum or value
-      t_.receive(m, h.sum.raw_data());
       h.first = std::chrono::steady_clock::now();
-    } else {
-      t_.receive(m, h.scratch.raw_data());
-      strata::detail::visit_floating(h.sum.dtype(), "parameter server sum", [&](auto tag) {
-        using E = decltype(tag);
-        collective::detail::combine<E>(ReduceOp::Sum, static_cast<std::size_t>(h.sum.numel()), h.sum.template data<E>(),
-                                       h.scratch.template data<E>());
-      });
     }
+    t_.receive(m, w == 0 ? h.sum.raw_data() : h.pushes[static_cast<std::size_t>(w - 1)].raw_data());
     h.waiting.push_back(m.source);
     if (++h.arrived < workers_) return;
+    strata::detail::visit_floating(h.sum.dtype(), "parameter server sum", [&](auto tag) {
+      using E = decltype(tag);
+      for (const Tensor& p : h.pushes)  // in worker order, whatever order they came in
+        collective::detail::combine<E>(ReduceOp::Sum, static_cast<std::size_t>(h.sum.numel()), h.sum.template data<E>(),
+                                       p.template data<E>());
+    });
     if (s_.update_on_servers) update(h);
     for (int r : h.waiting) reply(h, r);
     h.waiting.clear();
@@ -380,6 +461,7 @@ class Server {
   std::vector<int> slot_;        // partition id -> index in held_, or -1
   std::vector<char> running_;    // Async: workers not yet done with the epoch (empty: all)
   std::vector<char> lost_;       // Async: workers gone from the job
+  std::filesystem::path checkpoint_dir_;
 };
 
 }  // namespace strata::ps

@@ -83,6 +83,20 @@ class Worker {
     wait("the servers' values");
   }
 
+  /// Asks every server to write its checkpoint shard at `step` (the chief, between steps: in
+  /// Sync every server has then applied exactly `step` updates); returns their files' CRC-32Cs
+  /// in server order once all are written.
+  std::vector<std::int64_t> save_shards(std::int64_t step) {
+    const auto& servers = t_.roles().servers;
+    std::vector<std::int64_t> crcs(servers.size(), 0);
+    for (std::size_t k = 0; k < servers.size(); ++k) {
+      post(t_.irecv(&crcs[k], sizeof(std::int64_t), servers[k], kSaveAckTag), servers[k]);
+      post(t_.isend(&step, sizeof step, servers[k], kSaveTag), servers[k]);
+    }
+    wait("the checkpoint shards");
+    return crcs;
+  }
+
   /// The sum of `x` over the workers still in the job, through the first server.
   double sum_over_workers(double x) {
     double sum = 0;
