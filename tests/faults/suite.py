@@ -246,7 +246,10 @@ def scenarios():
     for pol, t in (("one_device", "resume_bitwise_one_device"), ("in_process (mirrored)", "resume_bitwise_mirrored"),
                    ("in_process (central storage)", "resume_bitwise_central_storage"),
                    ("mpi", "resume_bitwise_multi_worker_mirrored_mpi"),
-                   ("gloo", "resume_bitwise_multi_worker_mirrored_gloo")):
+                   ("gloo", "resume_bitwise_multi_worker_mirrored_gloo"),
+                   ("mpi (parameter server sync)", "resume_bitwise_parameter_server_sync_mpi"),
+                   ("mpi (parameter server sync, 2x3)", "resume_bitwise_parameter_server_sync_mpi_2servers_3workers"),
+                   ("gloo (parameter server sync)", "resume_bitwise_parameter_server_sync_gloo")):
         S.append(("B1 kill, resume bitwise", pol, ExistingTest(t)))
     for pol, prefix in (("mpi", "parameter_server_fault_"), ("gloo", "parameter_server_gloo_fault_")):
         S.append(("B4 PS worker killed (Async)", pol, ExistingTest(prefix + "kill_worker")))
@@ -268,6 +271,8 @@ def scenarios():
     S.append(("C6 every rank saves, the chief writes", "mpi", ExistingTest("multi_worker_mirrored_mpi_np4")))
     S.append(("C6 every rank saves, the chief writes", "gloo", ExistingTest("multi_worker_mirrored_gloo_np4")))
     S.append(("C8 other model or world size", "trainer", ExistingTest("resume_refusals")))
+    S.append(("C2/C3 damaged shard, other server count", "mpi (parameter server)",
+              ExistingTest("resume_parameter_server_refusals")))
     S.append(("D1 malformed data files", "data", ExistingTest(program="test_data", case="Data.Idx.RejectsBadFilesByName")))
     S.append(("D1 malformed data files", "data",
               ExistingTest(program="test_data", case="Data.Idx.ReadsGzipAndRejectsTruncatedGzip")))
