@@ -2,8 +2,8 @@
 // written as a checkpoint and restored into a freshly built model, optimizer and pipeline
 // (initialised differently on purpose), ends bitwise where the uninterrupted run ends — the
 // losses of every step and the final parameters — across an epoch boundary, for SGD with
-// momentum and for Adam. A checkpoint of another model or replica count fails before
-// anything changes (C8).
+// momentum and for Adam, with a Dropout layer whose own generator must continue its mask
+// sequence. A checkpoint of another model or replica count fails before anything changes (C8).
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -37,10 +37,12 @@ struct Run {
   std::vector<double> losses;
 };
 
-Run make_run(std::uint64_t init_seed, bool adam, int hidden = 16) {
+Run make_run(std::uint64_t init_seed, bool adam, int hidden = 16, bool dropout = true) {
   using namespace strata::nn;
   strata::manual_seed(init_seed);
-  Run r{Sequential(Linear(12, hidden), ReLU(), Linear(hidden, 4)), nullptr,
+  Run r{dropout ? Sequential(Linear(12, hidden), ReLU(), Dropout(0.25), Linear(hidden, 4))
+                : Sequential(Linear(12, hidden), ReLU(), Linear(hidden, 4)),
+        nullptr,
         strata::data::Pipeline(dataset()).shuffle(11).batch(16), {}};
   if (adam)
     r.opt = std::make_unique<strata::optim::Adam>(r.model.parameters(), 0.01);
@@ -95,12 +97,13 @@ TEST_CASE("Checkpoint.ResumeIsBitwise") {
     CHECK(at.step == 10);
     CHECK(at.epoch == 1);  // 7 batches per epoch: step 10 is inside the second
     CHECK(at.batch == 3);
-    ck::write_checkpoint(dir / "c.strata", ck::capture_training_state(first.model.parameters(), *first.opt, at, 1));
+    ck::write_checkpoint(dir / "c.strata", ck::capture_training_state(first.model.parameters(), *first.opt, at, 1,
+                                                                      first.model.generators()));
 
     Run resumed = make_run(999, adam);  // other initial values, fresh optimizer and pipeline
     strata::manual_seed(7);             // and another generator state
     const ck::TrainingPosition pos = ck::restore_training_state(ck::Reader(dir / "c.strata"), resumed.model.parameters(),
-                                                                *resumed.opt, 1);
+                                                                *resumed.opt, 1, resumed.model.generators());
     CHECK(pos.step == at.step);
     CHECK(resumed.opt->steps() == 10);
     resumed.losses = first.losses;
@@ -118,11 +121,13 @@ TEST_CASE("Checkpoint.RestoreRejectsAnotherModelOrWorld") {  // RELIABILITY C8
   Run r = make_run(1, false);
   strata::manual_seed(42);
   const auto at = train(r, {}, 24, 5);
-  ck::write_checkpoint(dir / "c.strata", ck::capture_training_state(r.model.parameters(), *r.opt, at, 4));
+  ck::write_checkpoint(dir / "c.strata", ck::capture_training_state(r.model.parameters(), *r.opt, at, 4,
+                                                                      r.model.generators()));
   auto message = [&](Run& target, int replicas) {
     const auto before = values(target);
     try {
-      ck::restore_training_state(ck::Reader(dir / "c.strata"), target.model.parameters(), *target.opt, replicas);
+      ck::restore_training_state(ck::Reader(dir / "c.strata"), target.model.parameters(), *target.opt, replicas,
+                                 target.model.generators());
     } catch (const strata::invalid_argument& e) {
       CHECK(values(target) == before);  // nothing changed
       return std::string(e.what());
@@ -133,5 +138,7 @@ TEST_CASE("Checkpoint.RestoreRejectsAnotherModelOrWorld") {  // RELIABILITY C8
   CHECK(message(same, 2).find("written with 4 replicas in sync, this run has 2") != std::string::npos);
   Run wider = make_run(2, false, 32);
   CHECK(message(wider, 4).find("shape mismatch for 'param.0': [16, 12] float32 in '") != std::string::npos);
+  Run no_dropout = make_run(2, false, 16, false);
+  CHECK(message(no_dropout, 4).find("holds 1 module generators (Dropout layers), the model has 0") != std::string::npos);
   std::filesystem::remove_all(dir);
 }

@@ -5,8 +5,8 @@
 /// ("rng") and the replicas in sync ("replicas"). restore_training_state() checks the whole
 /// file and every shape before it changes anything, so a mismatch fails before training.
 ///
-/// Not captured: generators that modules own (Dropout's); a model with dropout resumes with
-/// a different mask sequence.
+/// Generators that modules own (Dropout's, Module::generators()) are saved as "generator.<i>"
+/// when given, so a model with dropout resumes drawing the masks it would have drawn.
 #pragma once
 
 #include <array>
@@ -31,17 +31,25 @@ struct TrainingPosition {
   std::int64_t step = 0, epoch = 0, batch = 0;
 };
 
+/// A generator's state as a checkpoint tensor (4 x int64).
+inline Tensor generator_tensor(const Generator& g) {
+  const auto st = g.state();
+  Tensor r = Tensor::empty({4}, DType::i64);
+  std::memcpy(r.raw_data(), st.data(), sizeof st);
+  return r;
+}
+
 inline NamedTensors capture_training_state(std::span<const Tensor> params, const optim::Optimizer& opt,
-                                           TrainingPosition pos, int replicas) {
+                                           TrainingPosition pos, int replicas,
+                                           std::span<Generator* const> generators = {}) {
   NamedTensors out;
   for (std::size_t i = 0; i < params.size(); ++i) out.emplace_back("param." + std::to_string(i), params[i]);
   for (const auto& [name, t] : opt.state()) out.emplace_back("optimizer." + name, t);
   out.emplace_back("optimizer.steps", full({}, static_cast<double>(opt.steps()), DType::i64));
   out.emplace_back("position", from_vector<std::int64_t>({3}, {pos.step, pos.epoch, pos.batch}));
-  const auto rng = default_generator().state();
-  Tensor r = Tensor::empty({4}, DType::i64);
-  std::memcpy(r.raw_data(), rng.data(), sizeof rng);
-  out.emplace_back("rng", r);
+  out.emplace_back("rng", generator_tensor(default_generator()));
+  for (std::size_t i = 0; i < generators.size(); ++i)
+    out.emplace_back("generator." + std::to_string(i), generator_tensor(*generators[i]));
   out.emplace_back("replicas", full({}, replicas, DType::i64));
   return out;
 }
@@ -49,7 +57,7 @@ inline NamedTensors capture_training_state(std::span<const Tensor> params, const
 /// Restores what capture_training_state() saved into `params` (in place), `opt` and the
 /// default generator; returns the position to resume from.
 inline TrainingPosition restore_training_state(const Reader& r, std::span<const Tensor> params, optim::Optimizer& opt,
-                                               int replicas) {
+                                               int replicas, std::span<Generator* const> generators = {}) {
   r.verify();
   auto scalar = [&](const char* key) { return static_cast<std::int64_t>(r.read(key).item()); };
   const std::int64_t saved_replicas = scalar("replicas");
@@ -80,6 +88,18 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
   const Tensor pos = r.read("position"), rng = r.read("rng");
   STRATA_CHECK(pos.numel() == 3 && pos.dtype() == DType::i64 && rng.numel() == 4 && rng.dtype() == DType::i64,
                "[strata.checkpoint] '", r.name(), "': malformed position or rng");
+  std::size_t saved_generators = 0;
+  while (r.find("generator." + std::to_string(saved_generators))) ++saved_generators;
+  if (saved_generators != generators.size())
+    throw invalid_argument("[strata.checkpoint.mismatch] '" + r.name() + "' holds " + std::to_string(saved_generators) +
+                           " module generators (Dropout layers), the model has " + std::to_string(generators.size()));
+  std::vector<Tensor> generator_states;
+  for (std::size_t i = 0; i < generators.size(); ++i) {
+    Tensor g = r.read("generator." + std::to_string(i));
+    STRATA_CHECK(g.numel() == 4 && g.dtype() == DType::i64, "[strata.checkpoint] '", r.name(), "': malformed generator.",
+                 i);
+    generator_states.push_back(std::move(g));
+  }
   opt.load_state(slots, scalar("optimizer.steps"));  // checks every slot before changing any
   {
     NoGradGuard no_grad;
@@ -88,9 +108,13 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
       p.copy_(values[i]);
     }
   }
-  std::array<std::uint64_t, 4> st{};
-  std::memcpy(st.data(), rng.raw_data(), sizeof st);
-  default_generator().set_state(st);
+  auto set = [](Generator& g, const Tensor& t) {
+    std::array<std::uint64_t, 4> st{};
+    std::memcpy(st.data(), t.raw_data(), sizeof st);
+    g.set_state(st);
+  };
+  set(default_generator(), rng);
+  for (std::size_t i = 0; i < generators.size(); ++i) set(*generators[i], generator_states[i]);
   const auto* q = pos.template data<std::int64_t>();
   return {q[0], q[1], q[2]};
 }

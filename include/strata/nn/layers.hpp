@@ -102,6 +102,9 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) override { return dropout(x, p_, gen_, is_training()); }
   Generator& generator() noexcept { return gen_; }
 
+ protected:
+  void own_generators(std::vector<Generator*>& out) override { out.push_back(&gen_); }
+
  private:
   double p_;
   Generator gen_;

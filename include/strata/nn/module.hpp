@@ -11,6 +11,7 @@
 
 #include <strata/ops/linalg.hpp>  // Activation
 #include <strata/tensor/placement.hpp>  // move_in_place
+#include <strata/tensor/random.hpp>     // Generator
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::nn {
@@ -50,6 +51,18 @@ class Module {
       for (auto& [pname, t] : child->named_parameters()) out.emplace_back(cname + "." + pname, t);
     return out;
   }
+  /// The random generators this module and its children own (Dropout's), in a fixed order:
+  /// checkpoints save and restore them, so a resumed run draws the masks it would have drawn.
+  std::vector<Generator*> generators() {
+    std::vector<Generator*> out;
+    own_generators(out);
+    for (auto& [name, child] : children_) {
+      auto more = child->generators();
+      out.insert(out.end(), more.begin(), more.end());
+    }
+    return out;
+  }
+
   /// Training mode (dropout active) or evaluation mode; applies to every child.
   void train(bool on = true) {
     training_ = on;
@@ -67,6 +80,8 @@ class Module {
   }
 
  protected:
+  /// Appends the generators this module itself owns (not its children's).
+  virtual void own_generators(std::vector<Generator*>& out) { (void)out; }
   /// Adds `t` as a parameter named `name`; it is marked as requiring gradients.
   Tensor register_parameter(std::string name, Tensor t) {
     t.requires_grad_(true);

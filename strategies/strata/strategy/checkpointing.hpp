@@ -83,7 +83,7 @@ class TrainingCheckpoints {
     checkpoint::TrainingPosition pos;
     for (std::size_t k = 0; k < detail::local_copies(model_); ++k)
       pos = checkpoint::restore_training_state(r, detail::local_copy(model_, k).parameters(), detail::local_copy(opt_, k),
-                                               s_.num_replicas_in_sync());
+                                               s_.num_replicas_in_sync(), generators_of(detail::local_copy(model_, k)));
     // State held off the chief (ParameterServerStrategy's servers): each rank takes its part.
     if constexpr (requires { s_.restore_shards(r, manager_.directory(), pos.step); })
       s_.restore_shards(r, manager_.directory(), pos.step);
@@ -98,7 +98,8 @@ class TrainingCheckpoints {
     if constexpr (requires { s_.checkpoint_shards(pos.step); }) shards = s_.checkpoint_shards(pos.step);
     if (!s_.is_chief()) return;
     auto tensors = checkpoint::capture_training_state(detail::local_copy(model_, 0).parameters(),
-                                                      detail::local_copy(opt_, 0), pos, s_.num_replicas_in_sync());
+                                                      detail::local_copy(opt_, 0), pos, s_.num_replicas_in_sync(),
+                                                      generators_of(detail::local_copy(model_, 0)));
     tensors.insert(tensors.end(), shards.begin(), shards.end());
     manager_.save(pos.step, tensors);
     if constexpr (requires { s_.prune_shards(manager_.directory(), manager_.steps()); })
@@ -108,6 +109,15 @@ class TrainingCheckpoints {
   const checkpoint::CheckpointManager& manager() const noexcept { return manager_; }
 
  private:
+  /// A model's own generators (a Module's Dropout layers), or none.
+  template <class M>
+  static std::vector<Generator*> generators_of(M& m) {
+    if constexpr (requires { m.generators(); })
+      return m.generators();
+    else
+      return {};
+  }
+
   S& s_;
   Model& model_;
   Opt& opt_;
