@@ -20,6 +20,14 @@
 #include <vector>
 
 #include <strata/collective/in_process.hpp>
+#if STRATA_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include <strata/kernels/cuda/runtime.hpp>
+#endif
+#if STRATA_HAS_NCCL
+#include <strata/collective/nccl.hpp>
+#endif
 #include <strata/runtime/process.hpp>
 #include <strata/version.hpp>
 #if STRATA_HAS_MPI
@@ -60,6 +68,40 @@ std::string proc_field(const char* path, const std::string& key) {
   return {};
 }
 
+#if STRATA_HAS_CUDA
+/// The CUDA runtime this program loaded, the devices it sees, and which pairs reach each
+/// other directly (peer access: NVLink or PCIe P2P).
+void report_cuda() {
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  const int n = strata::kernels::cuda::device_count();
+  std::printf("  cuda        yes (runtime %d.%d, toolkit %s at build time; driver %s)\n", runtime / 1000,
+              runtime % 1000 / 10, STRATA_INFO_CUDA,
+              driver ? (std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10)).c_str() : "none");
+  if (n == 0) {
+    std::printf("    no device: %s\n", strata::kernels::cuda::no_device_reason().c_str());
+    return;
+  }
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::printf("    %d device(s)%s%s\n", n, visible ? ", CUDA_VISIBLE_DEVICES=" : "", visible ? visible : "");
+  for (int d = 0; d < n; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) continue;
+    char bus[32] = {};
+    cudaDeviceGetPCIBusId(bus, sizeof bus, d);
+    std::string peers;
+    for (int e = 0; e < n; ++e) {
+      int can = 0;
+      if (e != d && cudaDeviceCanAccessPeer(&can, d, e) == cudaSuccess && can) peers += " " + std::to_string(e);
+    }
+    std::printf("    cuda:%d  %s, sm_%d%d, %.1f GiB, %d SMs, PCI %s; peer access to:%s\n", d, prop.name, prop.major,
+                prop.minor, static_cast<double>(prop.totalGlobalMem) / (1 << 30), prop.multiProcessorCount, bus,
+                peers.empty() ? " none" : peers.c_str());
+  }
+}
+#endif
+
 void report_build() {
 #if defined(__clang__)
   const char* compiler = "clang ";
@@ -82,21 +124,22 @@ void report_build() {
 #else
   std::printf("  gloo        no (configure with -Dgloo=enabled; Debian: libgloo-dev)\n");
 #endif
-  // The CUDA parts are header code compiled by nvcc into the programs that use them; what
-  // this build found is recorded at configure time.
-#ifdef STRATA_INFO_NCCL
-  std::printf("  nccl        no NCCL policy in this version yet (NCCL %s found at build time)\n", STRATA_INFO_NCCL);
+#if STRATA_HAS_NCCL
+  int nccl = 0;
+  ncclGetVersion(&nccl);
+  std::printf("  nccl        yes (NCCL %d.%d.%d loaded; %s at build time)\n", nccl / 10000, nccl / 100 % 100,
+              nccl % 100, STRATA_INFO_NCCL);
 #else
   std::printf("  nccl        no (configure with -Dnccl=enabled; needs CUDA)\n");
 #endif
   std::printf("\ndevices and libraries\n");
-#ifdef STRATA_INFO_CUDA
-  std::printf("  cuda        no device code in this version yet (toolkit %s found at build time)\n", STRATA_INFO_CUDA);
+#if STRATA_HAS_CUDA
+  report_cuda();
 #else
   std::printf("  cuda        no (configure with -Dcuda=enabled; needs nvcc)\n");
 #endif
 #ifdef STRATA_INFO_CUDNN
-  std::printf("  cudnn       not used by this version yet (cuDNN %s found at build time)\n", STRATA_INFO_CUDNN);
+  std::printf("  cudnn       yes (cuDNN %s; convolutions in nvcc-built programs)\n", STRATA_INFO_CUDNN);
 #else
   std::printf("  cudnn       no (configure with -Dcudnn=enabled; needs CUDA)\n");
 #endif
@@ -158,6 +201,36 @@ void report_launch(const strata::runtime::ProcessInfo& p) {
 
 // ------------------------------------------------------------------ --check
 
+#if STRATA_HAS_NCCL
+/// The NCCL all-reduce of rank+1 on this process's GPU (its local rank's), bootstrapped
+/// through `boot`.
+template <class B>
+bool check_nccl(B& boot, const strata::runtime::ProcessInfo& p) {
+  const int n = strata::kernels::cuda::device_count();
+  if (n == 0) {
+    std::printf("rank %d: %-10s skipped: no CUDA device (%s)\n", p.rank, "nccl",
+                strata::kernels::cuda::no_device_reason().c_str());
+    return true;
+  }
+  const int device = p.local_rank % n;
+  strata::kernels::cuda::DeviceGuard on(device);
+  strata::collective::Nccl nccl(boot, device);
+  double* x = nullptr;
+  STRATA_CUDA_CHECK(cudaMalloc(&x, sizeof(double)));
+  const double mine = p.rank + 1;
+  STRATA_CUDA_CHECK(cudaMemcpy(x, &mine, sizeof mine, cudaMemcpyHostToDevice));
+  nccl.allreduce(std::span(x, 1), strata::ReduceOp::Sum);
+  double sum = 0;
+  STRATA_CUDA_CHECK(cudaMemcpy(&sum, x, sizeof sum, cudaMemcpyDeviceToHost));
+  (void)cudaFree(x);
+  const double want = boot.size() * (boot.size() + 1) / 2.0;
+  std::printf("rank %d: %-10s %s: all-reduce over %d GPU(s) (this rank on cuda:%d) gave %g (expected %g)\n", p.rank,
+              "nccl", sum == want ? "ok" : "WRONG", boot.size(), device, sum, want);
+  std::fflush(stdout);
+  return sum == want;
+}
+#endif
+
 /// One all-reduce of rank+1 over `comm`: the sum must be n(n+1)/2.
 template <class C>
 bool check_allreduce(C& comm, const char* policy, int rank) {
@@ -185,6 +258,15 @@ bool attempt(const char* policy, int rank, F&& f) {
 }
 
 int run_check(const strata::runtime::ProcessInfo& p) {
+  // NCCL is checked once, bootstrapped through the job's Gloo group (else its MPI one).
+  [[maybe_unused]] auto nccl_through = [&](auto& boot) {
+#if STRATA_HAS_NCCL
+    return attempt("nccl", p.rank, [&] { return check_nccl(boot, p); });
+#else
+    (void)boot;
+    return true;
+#endif
+  };
   bool ok = attempt("in_process", p.rank, [&] {
     bool all = true;
     strata::collective::InProcess::launch(2, [&](strata::collective::InProcess& c) {
@@ -205,8 +287,14 @@ int run_check(const strata::runtime::ProcessInfo& p) {
 #if STRATA_HAS_GLOO
   ok = attempt("gloo", p.rank, [&] {
          strata::collective::Gloo comm(p, "strata-info-check", strata::collective::Options::from_env());
-         return check_allreduce(comm, "gloo", p.rank);
+         return check_allreduce(comm, "gloo", p.rank) && nccl_through(comm);
        }) && ok;
+#elif STRATA_HAS_MPI
+  if (p.launcher != "env")
+    ok = attempt("nccl", p.rank, [&] {
+           strata::collective::Mpi comm;
+           return nccl_through(comm);
+         }) && ok;
 #endif
   std::printf("rank %d: check %s\n", p.rank, ok ? "passed" : "FAILED");
   return ok ? 0 : 1;

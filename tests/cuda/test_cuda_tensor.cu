@@ -99,3 +99,19 @@ TEST_CASE("pinned staging buffers are reused") {
   for (int i = 0; i < 10; ++i) CHECK(download<float>(upload(v, {1 << 16})) == v);
   CHECK(pinned.stats().system_allocations == before.system_allocations);
 }
+
+TEST_CASE("an Event orders a Stream of the caller's after the compute stream") {
+  Tensor t = Tensor::empty({1 << 20}, DType::f32, kDev);
+  t.fill_(7);  // queued on the compute stream
+  kernels::cuda::Stream mine;
+  kernels::cuda::Event filled;
+  filled.record(stream());
+  filled.block(mine.get());  // the copy below runs after the fill, though on another stream
+  std::vector<float> host(1 << 20, 0.0f);
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(host.data(), t.device_data<float>(), host.size() * sizeof(float),
+                                    cudaMemcpyDeviceToHost, mine.get()));
+  mine.synchronize();
+  CHECK(mine.done());
+  CHECK(filled.done());
+  for (float x : host) REQUIRE(x == 7.0f);
+}
