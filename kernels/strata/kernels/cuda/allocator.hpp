@@ -6,12 +6,15 @@
 /// cached block back and retries; then it is a cuda_error that says how much was in use.
 #pragma once
 
+#include <strata/kernels/cuda/runtime.hpp>  // without CUDA: its #error is the only message
+
+#if STRATA_HAS_CUDA
+
 #include <array>
 #include <atomic>
 #include <mutex>
 #include <string>
 
-#include <strata/kernels/cuda/runtime.hpp>
 #include <strata/tensor/allocator.hpp>  // SizeClassCache, AllocatorStats
 
 namespace strata::kernels::cuda {
@@ -120,3 +123,5 @@ class PinnedBuffer {
 };
 
 }  // namespace strata::kernels::cuda
+
+#endif  // STRATA_HAS_CUDA

@@ -5,6 +5,10 @@
 /// knob PyTorch calls torch.backends.cuda.matmul.allow_tf32. Host code only.
 #pragma once
 
+#include <strata/kernels/cuda/runtime.hpp>  // without CUDA: its #error is the only message
+
+#if STRATA_HAS_CUDA
+
 #include <cublas_v2.h>
 
 #include <array>
@@ -15,7 +19,6 @@
 #include <type_traits>
 
 #include <strata/kernels/cpu/gemm.hpp>  // GemmArgs
-#include <strata/kernels/cuda/runtime.hpp>
 
 namespace strata::kernels::cuda {
 
@@ -79,3 +82,5 @@ void gemm(int device, const cpu::GemmArgs<T>& g) {
 }
 
 }  // namespace strata::kernels::cuda
+
+#endif  // STRATA_HAS_CUDA
