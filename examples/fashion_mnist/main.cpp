@@ -10,6 +10,7 @@
 //   mpirun -np 3 fashion_mnist --strategy parameter_server --servers 1 --mode sync|async
 //   strata-run -np 3 fashion_mnist --strategy parameter_server --collective gloo --mode async
 //   fashion_mnist_cuda --device cuda:0                              (the nvcc-built trainer, main_cuda.cu)
+//   mpirun -np 2 fashion_mnist_cuda --strategy multi_worker_mirrored --collective nccl   (one GPU per rank)
 //
 // The strategy is chosen at run time by dispatching to the template's instantiations.
 #include <cmath>
@@ -28,6 +29,9 @@
 #if STRATA_HAS_GLOO
 #include <strata/collective/gloo.hpp>
 #endif
+#if STRATA_HAS_NCCL
+#include <strata/collective/nccl.hpp>
+#endif
 #include <strata/strategy/parameter_server.hpp>
 
 namespace {
@@ -37,7 +41,7 @@ void usage() {
       "usage: fashion_mnist [--model mlp|cnn] [--epochs N] [--seed S] [--batch B] [--lr X]\n"
       "                     [--momentum M] [--data DIR] [--threads T] [--max-steps N] [--no-eval] [--quiet]\n"
       "                     [--strategy one_device|mirrored|central_storage|multi_worker_mirrored|parameter_server]\n"
-      "                     [--replicas N] [--collective mpi|gloo] [--compression none|fp16|bf16]\n"
+      "                     [--replicas N] [--collective mpi|gloo|nccl] [--compression none|fp16|bf16]\n"
       "                     [--device cpu|cuda:N]\n"
       "                     [--servers S] [--mode sync|async] [--staleness N] [--update-on servers|workers]\n"
       "                     [--checkpoint-dir DIR] [--checkpoint-every STEPS]\n"
@@ -190,9 +194,17 @@ int main(int argc, char** argv) try {
 #else
       throw strata::invalid_argument("[strata.example] this build has no Gloo (configure with -Dgloo=enabled)");
 #endif
+    } else if (collective == "nccl") {
+#if STRATA_HAS_NCCL
+      strata::MultiWorkerMirroredStrategy<strata::collective::Nccl> s(multi_worker);  // each rank on its local GPU
+      train_and_report(s);
+#else
+      throw strata::invalid_argument("[strata.example] --collective nccl needs the nvcc-built trainer "
+                                     "(fashion_mnist_cuda) of a build with -Dnccl=enabled");
+#endif
     } else {
-      throw strata::invalid_argument("[strata.example] --strategy multi_worker_mirrored needs --collective mpi or "
-                                     "gloo, got '" + collective + "'");
+      throw strata::invalid_argument("[strata.example] --strategy multi_worker_mirrored needs --collective mpi, "
+                                     "gloo or nccl, got '" + collective + "'");
     }
   } else if (strategy_name == "parameter_server") {
     if (mode.empty()) mode = "sync";

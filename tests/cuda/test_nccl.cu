@@ -65,3 +65,46 @@ TEST_CASE("Nccl on a device that does not exist is an error naming it") {
   CHECK_THROWS_WITH_AS(Nccl(boot[0], kernels::cuda::device_count()), doctest::Contains("does not exist"),
                        invalid_argument);
 }
+
+TEST_CASE("MultiWorkerMirroredStrategy<Nccl> trains on the GPU and follows OneDeviceStrategy on the CPU") {
+  // One rank: the same loop, the same data, the same initial values; the gradient engine's
+  // buckets live on the GPU and Nccl reduces them there (and host-side agreement, like the
+  // loss's reduce, goes through the bootstrap).
+  auto make = [] {
+    Generator gen(5);
+    nn::Sequential m;
+    m.add(nn::Linear(20, 32, true, gen, DType::f64));
+    m.add(nn::ReLU());
+    m.add(nn::Linear(32, 4, true, gen, DType::f64));
+    return m;
+  };
+  Generator gen(6);
+  const Tensor x = normal({16, 20}, 0, 1, gen, DType::f64);
+  Tensor y = Tensor::empty({16}, DType::i64);
+  for (int i = 0; i < 16; ++i) y.data<std::int64_t>()[i] = i % 4;
+  data::Batch b;
+  b.x = x;
+  b.y = y;
+  b.size = b.global_size = 16;
+  auto train = [&](auto& strategy) {
+    auto model = strategy.scope(make);
+    auto opt = strategy.scope([&] { return optim::Sgd(model.parameters(), 0.1, {.momentum = 0.9}); });
+    std::vector<double> losses;
+    for (int step = 0; step < 6; ++step)
+      losses.push_back(strategy.reduce(
+          ReduceOp::Sum, strategy.run(
+                             [&](ReplicaContext& ctx, const data::Batch& on) {
+                               Tensor loss = softmax_cross_entropy(model(on.x), on.y, 1.0 / 16);
+                               opt.apply_gradients(ctx, grad(loss, model.parameters()));
+                               return loss.item();
+                             },
+                             b)));
+    return losses;
+  };
+  OneDeviceStrategy cpu;
+  const auto want = train(cpu);
+  auto boot = InProcess::make_group(1);
+  MultiWorkerMirroredStrategy<Nccl> gpu(MultiWorkerOptions{}, boot[0], 0);
+  const auto got = train(gpu);
+  for (std::size_t s = 0; s < want.size(); ++s) CHECK(got[s] == doctest::Approx(want[s]).epsilon(1e-9));
+}

@@ -11,6 +11,9 @@
 /// a barrier on the bootstrap, whose own deadline and census name the ranks that did not
 /// arrive. STRATA_COLLECTIVE_DEBUG=1 compares fingerprints over the bootstrap before each call.
 ///
+/// Buffers in host memory (a strategy's flags and counters, a metric) go through the
+/// bootstrap instead, so every strategy's host-side agreement works over Nccl unchanged.
+///
 /// Blocking calls return with the result in device memory (the NCCL stream synchronised);
 /// iallreduce returns a Work that either waits on the host (wait()) or orders a stream after
 /// the collective without blocking the host (then(stream)) — the gradient engine's overlap.
@@ -76,20 +79,39 @@ inline ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-/// What Nccl needs of its bootstrap policy, type-erased (the bootstrap outlives the Nccl).
+/// What Nccl needs of its bootstrap policy, type-erased (the bootstrap outlives the Nccl):
+/// the raw collectives, which also carry whatever a caller hands Nccl in host memory.
 struct Bootstrap {
   int rank = 0, size = 1;
-  std::function<void(std::span<std::uint8_t>, int root)> broadcast;
-  std::function<void(std::span<const std::int64_t>, std::span<std::int64_t>)> allgather;
+  std::function<void(const void*, void*, std::size_t, DType, ReduceOp)> allreduce;
+  std::function<void(void*, std::size_t, DType, int)> broadcast;
+  std::function<void(const void*, void*, std::size_t, DType)> allgather;
+  std::function<void(const void*, void*, std::size_t, DType, ReduceOp)> reduce_scatter;
   std::function<void()> barrier;
 
   template <class B>
   static Bootstrap of(B& b) {
-    return {b.rank(), b.size(), [&b](std::span<std::uint8_t> x, int root) { b.broadcast(x, root); },
-            [&b](std::span<const std::int64_t> in, std::span<std::int64_t> out) { b.allgather(in, out); },
+    return {b.rank(),
+            b.size(),
+            [&b](const void* in, void* out, std::size_t n, DType t, ReduceOp op) { b.allreduce_raw(in, out, n, t, op); },
+            [&b](void* x, std::size_t n, DType t, int root) { b.broadcast_raw(x, n, t, root); },
+            [&b](const void* in, void* out, std::size_t n, DType t) { b.allgather_raw(in, out, n, t); },
+            [&b](const void* in, void* out, std::size_t n, DType t, ReduceOp op) {
+              b.reduce_scatter_raw(in, out, n, t, op);
+            },
             [&b] { b.barrier(); }};
   }
 };
+
+/// True if `p` is device (or managed) memory, which NCCL can read; false for host memory.
+inline bool is_device_memory(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // an address the runtime does not know: host memory
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
 
 }  // namespace detail
 
@@ -119,7 +141,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
                  " does not exist (this process sees ", kernels::cuda::device_count(), " CUDA devices)");
     ncclUniqueId id{};
     if (boot_.rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    boot_.broadcast(std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(&id), sizeof id), 0);
+    boot_.broadcast(&id, sizeof id, DType::u8, 0);
     kernels::cuda::DeviceGuard on(device_);
     STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
@@ -228,6 +250,8 @@ class Nccl : public TypedFrontEnd<Nccl> {
   /// `after` (the stream that produced x; by default the device's compute stream).
   template <class T>
   Work iallreduce(std::span<T> x, ReduceOp op, cudaStream_t after = nullptr) {
+    STRATA_CHECK(x.empty() || detail::is_device_memory(x.data()), "Nccl::iallreduce needs device memory (the "
+                 "blocking allreduce also takes host memory, through the bootstrap)");
     Fingerprint fp{OpKind::allreduce, op, dtype_v<T>, x.size(), 0, seq_++};
     if (options_.check_fingerprints) check_fingerprint(fp);
     order_after(after);
@@ -251,19 +275,29 @@ class Nccl : public TypedFrontEnd<Nccl> {
   }
 
   void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+    if (!detail::is_device_memory(out)) return boot_.allreduce(in, out, count, dtype, op);
     run({OpKind::allreduce, op, dtype, count, 0, 0}, [&] {
       return ncclAllReduce(in, out, count, detail::nccl_type(dtype), detail::nccl_op(op), comm_, stream_);
     });
   }
+  /// A 16-bit float sum (gradient compression's wire format): NCCL reduces float16 and
+  /// bfloat16 natively.
+  void allreduce_sum16_raw(void* x, std::size_t count, DType dtype) {
+    STRATA_CHECK(dtype == DType::f16 || dtype == DType::bf16, "allreduce_sum16_raw of ", name_of(dtype));
+    allreduce_raw(x, x, count, dtype, ReduceOp::Sum);
+  }
   void broadcast_raw(void* x, std::size_t count, DType dtype, int root) {
+    if (!detail::is_device_memory(x)) return boot_.broadcast(x, count, dtype, root);
     run({OpKind::broadcast, ReduceOp::Sum, dtype, count, root, 0},
         [&] { return ncclBroadcast(x, x, count, detail::nccl_type(dtype), root, comm_, stream_); });
   }
   void allgather_raw(const void* in, void* out, std::size_t count, DType dtype) {
+    if (!detail::is_device_memory(out)) return boot_.allgather(in, out, count, dtype);
     run({OpKind::allgather, ReduceOp::Sum, dtype, count, 0, 0},
         [&] { return ncclAllGather(in, out, count, detail::nccl_type(dtype), comm_, stream_); });
   }
   void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+    if (!detail::is_device_memory(out)) return boot_.reduce_scatter(in, out, count, dtype, op);
     run({OpKind::reduce_scatter, op, dtype, count, 0, 0}, [&] {
       return ncclReduceScatter(in, out, count, detail::nccl_type(dtype), detail::nccl_op(op), comm_, stream_);
     });
@@ -375,9 +409,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
   void check_fingerprint(const Fingerprint& fp) {
     std::vector<std::uint64_t> mine(Fingerprint::kWords), all(Fingerprint::kWords * static_cast<std::size_t>(size()));
     fp.pack(mine.data());
-    // Moved as int64 (a dtype every policy has); signed and unsigned words may alias.
-    boot_.allgather(std::span<const std::int64_t>(reinterpret_cast<const std::int64_t*>(mine.data()), mine.size()),
-                    std::span<std::int64_t>(reinterpret_cast<std::int64_t*>(all.data()), all.size()));
+    boot_.allgather(mine.data(), all.data(), mine.size(), DType::i64);  // words as int64: a dtype every policy has
     if (auto msg = fingerprint_mismatch(rank(), fp, all.data(), size()); !msg.empty()) throw collective_error(msg);
   }
 

@@ -24,7 +24,7 @@ enum class NonFinite {
 
 /// True if every element of floating-point tensor `t` is finite (one pass, no early exit).
 inline bool all_finite(const Tensor& t) {
-  const Tensor c = t.contiguous();
+  const Tensor c = t.to(Device::cpu()).contiguous();  // a device's tensor: checked on a host copy
   return strata::detail::visit_floating(c.dtype(), "non-finite check", [&](auto tag) {
     using T = decltype(tag);
     const T* p = c.template data<T>();

@@ -107,9 +107,17 @@ class GradientEngine {
       b.count += static_cast<std::size_t>(p.numel());
       b.bytes += p.nbytes();
     }
+    const Device device = params_.empty() ? Device::cpu() : params_.front().device();
+    for (const Tensor& p : params_)
+      STRATA_CHECK(p.device() == device, "GradientEngine: parameters on ", device, " and ", p.device(),
+                   "; one replica's parameters share a device");
+    STRATA_CHECK(compression == Compression::none || device.kind == DeviceKind::cpu,
+                 "gradient compression of parameters on ", device, " is not supported yet");
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
       Bucket& bk = buckets_[b];
-      bk.buffer = zeros(Shape{static_cast<std::int64_t>(bk.count)}, bk.dtype);
+      // On the parameters' device: the gradients are views of it, and a device collective
+      // (Nccl) reduces it where it is.
+      bk.buffer = Tensor::empty(Shape{static_cast<std::int64_t>(bk.count)}, bk.dtype, device).fill_(0.0);
       if (compression_ != Compression::none && bk.dtype == DType::f32)
         bk.wire = Tensor::empty(Shape{static_cast<std::int64_t>(bk.count)},
                                 compression_ == Compression::fp16 ? DType::f16 : DType::bf16);

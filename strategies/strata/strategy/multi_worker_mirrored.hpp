@@ -28,6 +28,7 @@
 #include <strata/strategy/process_replica.hpp>
 #include <strata/strategy/replicated.hpp>
 #include <strata/strategy/strategy.hpp>
+#include <strata/tensor/placement.hpp>  // move_in_place
 
 namespace strata {
 
@@ -46,7 +47,7 @@ struct MultiWorkerOptions {
 template <class C>
 class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
   static_assert(Collective<C>, "MultiWorkerMirroredStrategy<C>: C must be a collective policy (collective::Mpi, "
-                               "collective::Gloo)");
+                               "collective::Gloo, collective::Nccl)");
   static_assert(!std::is_same_v<C, collective::InProcess>,
                 "MultiWorkerMirroredStrategy<InProcess>: InProcess ranks are threads of one process; use "
                 "MirroredStrategy for replicas on threads");
@@ -77,6 +78,8 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
     using T = std::invoke_result_t<F&>;
     T made = factory();
     if constexpr (detail::HasParameters<T>) {
+      if constexpr (requires { comm_.device(); })  // a device collective (Nccl): the replica lives on its GPU
+        move_in_place(made.parameters(), Device::cuda(comm_.device()));
       detail::broadcast_parameters(comm_, made.parameters(), 0);
       owned_.push_back(std::make_unique<GradientEngine<C>>(comm_, made.parameters(), options_.bucket_bytes,
                                                            options_.compression));
@@ -100,8 +103,13 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
   template <class F>
     requires std::invocable<F&, ReplicaContext&, const data::Batch&>
   auto run(F&& fn, const data::Batch& batch) {
-    return run_replica<std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>>(
-        [&](ReplicaContext& ctx) { return fn(ctx, batch); });
+    using R = std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>;
+    if constexpr (requires { comm_.device(); }) {  // the input follows the variables to the GPU
+      const data::Batch on_device = batch.to(Device::cuda(comm_.device()));
+      return run_replica<R>([&](ReplicaContext& ctx) { return fn(ctx, on_device); });
+    } else {
+      return run_replica<R>([&](ReplicaContext& ctx) { return fn(ctx, batch); });
+    }
   }
   template <class F>
     requires std::invocable<F&, ReplicaContext&>
