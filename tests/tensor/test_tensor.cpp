@@ -106,3 +106,12 @@ TEST_CASE("a cuda tensor in a program without CUDA kernels is an error that says
   CHECK_THROWS_WITH_AS(strata::ones({2}).to(strata::Device::cuda(0)), doctest::Contains("-Dcuda=enabled"),
                        strata::invalid_argument);
 }
+
+TEST_CASE("to_vector and to() of a strided host view read it in row-major order") {
+  strata::Tensor t = strata::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  // The transpose as a view: shape [3, 2], strides [1, 3].
+  const strata::Tensor v = strata::detail::make_view(t, {3, 2}, {1, 3}, 0);
+  REQUIRE_FALSE(v.is_contiguous());
+  CHECK(v.to_vector<float>() == std::vector<float>{1, 4, 2, 5, 3, 6});
+  CHECK(same_tensor(v.to(strata::Device::cpu()), v));  // already there: the same tensor
+}

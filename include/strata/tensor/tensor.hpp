@@ -388,7 +388,7 @@ template <class T>
 std::vector<T> Tensor::to_vector() const {
   STRATA_CHECK(defined(), "to_vector() of an undefined tensor");
   std::vector<T> out(static_cast<std::size_t>(numel()));
-  Tensor c = to(Device::cpu());
+  Tensor c = to(Device::cpu()).contiguous();  // to() keeps a host view's strides
   detail::visit_dtype(dtype(), [&](auto tag) {
     using S = decltype(tag);
     const S* p = static_cast<const S*>(c.raw_data());
