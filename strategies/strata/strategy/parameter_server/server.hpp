@@ -17,7 +17,7 @@
 /// after run: what a resumed run must reproduce.
 ///
 /// Checkpoints: on the chief's kSaveTag(step) the server writes its shard — each partition's
-/// value and optimizer state — to <dir>/ps-shard-<server>-<step>.strata (atomically) and
+/// value and optimizer state — to `DIR/ps-shard-SERVER-STEP.strata` (atomically) and
 /// answers with the file's CRC-32C, which the chief's index records (see shard_path()).
 #pragma once
 
