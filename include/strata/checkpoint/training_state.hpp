@@ -39,13 +39,33 @@ inline Tensor generator_tensor(const Generator& g) {
   return r;
 }
 
+/// Appends `opt`'s slots as "<prefix><slot>" and its step count as "<prefix>steps".
+inline void add_optimizer_state(NamedTensors& out, const std::string& prefix, const optim::Optimizer& opt) {
+  for (const auto& [name, t] : opt.state()) out.emplace_back(prefix + name, t);
+  out.emplace_back(prefix + "steps", full({}, static_cast<double>(opt.steps()), DType::i64));
+}
+
+/// What add_optimizer_state() wrote under `prefix`: the slots (named without the prefix) and
+/// the step count, for Optimizer::load_state.
+struct OptimizerState {
+  std::vector<std::pair<std::string, Tensor>> slots;
+  std::int64_t steps = 0;
+};
+inline OptimizerState read_optimizer_state(const Reader& r, const std::string& prefix) {
+  OptimizerState st;
+  for (const Entry& e : r.entries())
+    if (e.name.rfind(prefix, 0) == 0 && e.name != prefix + "steps")
+      st.slots.emplace_back(e.name.substr(prefix.size()), r.read(e.name));
+  st.steps = static_cast<std::int64_t>(r.read(prefix + "steps").item());
+  return st;
+}
+
 inline NamedTensors capture_training_state(std::span<const Tensor> params, const optim::Optimizer& opt,
                                            TrainingPosition pos, int replicas,
                                            std::span<Generator* const> generators = {}) {
   NamedTensors out;
   for (std::size_t i = 0; i < params.size(); ++i) out.emplace_back("param." + std::to_string(i), params[i]);
-  for (const auto& [name, t] : opt.state()) out.emplace_back("optimizer." + name, t);
-  out.emplace_back("optimizer.steps", full({}, static_cast<double>(opt.steps()), DType::i64));
+  add_optimizer_state(out, "optimizer.", opt);
   out.emplace_back("position", from_vector<std::int64_t>({3}, {pos.step, pos.epoch, pos.batch}));
   out.emplace_back("rng", generator_tensor(default_generator()));
   for (std::size_t i = 0; i < generators.size(); ++i)
@@ -65,8 +85,13 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
     throw invalid_argument("[strata.checkpoint.mismatch] '" + r.name() + "' was written with " +
                            std::to_string(saved_replicas) + " replicas in sync, this run has " + std::to_string(replicas) +
                            " (the global batch and data order would differ)");
-  std::size_t saved_params = 0;
-  while (r.find("param." + std::to_string(saved_params))) ++saved_params;
+  // How many of "<prefix>0", "<prefix>1", ... the file holds.
+  auto count = [&](const std::string& prefix) {
+    std::size_t n = 0;
+    while (r.find(prefix + std::to_string(n))) ++n;
+    return n;
+  };
+  const std::size_t saved_params = count("param.");
   if (saved_params != params.size())
     throw invalid_argument("[strata.checkpoint.mismatch] '" + r.name() + "' holds " + std::to_string(saved_params) +
                            " parameters, the model has " + std::to_string(params.size()));
@@ -82,14 +107,11 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
     }
     values.push_back(std::move(v));
   }
-  std::vector<std::pair<std::string, Tensor>> slots;
-  for (const Entry& e : r.entries())
-    if (e.name.rfind("optimizer.", 0) == 0 && e.name != "optimizer.steps") slots.emplace_back(e.name.substr(10), r.read(e.name));
+  const OptimizerState optimizer = read_optimizer_state(r, "optimizer.");
   const Tensor pos = r.read("position"), rng = r.read("rng");
   STRATA_CHECK(pos.numel() == 3 && pos.dtype() == DType::i64 && rng.numel() == 4 && rng.dtype() == DType::i64,
                "[strata.checkpoint] '", r.name(), "': malformed position or rng");
-  std::size_t saved_generators = 0;
-  while (r.find("generator." + std::to_string(saved_generators))) ++saved_generators;
+  const std::size_t saved_generators = count("generator.");
   if (saved_generators != generators.size())
     throw invalid_argument("[strata.checkpoint.mismatch] '" + r.name() + "' holds " + std::to_string(saved_generators) +
                            " module generators (Dropout layers), the model has " + std::to_string(generators.size()));
@@ -100,7 +122,7 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
                  i);
     generator_states.push_back(std::move(g));
   }
-  opt.load_state(slots, scalar("optimizer.steps"));  // checks every slot before changing any
+  opt.load_state(optimizer.slots, optimizer.steps);  // checks every slot before changing any
   {
     NoGradGuard no_grad;
     for (std::size_t i = 0; i < params.size(); ++i) {

@@ -193,6 +193,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
         (void)(st == ncclSuccess ? ncclCommDestroy(comm_) : ncclCommAbort(comm_));
       }
     }
+    if (scratch_ != nullptr) (void)cudaFree(scratch_);
     if (done_ != nullptr) (void)cudaEventDestroy(done_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   }
@@ -211,7 +212,6 @@ class Nccl : public TypedFrontEnd<Nccl> {
     if (scratch_ == nullptr) {
       kernels::cuda::DeviceGuard on(device_);
       STRATA_CUDA_CHECK(cudaMalloc(&scratch_, sizeof(float)));
-      scratch_owner_ = std::shared_ptr<void>(scratch_, [](void* p) { (void)cudaFree(p); });
     }
     const Fingerprint fp{OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0, 0};
     run(fp, [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
@@ -420,8 +420,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
-  void* scratch_ = nullptr;
-  std::shared_ptr<void> scratch_owner_;
+  void* scratch_ = nullptr;  ///< the barrier's one device word
   std::uint64_t seq_ = 0;
   bool aborted_ = false;
   std::string abort_reason_;

@@ -98,6 +98,20 @@ inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
   });
 }
 
+/// Records conv2d's node: `saved` are what its backward reads (the column matrix on the CPU,
+/// the input on a device) and the weight.
+inline Tensor record_conv2d(void (*backward)(autograd::Node&, std::uint64_t), const Tensor& out, const Tensor& x,
+                            const Tensor& w, const Tensor& b, const Tensor& saved, const Tensor& wc, Activation act,
+                            std::int64_t stride, std::int64_t padding) {
+  if (auto* n = autograd::record("conv2d", backward, out, x, w, b)) {
+    n->saved = {saved, wc};
+    n->i[0] = static_cast<std::int64_t>(act);
+    n->i[1] = stride;
+    n->i[2] = padding;
+  }
+  return out;
+}
+
 inline void max_pool2d_backward(autograd::Node& n, std::uint64_t epoch) {
   auto s = autograd::grad_slot(n.in[0], epoch);
   if (!s) return;
@@ -146,13 +160,7 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
     if (bc.defined() || act == Activation::relu)
       dk.channel_bias_act(dev, x.dtype(), N, OC, P, out.raw_data(), bc.defined() ? bc.raw_data() : nullptr,
                           act == Activation::relu, out.raw_data());
-    if (auto* n = autograd::record("conv2d", &ops::detail::conv2d_backward_device, out, x, w, b)) {
-      n->saved = {xc, wc};
-      n->i[0] = static_cast<std::int64_t>(act);
-      n->i[1] = stride;
-      n->i[2] = padding;
-    }
-    return out;
+    return ops::detail::record_conv2d(&ops::detail::conv2d_backward_device, out, x, w, b, xc, wc, act, stride, padding);
   }
   Tensor cols = Tensor::empty({R, C}, x.dtype());
   Tensor out = Tensor::empty({N, OC, geo.oh(), geo.ow()}, x.dtype());
@@ -175,13 +183,7 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
     for (std::int64_t i = 0; i < N; ++i)  // [OC, N*P] -> [N, OC, P] with bias and activation, one pass
       kernels::cpu::row_bias_act_rows<T>(OC, P, tp + i * P, C, bp, relu, y + i * OC * P, P);
   });
-  if (auto* n = autograd::record("conv2d", &ops::detail::conv2d_backward, out, x, w, b)) {
-    n->saved = {cols, wc};
-    n->i[0] = static_cast<std::int64_t>(act);
-    n->i[1] = stride;
-    n->i[2] = padding;
-  }
-  return out;
+  return ops::detail::record_conv2d(&ops::detail::conv2d_backward, out, x, w, b, cols, wc, act, stride, padding);
 }
 
 /// 2-D max pooling over x [N, C, H, W] with a square window; stride defaults to the window.

@@ -10,9 +10,6 @@
 
 #if STRATA_HAS_CUDA
 
-#include <array>
-#include <atomic>
-#include <mutex>
 #include <string>
 
 #include <strata/tensor/allocator.hpp>  // SizeClassCache, AllocatorStats
@@ -79,17 +76,8 @@ class CachingDeviceAllocator : public strata::detail::SizeClassCache<detail::Dev
   /// The allocator of `device` (created on first use, never destroyed: tensors in static
   /// objects stay valid).
   static CachingDeviceAllocator& of(int device) {
-    static std::array<std::atomic<CachingDeviceAllocator*>, kMaxDevices> all{};
-    static std::mutex mu;
-    if (device < 0 || device >= kMaxDevices)
-      throw invalid_argument("[strata.cuda] device index " + std::to_string(device) + " is out of range");
-    auto& slot = all[static_cast<std::size_t>(device)];
-    if (auto* a = slot.load(std::memory_order_acquire)) return *a;
-    std::lock_guard lock(mu);
-    if (auto* a = slot.load(std::memory_order_acquire)) return *a;
-    auto* a = new CachingDeviceAllocator(device);
-    slot.store(a, std::memory_order_release);
-    return *a;
+    struct Tag;
+    return *per_device<Tag, CachingDeviceAllocator*>(device, [device] { return new CachingDeviceAllocator(device); });
   }
 
  private:

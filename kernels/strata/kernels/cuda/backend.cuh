@@ -14,6 +14,7 @@
 #include <strata/kernels/cuda/elementwise.cuh>
 #include <strata/tensor/device_backend.hpp>
 #include <strata/tensor/half.hpp>
+#include <strata/tensor/tensor.hpp>  // detail::visit_dtype
 
 namespace strata::kernels::cuda {
 
@@ -66,41 +67,34 @@ inline void copy(void* dst, Device dd, const void* src, Device sd, std::size_t b
   STRATA_CUDA_CHECK(cudaStreamSynchronize(s));  // the event dies here: wait for what it orders
 }
 
-template <class F>
-void visit(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::i32: return f(std::int32_t{});
-    case DType::i64: return f(std::int64_t{});
-    case DType::u8: return f(std::uint8_t{});
-    case DType::f16:
-    case DType::bf16: return f(std::uint16_t{});  // moved as bits
-  }
-}
-
 inline void fill(int device, void* dst, DType dtype, std::int64_t count, double value) {
   DeviceGuard on(device);
   cudaStream_t s = compute_stream(device);
-  visit(dtype, [&](auto tag) {
+  if (dtype == DType::f16 || dtype == DType::bf16) {  // the value's 16 bits
+    const float v = static_cast<float>(value);
+    cuda::fill(static_cast<std::uint16_t*>(dst), count, dtype == DType::f16 ? Half(v).bits : BFloat16(v).bits, s);
+    return;
+  }
+  strata::detail::visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, std::uint16_t>) {
-      const std::uint16_t bits = dtype == DType::f16 ? Half(static_cast<float>(value)).bits
-                                                      : BFloat16(static_cast<float>(value)).bits;
-      cuda::fill(static_cast<std::uint16_t*>(dst), count, bits, s);
-    } else {
-      cuda::fill(static_cast<T*>(dst), count, static_cast<T>(value), s);
-    }
+    cuda::fill(static_cast<T*>(dst), count, static_cast<T>(value), s);
   });
 }
 
+/// A gather moves elements without reading them: only their size matters.
 inline void gather_strided(int device, void* dst, const void* src, DType dtype, const Shape& shape,
                            const Shape& strides) {
   DeviceGuard on(device);
-  visit(dtype, [&](auto tag) {
+  auto run = [&](auto tag) {
     using T = decltype(tag);
     cuda::gather(static_cast<T*>(dst), static_cast<const T*>(src), shape, strides, compute_stream(device));
-  });
+  };
+  switch (size_of(dtype)) {
+    case 1: return run(std::uint8_t{});
+    case 2: return run(std::uint16_t{});
+    case 4: return run(std::uint32_t{});
+    default: return run(std::uint64_t{});
+  }
 }
 
 inline void synchronize(int device) {

@@ -14,7 +14,6 @@
 #include <array>
 #include <atomic>
 #include <climits>
-#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -41,18 +40,13 @@ inline bool tf32_allowed() noexcept { return detail::tf32_allowed().load(); }
 
 /// The cuBLAS handle of `device`, on its compute stream.
 inline cublasHandle_t blas_handle(int device) {
-  static std::array<std::atomic<cublasHandle_t>, kMaxDevices> handles{};
-  static std::mutex mu;
-  auto& slot = handles[static_cast<std::size_t>(device)];
-  if (cublasHandle_t h = slot.load(std::memory_order_acquire)) return h;
-  std::lock_guard lock(mu);
-  if (cublasHandle_t h = slot.load(std::memory_order_acquire)) return h;
-  DeviceGuard on(device);
-  cublasHandle_t h = nullptr;
-  check(cublasCreate(&h), "cublasCreate");  // lives as long as the process
-  check(cublasSetStream(h, compute_stream(device)), "cublasSetStream");
-  slot.store(h, std::memory_order_release);
-  return h;
+  struct Tag;
+  return per_device<Tag, cublasHandle_t>(device, [device] {
+    cublasHandle_t h = nullptr;
+    check(cublasCreate(&h), "cublasCreate");
+    check(cublasSetStream(h, compute_stream(device)), "cublasSetStream");
+    return h;
+  });
 }
 
 /// C = alpha * op(A) * op(B) + beta * C over row-major device buffers.

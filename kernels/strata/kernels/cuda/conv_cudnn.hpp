@@ -15,7 +15,6 @@
 
 #include <cudnn.h>
 
-#include <array>
 #include <map>
 #include <mutex>
 #include <string>
@@ -38,16 +37,13 @@ inline constexpr std::size_t kConvWorkspaceLimit = std::size_t{256} << 20;
 
 /// The cuDNN handle of `device`, on its compute stream.
 inline cudnnHandle_t cudnn_handle(int device) {
-  static std::array<cudnnHandle_t, kMaxDevices> handles{};
-  static std::mutex mu;
-  std::lock_guard lock(mu);
-  auto& h = handles[static_cast<std::size_t>(device)];
-  if (h == nullptr) {
-    DeviceGuard on(device);
-    check(cudnnCreate(&h), "cudnnCreate");  // lives as long as the process
+  struct Tag;
+  return per_device<Tag, cudnnHandle_t>(device, [device] {
+    cudnnHandle_t h = nullptr;
+    check(cudnnCreate(&h), "cudnnCreate");
     check(cudnnSetStream(h, compute_stream(device)), "cudnnSetStream");
-  }
-  return h;
+    return h;
+  });
 }
 
 namespace detail {

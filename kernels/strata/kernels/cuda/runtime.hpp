@@ -129,23 +129,35 @@ class Event {
   cudaEvent_t e_ = nullptr;
 };
 
+/// The process-wide object of kind `Tag` for `device` (a stream, a library handle, an
+/// allocator): made by `make()` with `device` current on first use, never destroyed (it lives
+/// as long as the process). Later calls are one atomic load.
+template <class Tag, class T, class Make>
+T per_device(int device, Make&& make) {
+  static std::array<std::atomic<T>, kMaxDevices> slots{};
+  static std::mutex mu;
+  if (device < 0 || device >= kMaxDevices)
+    throw invalid_argument("[strata.cuda] device index " + std::to_string(device) + " is out of range");
+  auto& slot = slots[static_cast<std::size_t>(device)];
+  if (T v = slot.load(std::memory_order_acquire)) return v;
+  std::lock_guard lock(mu);
+  if (T v = slot.load(std::memory_order_acquire)) return v;
+  DeviceGuard on(device);
+  T v = make();
+  slot.store(v, std::memory_order_release);
+  return v;
+}
+
 /// The stream every strata kernel on `device` is queued on, one per device and process.
 /// One stream per device is what lets the caching allocator hand a freed block out again at
 /// once: whatever uses it next runs after whatever used it before.
 inline cudaStream_t compute_stream(int device) {
-  static std::array<std::atomic<cudaStream_t>, kMaxDevices> streams{};
-  static std::mutex mu;
-  if (device < 0 || device >= kMaxDevices)
-    throw invalid_argument("[strata.cuda] device index " + std::to_string(device) + " is out of range");
-  auto& slot = streams[static_cast<std::size_t>(device)];
-  if (cudaStream_t s = slot.load(std::memory_order_acquire)) return s;
-  std::lock_guard lock(mu);
-  if (cudaStream_t s = slot.load(std::memory_order_acquire)) return s;
-  DeviceGuard on(device);
-  cudaStream_t s = nullptr;
-  STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));  // lives as long as the process
-  slot.store(s, std::memory_order_release);
-  return s;
+  struct Tag;
+  return per_device<Tag, cudaStream_t>(device, [] {
+    cudaStream_t s = nullptr;
+    STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  });
 }
 
 }  // namespace strata::kernels::cuda

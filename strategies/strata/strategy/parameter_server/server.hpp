@@ -37,12 +37,12 @@
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/checkpoint/crc32c.hpp>
 #include <strata/checkpoint/file.hpp>
+#include <strata/checkpoint/training_state.hpp>  // add_optimizer_state, read_optimizer_state
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/runtime/process_state.hpp>
 #include <strata/strategy/parameter_server/backoff.hpp>
 #include <strata/strategy/parameter_server/shards.hpp>
-#include <strata/tensor/factory.hpp>  // full
 
 namespace strata::ps {
 
@@ -270,13 +270,8 @@ class Server {
       Held& h = held_[k];
       h.value.copy_(values[k]);
       if (!h.opt) continue;
-      const std::string prefix = "partition." + std::to_string(h.id) + ".optimizer.";
-      std::vector<std::pair<std::string, Tensor>> slots;
-      for (const checkpoint::Entry& e : r.entries())
-        if (e.name.rfind(prefix, 0) == 0 && e.name != prefix + "steps")
-          slots.emplace_back(e.name.substr(prefix.size()), r.read(e.name));
-      const bool has_steps = r.find(prefix + "steps") != nullptr;
-      h.opt->load_state(slots, has_steps ? static_cast<std::int64_t>(r.read(prefix + "steps").item()) : 0);
+      const auto st = checkpoint::read_optimizer_state(r, "partition." + std::to_string(h.id) + ".optimizer.");
+      h.opt->load_state(st.slots, st.steps);
     }
   }
 
@@ -288,9 +283,7 @@ class Server {
     for (const Held& h : held_) {
       const std::string p = "partition." + std::to_string(h.id);
       tensors.emplace_back(p + ".value", h.value);
-      if (!h.opt) continue;
-      for (const auto& [name, t] : h.opt->state()) tensors.emplace_back(p + ".optimizer." + name, t);
-      tensors.emplace_back(p + ".optimizer.steps", full({}, static_cast<double>(h.opt->steps()), DType::i64));
+      if (h.opt) checkpoint::add_optimizer_state(tensors, p + ".optimizer.", *h.opt);
     }
     const std::vector<unsigned char> bytes = checkpoint::encode(tensors);
     std::error_code ec;
