@@ -76,3 +76,85 @@ TEST_CASE("Kernels.MaxPool2d.PropagatesNaN") {
   const auto z = strata::max_pool2d(x, 3, 1, 1).to_vector<double>();  // the generic path
   CHECK(std::isnan(z[0]));
 }
+
+// The gradient of 2x2 pooling against a serial reference: the first maximum of each window in
+// window order takes the output gradient. ReLU-like inputs with many ties, even planes (the
+// windows tile the plane) and odd ones (the last row and column belong to no window), and a
+// second pass accumulating into the first.
+TEST_CASE("Kernels.MaxPool2d.BackwardRoutesToFirstMaximum") {
+  for (auto [H, W] : {std::pair{6, 8}, std::pair{7, 5}}) {
+    const int P = 3, OH = H / 2, OW = W / 2;
+    auto x = ref::random_vector(static_cast<std::size_t>(P * H * W), 5);
+    for (auto& v : x) v = v < 0 ? 0.0 : std::round(v * 2);  // many exact ties
+    const auto gy = ref::random_vector(static_cast<std::size_t>(P * OH * OW), 6);
+    std::vector<double> want(x.size(), 0.0);
+    for (int p = 0; p < P; ++p)
+      for (int i = 0; i < OH; ++i)
+        for (int j = 0; j < OW; ++j) {
+          std::size_t at = static_cast<std::size_t>((p * H + 2 * i) * W + 2 * j);
+          for (int a = 0; a < 2; ++a)
+            for (int b = 0; b < 2; ++b) {
+              const auto k = static_cast<std::size_t>((p * H + 2 * i + a) * W + 2 * j + b);
+              if (x[k] > x[at]) at = k;
+            }
+          want[at] += gy[static_cast<std::size_t>((p * OH + i) * OW + j)];
+        }
+    for (auto dt : {strata::DType::f64, strata::DType::f32}) {
+      auto X = strata::from_vector<double>({1, P, H, W}, x, dt).requires_grad_();
+      auto G = strata::from_vector<double>({1, P, OH, OW}, gy, dt);
+      strata::backward(strata::max_pool2d(X, 2), G);
+      auto dx = X.grad().to_vector<double>();
+      for (std::size_t k = 0; k < want.size(); ++k) CHECK(dx[k] == doctest::Approx(want[k]).epsilon(1e-6));
+      strata::backward(strata::max_pool2d(X, 2), G, strata::GradAccumulation::accumulate);
+      dx = X.grad().to_vector<double>();
+      for (std::size_t k = 0; k < want.size(); ++k) CHECK(dx[k] == doctest::Approx(2 * want[k]).epsilon(1e-6));
+    }
+  }
+}
+
+// Batches large enough that the column matrix is built in several chunks, the last one short
+// (conv_chunk_images): forward and all three gradients, with the ReLU fused, against the
+// definition in double. Both GEMM layouts: per image (24x24 outputs) and per chunk (8x8).
+TEST_CASE("Kernels.Conv2d.ChunkedBatchesMatchTheDefinition") {
+  struct Case { int N, C, H, W, OC, K, s, p; };
+  for (const Case c : {Case{5, 16, 26, 26, 4, 3, 1, 0}, Case{5, 64, 12, 12, 6, 5, 1, 0}, Case{3, 120, 13, 13, 3, 3, 2, 1}}) {
+    const int OH = (c.H + 2 * c.p - c.K) / c.s + 1, OW = (c.W + 2 * c.p - c.K) / c.s + 1;
+    const auto geo = strata::kernels::cpu::ConvGeometry{c.N, c.C, c.H, c.W, c.K, c.K, c.s, c.p};
+    REQUIRE(strata::ops::detail::conv_chunk_images(geo, sizeof(double)) < c.N);  // several chunks
+    const auto x = ref::random_vector(static_cast<std::size_t>(c.N * c.C * c.H * c.W), 31);
+    const auto w = ref::random_vector(static_cast<std::size_t>(c.OC * c.C * c.K * c.K), 32);
+    const auto b = ref::random_vector(static_cast<std::size_t>(c.OC), 33);
+    const auto gy = ref::random_vector(static_cast<std::size_t>(c.N * c.OC * OH * OW), 34);
+    auto y = conv_ref(x, w, b, c.N, c.C, c.H, c.W, c.OC, c.K, c.s, c.p);
+    std::vector<double> g(gy.size()), dx(x.size(), 0.0), dw(w.size(), 0.0), db(b.size(), 0.0);
+    for (std::size_t k = 0; k < y.size(); ++k) {
+      g[k] = y[k] > 0 ? gy[k] : 0.0;  // the fused ReLU
+      y[k] = std::max(0.0, y[k]);
+    }
+    auto at = [](int i, int j, int k, int l, int J, int K, int L) { return static_cast<std::size_t>(((i * J + j) * K + k) * L + l); };
+    for (int n = 0; n < c.N; ++n)
+      for (int o = 0; o < c.OC; ++o)
+        for (int i = 0; i < OH; ++i)
+          for (int j = 0; j < OW; ++j) {
+            const double gv = g[at(n, o, i, j, c.OC, OH, OW)];
+            db[static_cast<std::size_t>(o)] += gv;
+            for (int ch = 0; ch < c.C; ++ch)
+              for (int ki = 0; ki < c.K; ++ki)
+                for (int kj = 0; kj < c.K; ++kj) {
+                  const int yy = i * c.s - c.p + ki, xx = j * c.s - c.p + kj;
+                  if (yy < 0 || yy >= c.H || xx < 0 || xx >= c.W) continue;
+                  dw[at(o, ch, ki, kj, c.C, c.K, c.K)] += gv * x[at(n, ch, yy, xx, c.C, c.H, c.W)];
+                  dx[at(n, ch, yy, xx, c.C, c.H, c.W)] += gv * w[at(o, ch, ki, kj, c.C, c.K, c.K)];
+                }
+          }
+    auto X = strata::from_vector<double>({c.N, c.C, c.H, c.W}, x, strata::DType::f64).requires_grad_();
+    auto Wt = strata::from_vector<double>({c.OC, c.C, c.K, c.K}, w, strata::DType::f64).requires_grad_();
+    auto B = strata::from_vector<double>({c.OC}, b, strata::DType::f64).requires_grad_();
+    auto out = strata::conv2d(X, Wt, B, c.s, c.p, strata::Activation::relu);
+    CHECK(ref::max_rel_diff(out.to_vector<double>(), y) < 1e-12);
+    strata::backward(out, strata::from_vector<double>(out.shape(), gy, strata::DType::f64));
+    CHECK(ref::max_rel_diff(X.grad().to_vector<double>(), dx) < 1e-12);
+    CHECK(ref::max_rel_diff(Wt.grad().to_vector<double>(), dw) < 1e-12);
+    CHECK(ref::max_rel_diff(B.grad().to_vector<double>(), db) < 1e-12);
+  }
+}

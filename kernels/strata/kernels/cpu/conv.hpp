@@ -6,7 +6,8 @@
 #include <algorithm>  // std::fill_n
 #include <cstdint>
 
-#include <strata/config.hpp>  // STRATA_RESTRICT
+#include <strata/config.hpp>              // STRATA_RESTRICT
+#include <strata/kernels/cpu/blocked.hpp>  // for_each_blocked
 
 namespace strata::kernels::cpu {
 
@@ -21,6 +22,12 @@ struct ConvGeometry {
   std::int64_t cols() const noexcept { return n * oh() * ow(); }
 };
 
+/// dst[i] = src[i] for i in [0, n).
+template <class T>
+inline void copy_row(std::int64_t n, const T* STRATA_RESTRICT src, T* STRATA_RESTRICT dst) {
+  for_each_blocked(n, [&](std::int64_t i) { dst[i] = src[i]; });
+}
+
 /// cols[(c,i,j), (n,y,x)] = x[n, c, y*s - p + i, x*s - p + j] (0 outside the image).
 template <class T>
 void im2col(const ConvGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT cols) {
@@ -29,11 +36,12 @@ void im2col(const ConvGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT
     for (std::int64_t c = 0; c < g.c; ++c)
       for (std::int64_t i = 0; i < g.kh; ++i)
         for (std::int64_t j = 0; j < g.kw; ++j) {
-          T* STRATA_RESTRICT out = cols + ((c * g.kh + i) * g.kw + j) * ncols;
+          T* out = cols + ((c * g.kh + i) * g.kw + j) * ncols;
           for (std::int64_t n = 0; n < g.n; ++n) {
-            const T* STRATA_RESTRICT src = x + ((n * g.c + c) * g.h + i) * g.w + j;
-            for (std::int64_t y = 0; y < OH; ++y, out += OW, src += g.w)
-              for (std::int64_t ox = 0; ox < OW; ++ox) out[ox] = src[ox];
+            const T* src = x + ((n * g.c + c) * g.h + i) * g.w + j;
+            // Constant-length blocks: a plain loop of unknown length becomes one memmove call
+            // per (often 8-element) row, several times slower.
+            for (std::int64_t y = 0; y < OH; ++y, out += OW, src += g.w) copy_row(OW, src, out);
           }
         }
     return;

@@ -88,7 +88,10 @@ void bias_act_inplace(std::int64_t rows, std::int64_t cols, T* STRATA_RESTRICT y
 /// g[i] = y[i] > 0 ? g[i] : 0 (the ReLU part of a fused backward), in place on g.
 template <class T>
 void relu_mask_inplace(std::int64_t n, const T* STRATA_RESTRICT y, T* STRATA_RESTRICT g) {
-  for_each_blocked(n, [&](std::int64_t i) { g[i] = y[i] > T(0) ? g[i] : T(0); });
+  for_each_blocked(n, [&](std::int64_t i) {
+    const T gi = g[i];  // loaded unconditionally: a select, not a branch, so it vectorizes
+    g[i] = y[i] > T(0) ? gi : T(0);
+  });
 }
 
 /// out[i] = y[i] > 0 ? g[i] : 0, or out[i] += that when `accumulate`.
@@ -96,9 +99,15 @@ template <class T>
 void relu_backward(std::int64_t n, const T* STRATA_RESTRICT y, const T* STRATA_RESTRICT g, T* STRATA_RESTRICT out,
                    bool accumulate) {
   if (accumulate)
-    for_each_blocked(n, [&](std::int64_t i) { out[i] += y[i] > T(0) ? g[i] : T(0); });
+    for_each_blocked(n, [&](std::int64_t i) {
+      const T gi = g[i];  // loaded unconditionally: a select, not a branch, so it vectorizes
+      out[i] += y[i] > T(0) ? gi : T(0);
+    });
   else
-    for_each_blocked(n, [&](std::int64_t i) { out[i] = y[i] > T(0) ? g[i] : T(0); });
+    for_each_blocked(n, [&](std::int64_t i) {
+      const T gi = g[i];
+      out[i] = y[i] > T(0) ? gi : T(0);
+    });
 }
 
 /// out[c] (+)= sum over rows of g[r, c].
@@ -149,7 +158,8 @@ void conv_output_grad(std::int64_t images, std::int64_t rows, std::int64_t cols,
       if (out) {
         for (std::int64_t c = 0; c < full; c += kBlock)
           for (int j = 0; j < kBlock; ++j) {
-            const T v = out[c + j] > T(0) ? src[c + j] : T(0);
+            const T sv = src[c + j];  // loaded unconditionally: a select, not a branch
+            const T v = out[c + j] > T(0) ? sv : T(0);
             dst[c + j] = v;
             lanes[j] += v;
           }

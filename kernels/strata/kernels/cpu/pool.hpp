@@ -12,41 +12,81 @@ namespace strata::kernels::cpu {
 
 using math::PoolGeometry;
 
+namespace detail {
+
+/// max_pool2d_forward for 2x2 windows at stride 2 without padding (every window inside the
+/// image).
+template <class T>
+void max_pool2x2_forward(const PoolGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT y,
+                         std::int32_t* STRATA_RESTRICT argmax) {
+  const std::int64_t OH = g.oh(), OW = g.ow();
+  for (std::int64_t p = 0; p < g.planes; ++p) {
+    const T* in = x + p * g.h * g.w;
+    T* out = y + p * OH * OW;
+    std::int32_t* arg = argmax + p * OH * OW;
+    for (std::int64_t oy = 0; oy < OH; ++oy) {
+      const T* STRATA_RESTRICT r0 = in + 2 * oy * g.w;
+      const T* STRATA_RESTRICT r1 = r0 + g.w;
+      T* STRATA_RESTRICT o = out + oy * OW;
+      std::int32_t* STRATA_RESTRICT a = arg + oy * OW;
+      const auto b0 = static_cast<std::int32_t>(2 * oy * g.w), b1 = static_cast<std::int32_t>(b0 + g.w);
+      for (std::int64_t ox = 0; ox < OW; ++ox) {
+        // Selects in window order, no branches, so the loop vectorizes (branches mispredict
+        // on ReLU outputs). A NaN candidate wins (max propagates NaN); a NaN best is never
+        // replaced by a number.
+        const T c0 = r0[2 * ox], c1 = r0[2 * ox + 1], c2 = r1[2 * ox], c3 = r1[2 * ox + 1];
+        const auto x0 = static_cast<std::int32_t>(2 * ox);
+        T best = c0;
+        std::int32_t at = b0 + x0;
+        bool t = (c1 > best) | (c1 != c1);
+        best = t ? c1 : best;
+        at = t ? b0 + x0 + 1 : at;
+        t = (c2 > best) | (c2 != c2);
+        best = t ? c2 : best;
+        at = t ? b1 + x0 : at;
+        t = (c3 > best) | (c3 != c3);
+        best = t ? c3 : best;
+        at = t ? b1 + x0 + 1 : at;
+        o[ox] = best;
+        a[ox] = at;
+      }
+    }
+  }
+}
+
+/// The overwriting max_pool2d_backward for 2x2 windows at stride 2 over planes of even height
+/// and width: the windows tile the plane, so each dx element is written once, with the
+/// gradient where it won its window and 0 elsewhere (no separate zero fill, no scatter).
+template <class T>
+void max_pool2x2_backward(const PoolGeometry g, const T* STRATA_RESTRICT dy, const std::int32_t* STRATA_RESTRICT argmax,
+                          T* STRATA_RESTRICT dx) {
+  const std::int64_t OH = g.oh(), OW = g.ow();
+  for (std::int64_t p = 0; p < g.planes; ++p)
+    for (std::int64_t oy = 0; oy < OH; ++oy) {
+      const T* STRATA_RESTRICT gy = dy + (p * OH + oy) * OW;
+      const std::int32_t* STRATA_RESTRICT a = argmax + (p * OH + oy) * OW;
+      T* STRATA_RESTRICT d0 = dx + (p * g.h + 2 * oy) * g.w;
+      T* STRATA_RESTRICT d1 = d0 + g.w;
+      const auto b0 = static_cast<std::int32_t>(2 * oy * g.w), b1 = static_cast<std::int32_t>(b0 + g.w);
+      for (std::int64_t ox = 0; ox < OW; ++ox) {
+        const std::int32_t at = a[ox], x0 = static_cast<std::int32_t>(2 * ox);
+        const T v = gy[ox];
+        d0[2 * ox] = at == b0 + x0 ? v : T(0);
+        d0[2 * ox + 1] = at == b0 + x0 + 1 ? v : T(0);
+        d1[2 * ox] = at == b1 + x0 ? v : T(0);
+        d1[2 * ox + 1] = at == b1 + x0 + 1 ? v : T(0);
+      }
+    }
+}
+
+}  // namespace detail
+
 /// y = max over each window; `argmax` receives the flat index (within its plane) of the winner.
 template <class T>
 void max_pool2d_forward(const PoolGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT y,
                         std::int32_t* STRATA_RESTRICT argmax) {
   const std::int64_t OH = g.oh(), OW = g.ow();
-  if (g.k == 2 && g.stride == 2 && g.pad == 0) {  // the common case: 2x2 windows inside the image
-    for (std::int64_t p = 0; p < g.planes; ++p) {
-      const T* in = x + p * g.h * g.w;
-      T* out = y + p * OH * OW;
-      std::int32_t* arg = argmax + p * OH * OW;
-      for (std::int64_t oy = 0; oy < OH; ++oy) {
-        const T* r0 = in + 2 * oy * g.w;
-        const T* r1 = r0 + g.w;
-        const auto base0 = static_cast<std::int32_t>(2 * oy * g.w), base1 = static_cast<std::int32_t>(base0 + g.w);
-        for (std::int64_t ox = 0; ox < OW; ++ox) {
-          // Branch-free over the window, in window order; a NaN candidate wins (max propagates
-          // NaN) and a NaN best is never replaced by a number.
-          const auto x0 = static_cast<std::int32_t>(2 * ox);
-          T best = r0[x0];
-          std::int32_t at = base0 + x0;
-          auto take = [&](T c, std::int32_t idx) {
-            const bool t = (c > best) | (c != c);
-            best = t ? c : best;
-            at = t ? idx : at;
-          };
-          take(r0[x0 + 1], base0 + x0 + 1);
-          take(r1[x0], base1 + x0);
-          take(r1[x0 + 1], base1 + x0 + 1);
-          out[oy * OW + ox] = best;
-          arg[oy * OW + ox] = at;
-        }
-      }
-    }
-    return;
-  }
+  if (g.k == 2 && g.stride == 2 && g.pad == 0) return detail::max_pool2x2_forward(g, x, y, argmax);
   for (std::int64_t p = 0; p < g.planes; ++p) {
     const T* in = x + p * g.h * g.w;
     for (std::int64_t oy = 0; oy < OH; ++oy)
@@ -65,6 +105,8 @@ void max_pool2d_forward(const PoolGeometry g, const T* STRATA_RESTRICT x, T* STR
 template <class T>
 void max_pool2d_backward(const PoolGeometry g, const T* STRATA_RESTRICT dy, const std::int32_t* STRATA_RESTRICT argmax,
                          T* STRATA_RESTRICT dx, bool accumulate) {
+  if (!accumulate && g.k == 2 && g.stride == 2 && g.pad == 0 && g.h % 2 == 0 && g.w % 2 == 0)
+    return detail::max_pool2x2_backward(g, dy, argmax, dx);
   const std::int64_t OH = g.oh(), OW = g.ow(), plane = g.h * g.w;
   if (!accumulate) std::fill_n(dx, g.planes * plane, T(0));
   for (std::int64_t p = 0; p < g.planes; ++p) {
