@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <stdexcept>
+#include <thread>
 
 #include "strategies/equivalence.hpp"
 
@@ -281,5 +282,17 @@ TEST_CASE("Strategy.Mirrored.NonFiniteGradientsSkippedTogether") {
     INFO(e);
     CHECK(e.find("non-finite gradient in parameter " + last) != std::string::npos);
     CHECK(e.find("first non-finite on replica 2 (its parameter " + last + ")") != std::string::npos);
+  }
+}
+
+// The input pipeline gets a producer thread only when a core is left over for it; a depth the
+// user chose stays.
+TEST_CASE("Strategy.Mirrored.PrefetchesOnlyWithACoreToSpare") {
+  const auto p = strata::data::Pipeline(equivalence::dataset({})).batch(4);
+  const unsigned cores = std::thread::hardware_concurrency();
+  for (int replicas : {1, 2, 3}) {
+    strata::MirroredStrategy<> strategy(replicas);
+    CHECK(strategy.distribute(p).options().prefetch == (cores > static_cast<unsigned>(replicas) ? 2 : 0));
+    CHECK(strategy.distribute(p.prefetch(3)).options().prefetch == 3);
   }
 }

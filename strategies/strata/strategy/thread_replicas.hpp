@@ -8,6 +8,7 @@
 #include <concepts>
 #include <cstddef>
 #include <string>
+#include <thread>  // hardware_concurrency
 #include <type_traits>
 #include <vector>
 
@@ -29,8 +30,15 @@ class ThreadReplicas : RejectsReplicaValues {
   int num_replicas_in_sync() const noexcept { return n_; }
   bool is_chief() const noexcept { return true; }
 
-  /// The input pipeline, prefetching ahead; each batch is a global batch that run() splits.
-  data::Pipeline distribute(const data::Pipeline& p) const { return p.options().prefetch > 0 ? p : p.prefetch(2); }
+  /// The input pipeline; each batch is a global batch that run() splits. It prefetches ahead
+  /// on a thread of its own only when a core is left for that thread: with a replica on every
+  /// core the producer preempts one replica each step, and the others wait for it at the first
+  /// all-reduce (2 replicas on 2 cores: 4 % fewer examples/s than assembling the batch
+  /// inline). A depth the user set is kept.
+  data::Pipeline distribute(const data::Pipeline& p) const {
+    if (p.options().prefetch > 0 || std::thread::hardware_concurrency() <= static_cast<unsigned>(n_)) return p;
+    return p.prefetch(2);
+  }
 
   /// Runs fn(ctx, rows) on every replica at once, each with its contiguous share of the
   /// global batch's rows; returns the replicas' results.
