@@ -1,7 +1,9 @@
 // strata::collective::Mpi beside raw MPI in the same run (mpirun -np 2): for each size, the
 // median over iterations of the slowest rank's time for MPI_Allreduce / MPI_Bcast /
 // MPI_Allgather and for strata's call, alternating; busbw as in nccl-tests (PERF.md).
-// One JSON line per (collective, size) with both busbw figures and the ratio strata/raw.
+// One JSON line per (collective, size) with both busbw figures and the ratio strata/raw; and
+// "allreduce_shared": strata's allreduce of a shared buffer (Mpi::shared_buffer, the gradient
+// engine's buckets when all ranks share a host) against MPI_Allreduce of a plain one.
 //
 //   mpirun -np 2 bench_collectives_mpi [--max-bytes 268435456]
 #include <algorithm>
@@ -51,6 +53,9 @@ int main(int argc, char** argv) {
     std::vector<float> mine(share, 1.0f);
     struct Series { const char* name; double factor; std::vector<double> raw, ours; };
     Series ar{"allreduce", 2.0 * (n - 1) / n, {}, {}}, bc{"broadcast", 1.0, {}, {}}, ag{"allgather", double(n - 1) / n, {}, {}};
+    Series sh{"allreduce_shared", 2.0 * (n - 1) / n, {}, {}};
+    strata::Tensor shared = c.shared_buffer(static_cast<std::int64_t>(count), strata::DType::f32);  // undefined: skipped
+    if (shared.defined()) shared.fill_(1.0);
     // Alternate which side goes first, so cache and page state favour neither.
     auto pair = [&](Series& s, auto raw, auto ours, int it) {
       if (it % 2) {
@@ -67,9 +72,13 @@ int main(int argc, char** argv) {
       pair(bc, [&] { MPI_Bcast(x.data(), int(count), MPI_FLOAT, 0, c.comm()); }, [&] { c.broadcast(std::span(x), 0); }, it);
       pair(ag, [&] { MPI_Allgather(mine.data(), int(share), MPI_FLOAT, y.data(), int(share), MPI_FLOAT, c.comm()); },
            [&] { c.allgather(std::span<const float>(mine), std::span(y.data(), share * static_cast<std::size_t>(n))); }, it);
+      if (shared.defined())
+        pair(sh, [&] { MPI_Allreduce(MPI_IN_PLACE, x.data(), int(count), MPI_FLOAT, MPI_SUM, c.comm()); },
+             [&] { c.allreduce(std::span(shared.data<float>(), count), strata::ReduceOp::Sum); }, it);
     }
     if (c.rank() == 0)
-      for (const Series* s : {&ar, &bc, &ag}) {
+      for (const Series* s : {&ar, &bc, &ag, &sh}) {
+        if (s->ours.empty()) continue;
         const double gb = static_cast<double>(s == &ag ? share * static_cast<std::size_t>(n) * 4 : bytes) / 1e9;
         const double raw = gb / median(s->raw) * s->factor, ours = gb / median(s->ours) * s->factor;
         std::printf("{\"bench\":\"collective\",\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"raw\":\"mpi\","

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>  // setenv
 #include <functional>
 #include <string>
 #include <span>
@@ -16,6 +17,7 @@
 #include <strata/collective/collective.hpp>
 #include <strata/support/error.hpp>
 #include <strata/tensor/half.hpp>
+#include <strata/tensor/tensor.hpp>
 
 /// How a test runs `n` ranks of a policy; specialised by each policy's test program.
 template <class P>
@@ -223,3 +225,50 @@ void mismatch_case(P& c, int k) {
 }
 
 }  // namespace conformance
+
+namespace conformance {
+
+/// An in-place allreduce of a buffer the group shares (shared_buffer: processes on one host)
+/// for every op, on one buffer reused call after call, against the serial reference.
+template <class P, class S, class A>
+void check_shared_allreduce(int n, std::size_t count) {
+  World<P>::run(n, [&](P& c) {
+    strata::Tensor buf = c.shared_buffer(static_cast<std::int64_t>(count), strata::dtype_v<S>);
+    if (n == 1) {  // nothing to share with
+      CHECK_FALSE(buf.defined());
+      return;
+    }
+    REQUIRE(buf.defined());
+    S* x = buf.template data<S>();
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Min, ReduceOp::Max, ReduceOp::Prod}) {
+      for (std::size_t i = 0; i < count; ++i) x[i] = cast<S>(value(c.rank(), i, op));
+      c.allreduce_raw(x, x, count, strata::dtype_v<S>, op);
+      for (std::size_t i = 0; i < count; ++i)
+        if (uncast<S>(x[i]) != expected<S, A>(n, i, op)) {
+          FAIL_CHECK("shared buffer, rank ", c.rank(), " of ", n, ", ", std::string(strata::name_of(op)), ", ",
+                     std::string(strata::name_of(strata::dtype_v<S>)), " x ", count, ": element ", i, " is ",
+                     uncast<S>(x[i]), ", expected ", expected<S, A>(n, i, op));
+          return;
+        }
+    }
+  });
+}
+
+}  // namespace conformance
+
+TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.SharedBufferAllreduce", P, shared_buffer_suite) {
+  for (int n = 1; n <= 4; ++n)
+    for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{65536 / 4}}) {
+      check_shared_allreduce<P, float, float>(n, count);
+      check_shared_allreduce<P, double, double>(n, count);
+      check_shared_allreduce<P, std::int32_t, std::int32_t>(n, count);
+      check_shared_allreduce<P, std::int64_t, std::int64_t>(n, count);
+    }
+  for (int n : {2, 3, 4}) check_shared_allreduce<P, float, float>(n, (1u << 20) + 3);
+  // STRATA_SHM=0 on every rank: no shared buffers, the plain path carries the buckets.
+  World<P>::run(2, [](P& c) {
+    ::setenv("STRATA_SHM", "0", 1);
+    CHECK_FALSE(c.shared_buffer(16, strata::DType::f32).defined());
+    ::unsetenv("STRATA_SHM");
+  });
+}

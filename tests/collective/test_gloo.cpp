@@ -51,6 +51,7 @@ struct World<Gloo> {
 TEST_CASE_TEMPLATE_INVOKE(allreduce_suite, Gloo);
 TEST_CASE_TEMPLATE_INVOKE(data_movement_suite, Gloo);
 TEST_CASE_TEMPLATE_INVOKE(async_suite, Gloo);
+TEST_CASE_TEMPLATE_INVOKE(shared_buffer_suite, Gloo);
 
 TEST_CASE("Collective.Gloo.MismatchMatrix") {
   const auto p = strata::runtime::detect_process();
@@ -61,6 +62,37 @@ TEST_CASE("Collective.Gloo.MismatchMatrix") {
     Gloo c(p, "mismatch" + std::to_string(k), o);
     conformance::mismatch_case(c, k);
   }
+}
+
+// Shared buffers, count 8 on rank 0 and 4 on the others: every rank fails naming both sides;
+// and a rank that stops arriving is named by the others within the deadline.
+TEST_CASE("Collective.Gloo.SharedBufferMismatchAndAbsence") {
+  const auto p = strata::runtime::detect_process();
+  if (p.world_size < 2) return;
+  {
+    Gloo c(p, "shm_mismatch", strata::collective::Options::from_env());
+    strata::Tensor buf = c.shared_buffer(8, strata::DType::f32);
+    REQUIRE(buf.defined());
+    buf.fill_(1.0);
+    const std::size_t count = c.rank() == 0 ? 8 : 4;
+    CHECK_THROWS_WITH_AS(c.allreduce_raw(buf.raw_data(), buf.raw_data(), count, strata::DType::f32, strata::ReduceOp::Sum),
+                         doctest::Contains("[strata.collective.mismatch] allreduce #"), strata::collective_error);
+  }
+  world().barrier();
+  {
+    strata::collective::Options o;
+    o.timeout = std::chrono::milliseconds(1500);
+    Gloo c(p, "shm_absent", o);
+    strata::Tensor buf = c.shared_buffer(8, strata::DType::f32);
+    REQUIRE(buf.defined());
+    if (c.rank() != 0) {  // rank 0 never arrives
+      const auto t0 = std::chrono::steady_clock::now();
+      CHECK_THROWS_WITH_AS(c.allreduce_raw(buf.raw_data(), buf.raw_data(), 8, strata::DType::f32, strata::ReduceOp::Sum),
+                           doctest::Contains("did not arrive: rank 0"), strata::error);
+      CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
+    }
+  }
+  world().barrier();
 }
 
 // RELIABILITY A6: rank 0 never enters the barrier; on the others a watchdog thread calls

@@ -52,6 +52,7 @@
 
 #include <strata/collective/async.hpp>
 #include <strata/collective/collective.hpp>
+#include <strata/collective/detail/host_shared_buffer.hpp>
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
@@ -448,11 +449,17 @@ class Gloo : public TypedFrontEnd<Gloo> {
   Work iallreduce(std::span<T> x, ReduceOp op) {
     return detail::run_async(worker_, [this, p = x.data(), n = x.size(), op] { allreduce_raw(p, p, n, dtype_v<T>, op); });
   }
+  /// `count` elements of `dtype` in memory that every rank of this group maps, or an undefined
+  /// tensor when the ranks span hosts (or STRATA_SHM=0): an in-place allreduce of it reduces
+  /// straight across the ranks' copies (detail::HostSharedBuffers), not through TCP. Collective.
+  Tensor shared_buffer(std::int64_t count, DType dtype) { return shared_.make(*this, count, dtype); }
+
   /// Fails this rank's pending and later collectives with `reason`; callable from any thread.
   /// Its connections close, so a wait in progress here ends now, and the peers' next wait on
   /// this rank fails at once ("peer lost") instead of at its deadline.
   void abort(const std::string& reason) {
     set_aborted(reason.empty() ? "aborted" : reason);
+    shared_.abort(reason.empty() ? "aborted" : reason);
     if (!ctx_) return;
     // Shut the connections down (the descriptors stay Gloo's to close): each pair then sees
     // what it sees when a peer's socket fails, and every wait on it ends with an error at once.
@@ -482,6 +489,16 @@ class Gloo : public TypedFrontEnd<Gloo> {
 
   void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
     const Fingerprint fp = next(OpKind::allreduce, op, dtype, count, 0);
+    if (in == out)
+      if (auto* shared = shared_.find(out, count * size_of(dtype))) {
+        try {
+          shared->allreduce(count, dtype, op, options_.timeout, fp.str());
+        } catch (const std::exception& e) {
+          set_aborted(e.what());
+          throw;
+        }
+        return;
+      }
     if (in != out && count) std::memcpy(out, in, count * size_of(dtype));
     if (count == 0) return;
     detail::visit_collective_dtype(dtype, [&](auto s, auto a) {
@@ -673,6 +690,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::vector<double> scratch_;  // reduce-scatter's two partial shares (grow-only; double-aligned)
+  detail::HostSharedBuffers shared_;
   detail::AsyncWorker worker_;
   static constexpr std::uint8_t kReduceScatterSlotPrefix = 0x40;  // clear of Gloo's own (0x01-0x08)
 };

@@ -166,11 +166,11 @@ class InProcess : public TypedFrontEnd<InProcess> {
     const Fingerprint fp{OpKind::allreduce, op, dtype, count, 0, 0};
     begin(fp, in, out);
     const int n = size();
-    const std::size_t lo = chunk_begin(count, rank_, n), hi = chunk_begin(count, rank_ + 1, n);
+    const std::size_t lo = detail::share_begin(count, rank_, n), hi = detail::share_begin(count, rank_ + 1, n);
     detail::visit_collective_dtype(dtype, [&](auto s, auto a) {
       using S = decltype(s);
       using A = decltype(a);
-      reduce_chunk<S, A>(lo, hi, op, [&](int k) { return static_cast<const S*>(group_->slot(k).send); },
+      detail::reduce_across<S, A>(lo, hi, op, [&](int k) { return static_cast<const S*>(group_->slot(k).send); },
                          [&](int k) { return static_cast<S*>(group_->slot(k).recv); }, n);
     });
     end(fp);
@@ -199,43 +199,14 @@ class InProcess : public TypedFrontEnd<InProcess> {
       using A = decltype(a);
       const std::size_t off = static_cast<std::size_t>(rank_) * count;
       S* mine = static_cast<S*>(out) - off;  // so that index off..off+count lands in `out`
-      reduce_chunk<S, A>(off, off + count, op, [&](int k) { return static_cast<const S*>(group_->slot(k).send); },
+      detail::reduce_across<S, A>(off, off + count, op, [&](int k) { return static_cast<const S*>(group_->slot(k).send); },
                          [&](int k) { return k == rank_ ? mine : nullptr; }, n);
     });
     end(fp);
   }
 
  private:
-  /// Chunk boundaries, multiples of 16 elements so chunks start on cache lines.
-  static std::size_t chunk_begin(std::size_t count, int r, int n) {
-    if (r >= n) return count;
-    const std::size_t b = count * static_cast<std::size_t>(r) / static_cast<std::size_t>(n);
-    return std::min(count, b / 16 * 16);
-  }
 
-  /// Reduces elements [lo, hi) of every rank's input (send(k)) and writes the result to every
-  /// non-null recv(k), in blocks that stay in L1.
-  template <class S, class A, class Send, class Recv>
-  void reduce_chunk(std::size_t lo, std::size_t hi, ReduceOp op, Send send, Recv recv, int n) {
-    constexpr std::size_t kBlock = 2048;
-    thread_local std::vector<A> acc, tmp;
-    if (acc.size() < kBlock) acc.resize(kBlock), tmp.resize(kBlock);
-    for (std::size_t b = lo; b < hi; b += kBlock) {
-      const std::size_t m = std::min(kBlock, hi - b);
-      detail::load<S, A>(m, send(0) + b, acc.data());
-      for (int k = 1; k < n; ++k) {
-        if constexpr (std::is_same_v<S, A>) {
-          detail::combine<A>(op, m, acc.data(), send(k) + b);
-        } else {
-          detail::load<S, A>(m, send(k) + b, tmp.data());
-          detail::combine<A>(op, m, acc.data(), tmp.data());
-        }
-      }
-      if (op == ReduceOp::Mean) detail::divide<A>(m, acc.data(), n);
-      for (int k = 0; k < n; ++k)
-        if (S* dst = recv(k)) detail::store<A, S>(m, acc.data(), dst + b);
-    }
-  }
 
   /// Publishes this rank's buffers and waits for every rank to do the same.
   void begin(Fingerprint fp, const void* send, void* recv) {

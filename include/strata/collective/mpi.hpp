@@ -37,6 +37,7 @@
 #include <vector>
 
 #include <strata/collective/collective.hpp>
+#include <strata/collective/detail/host_shared_buffer.hpp>
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
@@ -344,8 +345,14 @@ class Mpi : public TypedFrontEnd<Mpi> {
     return Work(req, this, fp, std::move(finish));
   }
 
+  /// `count` elements of `dtype` in memory that every rank of this group maps, or an undefined
+  /// tensor when the ranks span hosts (or STRATA_SHM=0): an in-place allreduce of it reduces
+  /// straight across the ranks' copies (detail::HostSharedBuffers). Collective.
+  Tensor shared_buffer(std::int64_t count, DType dtype) { return shared_.make(*this, count, dtype); }
+
   /// Aborts the whole job (MPI_Abort): every rank stops, mpirun exits non-zero.
   void abort(const std::string& reason) {
+    shared_.abort(reason);
     std::fprintf(stderr, "[strata.collective.aborted] rank %d: %s\n", rank_, reason.c_str());
     std::fflush(stderr);
     MPI_Abort(comm_, 1);
@@ -371,6 +378,16 @@ class Mpi : public TypedFrontEnd<Mpi> {
       });
       return;
     }
+    if (in == out)
+      if (auto* shared = shared_.find(out, count * size_of(dtype))) {
+        const Fingerprint fp{OpKind::allreduce, op, dtype, count, 0, seq_++};
+        try {
+          shared->allreduce(count, dtype, op, options_.timeout, fp.str());
+        } catch (const std::exception& e) {
+          abort(e.what());  // as for MPI's own collectives: a failure ends the job
+        }
+        return;
+      }
     const Fingerprint fp{OpKind::allreduce, op, dtype, count, 0, 0};
     const void* send = in == out ? MPI_IN_PLACE : in;
     run(fp, [&] {
@@ -486,6 +503,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
   }
 
   Options options_;
+  detail::HostSharedBuffers shared_;
   Fingerprint current_;  ///< the blocking call in progress, for the watchdog's message
   std::vector<std::uint64_t> peers_;  ///< (host hash, pid) per rank
   MPI_Comm comm_ = MPI_COMM_NULL;

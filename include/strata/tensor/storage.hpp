@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <memory>  // shared_ptr
 #include <mutex>
 #include <new>
 #include <utility>
@@ -70,7 +71,12 @@ class StorageImpl {
     data_ = device.kind == DeviceKind::cpu ? CachingHostAllocator::instance().allocate(nbytes)
                                            : backend_of(device).allocate(device.index, nbytes);
   }
+  /// Host memory that `keepalive` owns (a shared-memory segment): held while any tensor
+  /// views it, and never handed to an allocator.
+  StorageImpl(void* data, std::size_t nbytes, std::shared_ptr<void> keepalive)
+      : data_(data), nbytes_(nbytes), device_(Device::cpu()), keepalive_(std::move(keepalive)) {}
   ~StorageImpl() {
+    if (keepalive_) return;  // the owner frees it when the last holder lets go
     if (device_.kind == DeviceKind::cpu)
       CachingHostAllocator::instance().deallocate(data_, nbytes_);
     else  // the backend outlives every storage: it is registered once and never removed
@@ -93,6 +99,7 @@ class StorageImpl {
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;
   Device device_;
+  std::shared_ptr<void> keepalive_;
 };
 
 }  // namespace strata::detail

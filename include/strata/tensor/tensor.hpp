@@ -182,6 +182,14 @@ inline Tensor make_tensor(StorageImpl* storage, const Shape& shape, const Shape&
   return Tensor(ObjectPool<TensorImpl>::instance().make(storage, shape, strides, offset, dtype));
 }
 
+/// A contiguous host tensor over `data`, memory that `keepalive` owns and keeps alive while
+/// the tensor or a view of it exists.
+inline Tensor tensor_over(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> keepalive) {
+  const auto bytes = static_cast<std::size_t>(shape.numel()) * size_of(dtype);
+  auto* st = ObjectPool<StorageImpl>::instance().make(data, bytes, std::move(keepalive));
+  return make_tensor(st, shape, contiguous_strides(shape), 0, dtype);
+}
+
 /// A view of `t`'s storage with another shape (the caller guarantees it fits).
 inline Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides, std::int64_t offset) {
   t.impl()->storage()->retain();

@@ -117,7 +117,7 @@ class GradientEngine {
       Bucket& bk = buckets_[b];
       // On the parameters' device: the gradients are views of it, and a device collective
       // (Nccl) reduces it where it is.
-      bk.buffer = Tensor::empty(Shape{static_cast<std::int64_t>(bk.count)}, bk.dtype, device).fill_(0.0);
+      bk.buffer = make_bucket(static_cast<std::int64_t>(bk.count), bk.dtype, device).fill_(0.0);
       if (compression_ != Compression::none && bk.dtype == DType::f32)
         bk.wire = Tensor::empty(Shape{static_cast<std::int64_t>(bk.count)},
                                 compression_ == Compression::fp16 ? DType::f16 : DType::bf16);
@@ -205,6 +205,16 @@ class GradientEngine {
   struct HookState {
     GradientEngine* engine = nullptr;
   };
+
+  /// A bucket's buffer: in memory the ranks share when the collective offers it (processes on
+  /// one host: the all-reduce then reduces across the ranks' copies directly), else a plain
+  /// tensor on `device`. Collective when offered: every rank makes the same buckets in order.
+  Tensor make_bucket(std::int64_t count, DType dtype, Device device) {
+    if constexpr (requires(C& c) { c.shared_buffer(count, dtype); })
+      if (device.kind == DeviceKind::cpu && compression_ == Compression::none)
+        if (Tensor t = comm_.shared_buffer(count, dtype); t.defined()) return t;
+    return Tensor::empty(Shape{count}, dtype, device);
+  }
 
   /// Makes parameter k's gradient the view of its bucket slot (copying what it held).
   void bind_grad(std::size_t k) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <strata/collective/reduce_op.hpp>
@@ -69,6 +70,39 @@ inline void store(std::size_t n, const A* src, S* dst) {
     std::copy_n(src, n, dst);
   else
     for (std::size_t i = 0; i < n; ++i) dst[i] = S(src[i]);
+}
+
+/// Where share r of `count` elements split over n ranks begins: multiples of 16 elements, so
+/// shares start on cache lines.
+inline std::size_t share_begin(std::size_t count, int r, int n) {
+  if (r >= n) return count;
+  const std::size_t b = count * static_cast<std::size_t>(r) / static_cast<std::size_t>(n);
+  return std::min(count, b / 16 * 16);
+}
+
+/// Reduces elements [lo, hi) of every rank's input (send(k), k < n) and writes the result to
+/// every non-null recv(k), in blocks that stay in L1: the shared-memory all-reduce's step, where
+/// each rank takes one range and reads every rank's buffer directly.
+template <class S, class A, class Send, class Recv>
+void reduce_across(std::size_t lo, std::size_t hi, ReduceOp op, Send send, Recv recv, int n) {
+  constexpr std::size_t kBlock = 2048;
+  thread_local std::vector<A> acc, tmp;
+  if (acc.size() < kBlock) acc.resize(kBlock), tmp.resize(kBlock);
+  for (std::size_t b = lo; b < hi; b += kBlock) {
+    const std::size_t m = std::min(kBlock, hi - b);
+    load<S, A>(m, send(0) + b, acc.data());
+    for (int k = 1; k < n; ++k) {
+      if constexpr (std::is_same_v<S, A>) {
+        combine<A>(op, m, acc.data(), send(k) + b);
+      } else {
+        load<S, A>(m, send(k) + b, tmp.data());
+        combine<A>(op, m, acc.data(), tmp.data());
+      }
+    }
+    if (op == ReduceOp::Mean) divide<A>(m, acc.data(), n);
+    for (int k = 0; k < n; ++k)
+      if (S* dst = recv(k)) store<A, S>(m, acc.data(), dst + b);
+  }
 }
 
 /// A reduce-scatter of 16-bit floats (`dtype` f16 or bf16) through float32, accumulated in

@@ -1,0 +1,294 @@
+/// \file
+/// Buffers that the processes of a one-host group share: a POSIX shared-memory segment with a
+/// control block and one region per rank, every region mapped by every rank. An all-reduce of
+/// such a buffer is the in-process algorithm across processes: each rank reduces one range of
+/// every rank's region and writes the result into all of them — one read and one write of the
+/// buffer per rank, nothing copied through a transport (Open MPI's shared-memory transport
+/// copies each byte in and out of its own segment, in fragments; Gloo goes through TCP).
+/// MultiWorkerMirroredStrategy keeps its gradient buckets in them when every rank runs on one
+/// host (docs/collectives.md, "Shared-memory buckets").
+///
+/// Ranks meet at barriers on counters in the control block: a short spin, then a futex wait on
+/// the shared word with a 10 ms tick, at which the waiter checks the group's abort flag, its
+/// deadline and whether the ranks it waits for are still running, so a rank that dies or
+/// stalls is named, never waited on forever.
+#pragma once
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <strata/collective/async.hpp>  // cpu_relax
+#include <strata/collective/detail/reduce.hpp>
+#include <strata/collective/reduce_op.hpp>
+#include <strata/runtime/process.hpp>        // env
+#include <strata/runtime/process_state.hpp>  // process_state
+#include <strata/support/error.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata::collective::detail {
+
+/// One shared buffer of `bytes` per rank; made collectively by HostSharedBuffers::make.
+class HostSharedBuffer {
+ public:
+  HostSharedBuffer(void* base, std::size_t total, std::size_t region, int rank, int size)
+      : base_(static_cast<char*>(base)), total_(total), region_(region), rank_(rank), size_(size) {}
+  ~HostSharedBuffer() { ::munmap(base_, total_); }
+  HostSharedBuffer(const HostSharedBuffer&) = delete;
+  HostSharedBuffer& operator=(const HostSharedBuffer&) = delete;
+
+  /// Bytes of the control block: the abort flag and reason, then one cache line per rank.
+  static std::size_t control_bytes(int size) { return round_up(kPeersAt + kLine * static_cast<std::size_t>(size), 4096); }
+  static std::size_t region_stride(std::size_t bytes) { return round_up(std::max<std::size_t>(bytes, 1), 4096); }
+
+  void* mine() const noexcept { return region(rank_); }
+  std::size_t bytes() const noexcept { return region_; }
+  /// True if [p, p + bytes) lies in this rank's region.
+  bool holds(const void* p, std::size_t bytes) const noexcept {
+    const char* c = static_cast<const char*>(p);
+    return c >= region(rank_) && c + bytes <= region(rank_) + region_;
+  }
+
+  /// Writes this rank's pid where the others look for it (before the group's first barrier).
+  void publish_pid() noexcept { peer(rank_).pid = static_cast<std::int64_t>(::getpid()); }
+
+  /// All-reduces the first `count` elements of this rank's region with every rank's, in place.
+  /// `what` names the call in errors (e.g. "allreduce #12"). Every rank must pass the same
+  /// count, dtype and op: a difference is an error naming both ranks.
+  void allreduce(std::size_t count, DType dtype, ReduceOp op, std::chrono::milliseconds timeout, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    if (control().aborted.load(std::memory_order_acquire) != 0) check(rank_, deadline, timeout, what);
+    Peer& me = peer(rank_);
+    me.count = count;
+    me.kind = static_cast<std::uint64_t>(dtype) << 8 | static_cast<std::uint64_t>(op);
+    barrier(deadline, timeout, what, kSpinArrival);
+    for (int k = 0; k < size_; ++k) {
+      const Peer& p = peer(k);
+      if (p.count != count || p.kind != me.kind)
+        fail<collective_error>("[strata.collective.mismatch] " + what + ": rank " + std::to_string(rank_) + " reduces " +
+                               std::to_string(count) + " x " + name_of(dtype) + " (op " + std::to_string(me.kind & 255) +
+                               "), rank " + std::to_string(k) + " " + std::to_string(p.count) + " x " +
+                               name_of(static_cast<DType>(p.kind >> 8)) + " (op " + std::to_string(p.kind & 255) + ")");
+    }
+    const std::size_t lo = share_begin(count, rank_, size_), hi = share_begin(count, rank_ + 1, size_);
+    visit_collective_dtype(dtype, [&](auto s, auto a) {
+      using S = decltype(s);
+      reduce_across<S, decltype(a)>(
+          lo, hi, op, [&](int k) { return static_cast<const S*>(static_cast<const void*>(region(k))); },
+          [&](int k) { return static_cast<S*>(static_cast<void*>(region(k))); }, size_);
+    });
+    barrier(deadline, timeout, what, kSpinShares);  // every share is final in every region
+  }
+
+  /// Fails the group's current and later waits with `reason` (the first reason stays).
+  void abort(const std::string& reason) noexcept {
+    std::uint32_t expected = 0;
+    if (control().aborted.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      std::snprintf(control().reason, sizeof control().reason, "%s", reason.c_str());
+      control().aborted.store(2, std::memory_order_release);
+    }
+  }
+
+ private:
+  static constexpr std::size_t kLine = 64, kPeersAt = 1024;
+  // Spins before a futex sleep. Arrival waits on the slowest rank's backward pass: sleep soon,
+  // and leave the core to compute. The second barrier waits only for the others' equal share
+  // of the reduction: spin through it rather than pay a sleep and a wake-up.
+  static constexpr int kSpinArrival = 256, kSpinShares = 1 << 14;
+  struct Control {
+    std::atomic<std::uint32_t> aborted;  // 0, 1 while the reason is written, 2 after
+    char reason[kPeersAt - 64];
+  };
+  struct alignas(64) Peer {
+    std::atomic<std::uint32_t> arrived;  // barriers passed; a futex word
+    std::int64_t pid;
+    std::uint64_t count, kind;
+  };
+  static_assert(sizeof(Control) <= kPeersAt && sizeof(Peer) == kLine);
+  static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
+  static std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+  Control& control() const noexcept { return *reinterpret_cast<Control*>(base_); }
+  Peer& peer(int k) const noexcept { return *reinterpret_cast<Peer*>(base_ + kPeersAt + kLine * static_cast<std::size_t>(k)); }
+  char* region(int k) const noexcept {
+    return base_ + control_bytes(size_) + region_stride(region_) * static_cast<std::size_t>(k);
+  }
+
+  template <class E>
+  [[noreturn]] void fail(const std::string& msg) {
+    abort(msg);
+    throw E(msg);
+  }
+
+  // Arrives at the group's next barrier and waits for every rank to arrive.
+  void barrier(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds timeout, const std::string& what,
+               int spins) {
+    const std::uint32_t target = ++passed_;
+    Peer& me = peer(rank_);
+    me.arrived.store(target, std::memory_order_release);
+    ::syscall(SYS_futex, &me.arrived, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    for (int k = 0; k < size_; ++k) {
+      Peer& p = peer(k);
+      auto behind = [&] { return static_cast<std::int32_t>(p.arrived.load(std::memory_order_acquire) - target) < 0; };
+      for (int i = 0; i < spins && behind(); ++i) cpu_relax();
+      while (behind()) {
+        const std::uint32_t seen = p.arrived.load(std::memory_order_acquire);
+        if (static_cast<std::int32_t>(seen - target) >= 0) break;
+        const timespec tick{0, 10'000'000};  // 10 ms: then check abort, deadline and liveness
+        ::syscall(SYS_futex, &p.arrived, FUTEX_WAIT, seen, &tick, nullptr, 0);
+        check(k, deadline, timeout, what);
+      }
+    }
+  }
+
+  void check(int k, std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds timeout,
+             const std::string& what) {
+    if (control().aborted.load(std::memory_order_acquire) != 0) {
+      while (control().aborted.load(std::memory_order_acquire) != 2) cpu_relax();
+      throw collective_error("[strata.collective.aborted] " + what + " on rank " + std::to_string(rank_) + ": " +
+                             control().reason);
+    }
+    const char st = runtime::process_state(static_cast<long>(peer(k).pid));
+    if (runtime::is_gone(st))
+      fail<collective_error>("[strata.collective.peer] " + what + " on rank " + std::to_string(rank_) + " of " +
+                             std::to_string(size_) + ": peer lost: rank " + std::to_string(k) + " (pid " +
+                             std::to_string(peer(k).pid) + ") is no longer running");
+    if (std::chrono::steady_clock::now() < deadline) return;
+    std::ostringstream os;
+    os << "[strata.collective.timeout] " << what << " on rank " << rank_ << " of " << size_ << ": not complete within "
+       << std::chrono::duration<double>(timeout).count() << " s; did not arrive:";
+    const std::uint32_t target = passed_;
+    for (int j = 0; j < size_; ++j)
+      if (static_cast<std::int32_t>(peer(j).arrived.load(std::memory_order_acquire) - target) < 0)
+        os << " rank " << j << runtime::describe_state(runtime::process_state(static_cast<long>(peer(j).pid)));
+    fail<timeout_error>(os.str());
+  }
+
+  char* base_;
+  std::size_t total_, region_;
+  int rank_, size_;
+  std::uint32_t passed_ = 0;  // this rank's barriers so far (the same on every rank between calls)
+};
+
+/// The shared buffers of one communicator: makes them (collectively) and finds the one a
+/// pointer lies in. Unavailable — make() returns an undefined tensor on every rank — when the
+/// ranks span hosts, STRATA_SHM=0 on any rank, the group has one rank, or a segment cannot be
+/// made (/dev/shm full: the space is reserved up front, so a short /dev/shm is this error, not
+/// a SIGBUS later).
+class HostSharedBuffers {
+ public:
+  /// Collective over `comm` (Mpi or Gloo): every rank calls it with the same count and dtype.
+  template <class Comm>
+  Tensor make(Comm& comm, std::int64_t count, DType dtype) {
+    const int n = comm.size(), r = comm.rank();
+    if (n < 2 || count <= 0) return {};
+    // Everyone's willingness, host and pid: every rank then decides the same.
+    const std::int64_t mine[3] = {willing() ? 1 : 0, static_cast<std::int64_t>(host_id()), static_cast<std::int64_t>(::getpid())};
+    std::vector<std::int64_t> all(3 * static_cast<std::size_t>(n));
+    comm.allgather_raw(mine, all.data(), 3, DType::i64);
+    for (int k = 0; k < n; ++k)
+      if (all[3 * static_cast<std::size_t>(k)] == 0 || all[3 * static_cast<std::size_t>(k) + 1] != all[1]) return {};
+    const std::size_t region = static_cast<std::size_t>(count) * size_of(dtype);
+    const std::size_t total = HostSharedBuffer::control_bytes(n) + HostSharedBuffer::region_stride(region) * static_cast<std::size_t>(n);
+    // Rank 0 makes the segment and passes its name on; everyone maps it; rank 0 unlinks it
+    // once all have (nothing is left in /dev/shm, however the job ends after that).
+    std::int64_t name_words[8] = {};
+    char* name = reinterpret_cast<char*>(name_words);
+    void* base = MAP_FAILED;
+    if (r == 0) {
+      std::random_device rd;
+      std::snprintf(name, sizeof name_words, "/strata-%ld-%u-%u", static_cast<long>(::getpid()), counter_++, rd());
+      base = create(name, total);
+      if (base == MAP_FAILED) name[0] = '\0';
+    }
+    comm.broadcast_raw(name_words, 8, DType::i64, 0);
+    if (r != 0 && name[0] != '\0') base = open(name, total);
+    const std::int64_t ok = base != MAP_FAILED;
+    std::vector<std::int64_t> oks(static_cast<std::size_t>(n));
+    comm.allgather_raw(&ok, oks.data(), 1, DType::i64);
+    if (r == 0 && name[0] != '\0') ::shm_unlink(name);
+    bool everyone = true;
+    for (std::int64_t o : oks) everyone = everyone && o != 0;
+    if (!everyone) {
+      if (base != MAP_FAILED) ::munmap(base, total);
+      return {};
+    }
+    auto buf = std::make_shared<HostSharedBuffer>(base, total, region, r, n);
+    buf->publish_pid();
+    comm.barrier();  // every pid is written before anyone waits on a peer
+    std::lock_guard lock(mu_);
+    buffers_.push_back(buf);
+    return strata::detail::tensor_over(buf->mine(), Shape{count}, dtype, buf);
+  }
+
+  /// The buffer whose region on this rank holds [p, p + bytes), or null.
+  HostSharedBuffer* find(const void* p, std::size_t bytes) const {
+    std::lock_guard lock(mu_);
+    for (const auto& b : buffers_)
+      if (b->holds(p, bytes)) return b.get();
+    return nullptr;
+  }
+
+  /// Fails every rank's waits on these buffers with `reason`.
+  void abort(const std::string& reason) noexcept {
+    std::lock_guard lock(mu_);
+    for (const auto& b : buffers_) b->abort(reason);
+  }
+
+ private:
+  static bool willing() {
+    const char* v = runtime::detail::env("STRATA_SHM");
+    return v == nullptr || std::string(v) != "0";
+  }
+  // The host and its boot: containers on one machine can share a host name, not a boot id
+  // and a /dev/shm both.
+  static std::uint64_t host_id() {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    std::string boot;
+    std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+    return std::hash<std::string>{}(std::string(host) + "/" + boot);
+  }
+  static void* map(int fd, std::size_t total) {
+    void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    return p;
+  }
+  static void* create(const char* name, std::size_t total) {
+    const int fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) return MAP_FAILED;
+    if (::ftruncate(fd, static_cast<off_t>(total)) != 0 || ::posix_fallocate(fd, 0, static_cast<off_t>(total)) != 0) {
+      ::close(fd);
+      ::shm_unlink(name);
+      return MAP_FAILED;
+    }
+    return map(fd, total);  // zero-filled: no rank has arrived anywhere
+  }
+  static void* open(const char* name, std::size_t total) {
+    const int fd = ::shm_open(name, O_RDWR, 0600);
+    return fd < 0 ? MAP_FAILED : map(fd, total);
+  }
+
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<HostSharedBuffer>> buffers_;
+  static inline std::atomic<unsigned> counter_{0};
+};
+
+}  // namespace strata::collective::detail
