@@ -6,7 +6,7 @@
 /// buffer per rank, nothing copied through a transport (Open MPI's shared-memory transport
 /// copies each byte in and out of its own segment, in fragments; Gloo goes through TCP).
 /// MultiWorkerMirroredStrategy keeps its gradient buckets in them when every rank runs on one
-/// host (docs/collectives.md, "Shared-memory buckets").
+/// host (docs/collectives.md, "Shared-memory buffers").
 ///
 /// Ranks meet at barriers on counters in the control block: a short spin, then a futex wait on
 /// the shared word with a 10 ms tick, at which the waiter checks the group's abort flag, its
@@ -257,14 +257,15 @@ class HostSharedBuffers {
     const char* v = runtime::detail::env("STRATA_SHM");
     return v == nullptr || std::string(v) != "0";
   }
-  // The host and its boot: containers on one machine can share a host name, not a boot id
-  // and a /dev/shm both.
+  // The host, its boot and the pid namespace: the ranks must share a /dev/shm and see each
+  // other's pids (to tell a peer that died from one that is slow).
   static std::uint64_t host_id() {
-    char host[256] = {};
+    char host[256] = {}, ns[128] = {};
     ::gethostname(host, sizeof host - 1);
+    if (::readlink("/proc/self/ns/pid", ns, sizeof ns - 1) < 0) ns[0] = '?';
     std::string boot;
     std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-    return std::hash<std::string>{}(std::string(host) + "/" + boot);
+    return std::hash<std::string>{}(std::string(host) + "/" + boot + "/" + ns);
   }
   static void* map(int fd, std::size_t total) {
     void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
