@@ -6,6 +6,11 @@
 /// interface is STRATA_IFNAME (default: loopback, 127.0.0.1). Gloo's own deadline applies to
 /// every call: a stalled peer is a timeout error naming the collective and its sequence
 /// number; a dead peer is an error at once (its socket closes).
+///
+/// When every rank runs on one host, allreduce, broadcast and allgather go through shared
+/// memory instead of TCP (detail::HostSharedBuffers: a staging region per rank, or the
+/// caller's own shared buffer, zero-copy); `STRATA_SHM=0` keeps them on Gloo's transport.
+/// reduce_scatter and barrier always use Gloo's.
 #pragma once
 
 #include <strata/config.hpp>
@@ -388,6 +393,8 @@ class Gloo : public TypedFrontEnd<Gloo> {
   void broadcast_raw(void* x, std::size_t count, DType dtype, int root) {
     const Fingerprint fp = next(OpKind::broadcast, ReduceOp::Sum, dtype, count, root);
     if (size_ == 1 || count == 0) return;
+    if (auto* staging = staging_buffer())
+      return on_host(fp, [&] { staging->broadcast(x, count * size_of(dtype), root, options_.timeout, fp.str()); });
     guarded(fp, [&] {  // moved as bytes: Gloo's broadcast does no arithmetic
       gloo::BroadcastOptions o(ctx_);
       o.setTimeout(options_.timeout);
@@ -404,6 +411,8 @@ class Gloo : public TypedFrontEnd<Gloo> {
       std::memcpy(out, in, bytes);
       return;
     }
+    if (auto* staging = staging_buffer())
+      return on_host(fp, [&] { staging->allgather(in, out, bytes, options_.timeout, fp.str()); });
     guarded(fp, [&] {
       gloo::AllgatherOptions o(ctx_);
       o.setTimeout(options_.timeout);
@@ -489,18 +498,13 @@ class Gloo : public TypedFrontEnd<Gloo> {
 
   void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
     const Fingerprint fp = next(OpKind::allreduce, op, dtype, count, 0);
-    if (in == out)
-      if (auto* shared = shared_.find(out, count * size_of(dtype))) {
-        try {
-          shared->allreduce(count, dtype, op, options_.timeout, fp.str());
-        } catch (const std::exception& e) {
-          set_aborted(e.what());
-          throw;
-        }
-        return;
-      }
-    if (in != out && count) std::memcpy(out, in, count * size_of(dtype));
     if (count == 0) return;
+    if (in == out)
+      if (auto* shared = shared_.find(out, count * size_of(dtype)))
+        return on_host(fp, [&] { shared->allreduce(count, dtype, op, options_.timeout, fp.str()); });
+    if (auto* staging = staging_buffer())
+      return on_host(fp, [&] { staging->allreduce(in, out, count, dtype, op, options_.timeout, fp.str()); });
+    if (in != out) std::memcpy(out, in, count * size_of(dtype));
     detail::visit_collective_dtype(dtype, [&](auto s, auto a) {
       using S = decltype(s);
       using A = decltype(a);
@@ -574,6 +578,31 @@ class Gloo : public TypedFrontEnd<Gloo> {
     Fingerprint fp{kind, op, dtype, count, root, seq_++};
     if (options_.check_fingerprints && size_ > 1) check_fingerprint(fp);
     return fp;
+  }
+
+  /// The staging buffer for collectives through shared memory, or null. Made (collectively)
+  /// at the first call; the collectives that make it do not count in the sequence numbers,
+  /// which stay those of the caller's calls.
+  detail::HostSharedBuffer* staging_buffer() {
+    const std::uint64_t seq = seq_;
+    detail::HostSharedBuffer* b = shared_.staging(*this);
+    seq_ = seq;
+    return b;
+  }
+
+  /// Runs a collective through shared memory (ranks on one host); a failure there fails this
+  /// communicator, as a failed Gloo call does.
+  template <class Call>
+  void on_host(const Fingerprint& fp, Call&& call) {
+    try {
+      call();
+    } catch (const std::exception& e) {
+      if (aborted_flag_.load(std::memory_order_acquire))
+        throw collective_error("[strata.collective.aborted] " + fp.str() + " on rank " + std::to_string(rank_) + ": " +
+                               aborted_reason());
+      set_aborted(e.what());
+      throw;
+    }
   }
 
   /// Runs a Gloo call; its exceptions become strata errors naming the collective.

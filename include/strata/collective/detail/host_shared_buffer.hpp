@@ -37,6 +37,7 @@
 
 #include <strata/collective/async.hpp>  // cpu_relax
 #include <strata/collective/detail/reduce.hpp>
+#include <strata/collective/options.hpp>  // OpKind
 #include <strata/collective/reduce_op.hpp>
 #include <strata/runtime/process.hpp>        // env
 #include <strata/runtime/process_state.hpp>  // process_state
@@ -74,27 +75,57 @@ class HostSharedBuffer {
   /// count, dtype and op: a difference is an error naming both ranks.
   void allreduce(std::size_t count, DType dtype, ReduceOp op, std::chrono::milliseconds timeout, const std::string& what) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    if (control().aborted.load(std::memory_order_acquire) != 0) check(rank_, deadline, timeout, what);
-    Peer& me = peer(rank_);
-    me.count = count;
-    me.kind = static_cast<std::uint64_t>(dtype) << 8 | static_cast<std::uint64_t>(op);
-    barrier(deadline, timeout, what, kSpinArrival);
-    for (int k = 0; k < size_; ++k) {
-      const Peer& p = peer(k);
-      if (p.count != count || p.kind != me.kind)
-        fail<collective_error>("[strata.collective.mismatch] " + what + ": rank " + std::to_string(rank_) + " reduces " +
-                               std::to_string(count) + " x " + name_of(dtype) + " (op " + std::to_string(me.kind & 255) +
-                               "), rank " + std::to_string(k) + " " + std::to_string(p.count) + " x " +
-                               name_of(static_cast<DType>(p.kind >> 8)) + " (op " + std::to_string(p.kind & 255) + ")");
-    }
-    const std::size_t lo = share_begin(count, rank_, size_), hi = share_begin(count, rank_ + 1, size_);
-    visit_collective_dtype(dtype, [&](auto s, auto a) {
-      using S = decltype(s);
-      reduce_across<S, decltype(a)>(
-          lo, hi, op, [&](int k) { return static_cast<const S*>(static_cast<const void*>(region(k))); },
-          [&](int k) { return static_cast<S*>(static_cast<void*>(region(k))); }, size_);
-    });
+    meet(count, kind_of(OpKind::allreduce, dtype, op), deadline, timeout, what, kSpinArrival);
+    reduce_shares(count, dtype, op);
     barrier(deadline, timeout, what, kSpinShares);  // every share is final in every region
+  }
+
+  /// The same on buffers outside the segment (`in` may equal `out`): staged through this
+  /// rank's region, a region's worth at a time.
+  void allreduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op, std::chrono::milliseconds timeout,
+                 const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    meet(count, kind_of(OpKind::allreduce, dtype, op), deadline, timeout, what);
+    const std::size_t size = size_of(dtype), step = region_ / size;
+    for (std::size_t at = 0; at < count; at += step) {
+      const std::size_t n = std::min(step, count - at);
+      if (at > 0) barrier(deadline, timeout, what, kSpinShares);  // every rank has copied the last chunk out
+      std::memcpy(mine(), static_cast<const char*>(in) + at * size, n * size);
+      barrier(deadline, timeout, what, kSpinShares);
+      reduce_shares(n, dtype, op);
+      barrier(deadline, timeout, what, kSpinShares);
+      std::memcpy(static_cast<char*>(out) + at * size, mine(), n * size);
+    }
+    barrier(deadline, timeout, what, kSpinShares);  // the regions are free for the next call
+  }
+
+  /// Broadcasts `bytes` of `x` from `root`, through root's region.
+  void broadcast(void* x, std::size_t bytes, int root, std::chrono::milliseconds timeout, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    meet(bytes, kind_of(OpKind::broadcast, DType::u8, ReduceOp::Sum) | static_cast<std::uint64_t>(root) << 32, deadline,
+         timeout, what);
+    for (std::size_t at = 0; at < bytes; at += region_) {
+      const std::size_t n = std::min(region_, bytes - at);
+      if (at > 0) barrier(deadline, timeout, what, kSpinShares);
+      if (rank_ == root) std::memcpy(region(root), static_cast<const char*>(x) + at, n);
+      barrier(deadline, timeout, what, kSpinShares);
+      if (rank_ != root) std::memcpy(static_cast<char*>(x) + at, region(root), n);
+    }
+    barrier(deadline, timeout, what, kSpinShares);
+  }
+
+  /// Gathers every rank's `bytes` of `in` into `out` (rank k's at k * bytes), through the regions.
+  void allgather(const void* in, void* out, std::size_t bytes, std::chrono::milliseconds timeout, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    meet(bytes, kind_of(OpKind::allgather, DType::u8, ReduceOp::Sum), deadline, timeout, what);
+    for (std::size_t at = 0; at < bytes; at += region_) {
+      const std::size_t n = std::min(region_, bytes - at);
+      if (at > 0) barrier(deadline, timeout, what, kSpinShares);
+      std::memcpy(mine(), static_cast<const char*>(in) + at, n);
+      barrier(deadline, timeout, what, kSpinShares);
+      for (int k = 0; k < size_; ++k) std::memcpy(static_cast<char*>(out) + static_cast<std::size_t>(k) * bytes + at, region(k), n);
+    }
+    barrier(deadline, timeout, what, kSpinShares);
   }
 
   /// Fails the group's current and later waits with `reason` (the first reason stays).
@@ -108,9 +139,11 @@ class HostSharedBuffer {
 
  private:
   static constexpr std::size_t kLine = 64, kPeersAt = 1024;
-  // Spins before a futex sleep. Arrival waits on the slowest rank's backward pass: sleep soon,
-  // and leave the core to compute. The second barrier waits only for the others' equal share
-  // of the reduction: spin through it rather than pay a sleep and a wake-up.
+  // Spins before a futex sleep. Arrival at a gradient bucket's all-reduce (the communication
+  // thread, while backward computes) waits on the slowest rank's backward pass: sleep soon,
+  // and leave the core to compute. The other barriers wait only for the others' equal share
+  // of the work, and a staged call's caller has nothing else to do: spin through them rather
+  // than pay a sleep and a wake-up.
   static constexpr int kSpinArrival = 256, kSpinShares = 1 << 14;
   struct Control {
     std::atomic<std::uint32_t> aborted;  // 0, 1 while the reason is written, 2 after
@@ -125,6 +158,48 @@ class HostSharedBuffer {
   static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
   static std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+  static std::uint64_t kind_of(OpKind k, DType dtype, ReduceOp op) {
+    return static_cast<std::uint64_t>(k) << 16 | static_cast<std::uint64_t>(dtype) << 8 | static_cast<std::uint64_t>(op);
+  }
+  static std::string describe(std::uint64_t count, std::uint64_t kind) {
+    const auto k = static_cast<OpKind>(kind >> 16 & 255);
+    std::string d = std::string(name_of(k)) + " of " + std::to_string(count);
+    if (k == OpKind::allreduce)
+      d += " x " + std::string(name_of(static_cast<DType>(kind >> 8 & 255))) + ", " +
+           name_of(static_cast<ReduceOp>(kind & 255));
+    else
+      d += " bytes";
+    if (k == OpKind::broadcast) d += " from rank " + std::to_string(kind >> 32);
+    return d;
+  }
+
+  // Every rank says what it calls, then all compare: a difference fails every rank, naming
+  // both sides (a count that differs would otherwise read past another rank's data).
+  void meet(std::uint64_t count, std::uint64_t kind, std::chrono::steady_clock::time_point deadline,
+            std::chrono::milliseconds timeout, const std::string& what, int spins = kSpinShares) {
+    if (control().aborted.load(std::memory_order_acquire) != 0) check(rank_, deadline, timeout, what);
+    Peer& me = peer(rank_);
+    me.count = count;
+    me.kind = kind;
+    barrier(deadline, timeout, what, spins);
+    for (int k = 0; k < size_; ++k) {
+      const Peer& p = peer(k);
+      if (p.count != count || p.kind != kind)
+        fail<collective_error>("[strata.collective.mismatch] " + what + ": rank " + std::to_string(rank_) + " calls " +
+                               describe(count, kind) + ", rank " + std::to_string(k) + " " + describe(p.count, p.kind));
+    }
+  }
+
+  // Reduces this rank's share of the first `count` elements of every region into all of them.
+  void reduce_shares(std::size_t count, DType dtype, ReduceOp op) {
+    const std::size_t lo = share_begin(count, rank_, size_), hi = share_begin(count, rank_ + 1, size_);
+    visit_collective_dtype(dtype, [&](auto s, auto a) {
+      using S = decltype(s);
+      reduce_across<S, decltype(a)>(
+          lo, hi, op, [&](int k) { return static_cast<const S*>(static_cast<const void*>(region(k))); },
+          [&](int k) { return static_cast<S*>(static_cast<void*>(region(k))); }, size_);
+    });
+  }
   Control& control() const noexcept { return *reinterpret_cast<Control*>(base_); }
   Peer& peer(int k) const noexcept { return *reinterpret_cast<Peer*>(base_ + kPeersAt + kLine * static_cast<std::size_t>(k)); }
   char* region(int k) const noexcept {
@@ -168,16 +243,21 @@ class HostSharedBuffer {
     const char st = runtime::process_state(static_cast<long>(peer(k).pid));
     if (runtime::is_gone(st))
       fail<collective_error>("[strata.collective.peer] " + what + " on rank " + std::to_string(rank_) + " of " +
-                             std::to_string(size_) + ": peer lost: rank " + std::to_string(k) + " (pid " +
-                             std::to_string(peer(k).pid) + ") is no longer running");
+                             std::to_string(size_) + ": peer lost: rank " + std::to_string(k) +
+                             " is no longer running (pid " + std::to_string(peer(k).pid) + ")");
     if (std::chrono::steady_clock::now() < deadline) return;
     std::ostringstream os;
     os << "[strata.collective.timeout] " << what << " on rank " << rank_ << " of " << size_ << ": not complete within "
-       << std::chrono::duration<double>(timeout).count() << " s; did not arrive:";
+       << std::chrono::duration<double>(timeout).count() << " s;";
     const std::uint32_t target = passed_;
     for (int j = 0; j < size_; ++j)
-      if (static_cast<std::int32_t>(peer(j).arrived.load(std::memory_order_acquire) - target) < 0)
-        os << " rank " << j << runtime::describe_state(runtime::process_state(static_cast<long>(peer(j).pid)));
+      if (static_cast<std::int32_t>(peer(j).arrived.load(std::memory_order_acquire) - target) < 0) {
+        const char sj = runtime::process_state(static_cast<long>(peer(j).pid));
+        os << " did not arrive: rank " << j
+           << (runtime::is_stopped(sj) ? " is stopped (SIGSTOP or a debugger);"
+               : runtime::is_gone(sj)  ? " is no longer running;"
+                                       : " is running but did not reach it (skipped, or busy elsewhere);");
+      }
     fail<timeout_error>(os.str());
   }
 
@@ -197,46 +277,30 @@ class HostSharedBuffers {
   /// Collective over `comm` (Mpi or Gloo): every rank calls it with the same count and dtype.
   template <class Comm>
   Tensor make(Comm& comm, std::int64_t count, DType dtype) {
-    const int n = comm.size(), r = comm.rank();
-    if (n < 2 || count <= 0) return {};
-    // Everyone's willingness, host and pid: every rank then decides the same.
-    const std::int64_t mine[3] = {willing() ? 1 : 0, static_cast<std::int64_t>(host_id()), static_cast<std::int64_t>(::getpid())};
-    std::vector<std::int64_t> all(3 * static_cast<std::size_t>(n));
-    comm.allgather_raw(mine, all.data(), 3, DType::i64);
-    for (int k = 0; k < n; ++k)
-      if (all[3 * static_cast<std::size_t>(k)] == 0 || all[3 * static_cast<std::size_t>(k) + 1] != all[1]) return {};
-    const std::size_t region = static_cast<std::size_t>(count) * size_of(dtype);
-    const std::size_t total = HostSharedBuffer::control_bytes(n) + HostSharedBuffer::region_stride(region) * static_cast<std::size_t>(n);
-    // Rank 0 makes the segment and passes its name on; everyone maps it; rank 0 unlinks it
-    // once all have (nothing is left in /dev/shm, however the job ends after that).
-    std::int64_t name_words[8] = {};
-    char* name = reinterpret_cast<char*>(name_words);
-    void* base = MAP_FAILED;
-    if (r == 0) {
-      std::random_device rd;
-      std::snprintf(name, sizeof name_words, "/strata-%ld-%u-%u", static_cast<long>(::getpid()), counter_++, rd());
-      base = create(name, total);
-      if (base == MAP_FAILED) name[0] = '\0';
-    }
-    comm.broadcast_raw(name_words, 8, DType::i64, 0);
-    if (r != 0 && name[0] != '\0') base = open(name, total);
-    const std::int64_t ok = base != MAP_FAILED;
-    std::vector<std::int64_t> oks(static_cast<std::size_t>(n));
-    comm.allgather_raw(&ok, oks.data(), 1, DType::i64);
-    if (r == 0 && name[0] != '\0') ::shm_unlink(name);
-    bool everyone = true;
-    for (std::int64_t o : oks) everyone = everyone && o != 0;
-    if (!everyone) {
-      if (base != MAP_FAILED) ::munmap(base, total);
-      return {};
-    }
-    auto buf = std::make_shared<HostSharedBuffer>(base, total, region, r, n);
-    buf->publish_pid();
-    comm.barrier();  // every pid is written before anyone waits on a peer
+    if (count <= 0) return {};
+    auto buf = create(comm, static_cast<std::size_t>(count) * size_of(dtype));
+    if (!buf) return {};
     std::lock_guard lock(mu_);
     buffers_.push_back(buf);
     return strata::detail::tensor_over(buf->mine(), Shape{count}, dtype, buf);
   }
+
+  /// This communicator's staging buffer (kStagingBytes per rank) for collectives on buffers
+  /// outside the segment, made at the first call; null when unavailable. Collective on its
+  /// first call: every rank makes it in the same collective.
+  template <class Comm>
+  HostSharedBuffer* staging(Comm& comm) {
+    if (!staging_tried_) {
+      staging_tried_ = true;
+      staging_ = create(comm, kStagingBytes);
+      std::lock_guard lock(mu_);
+      if (staging_) buffers_.push_back(staging_);
+    }
+    return staging_.get();
+  }
+
+  /// Per rank: 4 MiB, a few L2s' worth; larger collectives go through it in steps.
+  static constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
 
   /// The buffer whose region on this rank holds [p, p + bytes), or null.
   HostSharedBuffer* find(const void* p, std::size_t bytes) const {
@@ -253,6 +317,46 @@ class HostSharedBuffers {
   }
 
  private:
+  // Makes one buffer of `region` bytes per rank, or null on every rank (see the class comment).
+  template <class Comm>
+  static std::shared_ptr<HostSharedBuffer> create(Comm& comm, std::size_t region) {
+    const int n = comm.size(), r = comm.rank();
+    if (n < 2) return nullptr;
+    // Everyone's willingness, host and pid: every rank then decides the same.
+    const std::int64_t mine[3] = {willing() ? 1 : 0, static_cast<std::int64_t>(host_id()), static_cast<std::int64_t>(::getpid())};
+    std::vector<std::int64_t> all(3 * static_cast<std::size_t>(n));
+    comm.allgather_raw(mine, all.data(), 3, DType::i64);
+    for (int k = 0; k < n; ++k)
+      if (all[3 * static_cast<std::size_t>(k)] == 0 || all[3 * static_cast<std::size_t>(k) + 1] != all[1]) return nullptr;
+    const std::size_t total = HostSharedBuffer::control_bytes(n) + HostSharedBuffer::region_stride(region) * static_cast<std::size_t>(n);
+    // Rank 0 makes the segment and passes its name on; everyone maps it; rank 0 unlinks it
+    // once all have (nothing is left in /dev/shm, however the job ends after that).
+    std::int64_t name_words[8] = {};
+    char* name = reinterpret_cast<char*>(name_words);
+    void* base = MAP_FAILED;
+    if (r == 0) {
+      std::random_device rd;
+      std::snprintf(name, sizeof name_words, "/strata-%ld-%u-%u", static_cast<long>(::getpid()), counter_++, rd());
+      base = create_segment(name, total);
+      if (base == MAP_FAILED) name[0] = '\0';
+    }
+    comm.broadcast_raw(name_words, 8, DType::i64, 0);
+    if (r != 0 && name[0] != '\0') base = open_segment(name, total);
+    const std::int64_t ok = base != MAP_FAILED;
+    std::vector<std::int64_t> oks(static_cast<std::size_t>(n));
+    comm.allgather_raw(&ok, oks.data(), 1, DType::i64);
+    if (r == 0 && name[0] != '\0') ::shm_unlink(name);
+    bool everyone = true;
+    for (std::int64_t o : oks) everyone = everyone && o != 0;
+    if (!everyone) {
+      if (base != MAP_FAILED) ::munmap(base, total);
+      return nullptr;
+    }
+    auto buf = std::make_shared<HostSharedBuffer>(base, total, region, r, n);
+    buf->publish_pid();
+    comm.barrier();  // every pid is written before anyone waits on a peer
+    return buf;
+  }
   static bool willing() {
     const char* v = runtime::detail::env("STRATA_SHM");
     return v == nullptr || std::string(v) != "0";
@@ -272,7 +376,7 @@ class HostSharedBuffers {
     ::close(fd);
     return p;
   }
-  static void* create(const char* name, std::size_t total) {
+  static void* create_segment(const char* name, std::size_t total) {
     const int fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) return MAP_FAILED;
     if (::ftruncate(fd, static_cast<off_t>(total)) != 0 || ::posix_fallocate(fd, 0, static_cast<off_t>(total)) != 0) {
@@ -282,13 +386,15 @@ class HostSharedBuffers {
     }
     return map(fd, total);  // zero-filled: no rank has arrived anywhere
   }
-  static void* open(const char* name, std::size_t total) {
+  static void* open_segment(const char* name, std::size_t total) {
     const int fd = ::shm_open(name, O_RDWR, 0600);
     return fd < 0 ? MAP_FAILED : map(fd, total);
   }
 
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<HostSharedBuffer>> buffers_;
+  std::shared_ptr<HostSharedBuffer> staging_;
+  bool staging_tried_ = false;
   static inline std::atomic<unsigned> counter_{0};
 };
 
