@@ -87,16 +87,16 @@ inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
     const bool relu = static_cast<Activation>(n.i[0]) == Activation::relu;
     T* gp = g.template data<T>();
     const T* wp = w.template data<T>();
-    if (per_image_gemm(P)) {
+    const bool per_image = per_image_gemm(P);
+    Tensor gt, dbias;
+    if (per_image) {
       // Large output planes: GEMMs per image read the gradient in its NCHW layout, so it is
       // masked in place and never permuted.
       if (relu) kernels::cpu::relu_mask_inplace<T>(g.numel(), n.out.template data<T>(), gp);
       if (db)
         for (std::int64_t b = 0; b < N; ++b)
           kernels::cpu::row_sums<T>(OC, P, gp + b * OC * P, P, db.dst.template data<T>(), db.accumulate || b > 0);
-    }
-    Tensor gt, dbias;
-    if (!per_image_gemm(P)) {
+    } else {
       gt = Tensor::empty({OC, nb * P}, g.dtype());
       dbias = Tensor::empty({OC}, g.dtype());
     }
@@ -105,7 +105,7 @@ inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
       const auto gc = conv_chunk(geo, cnt);
       T* gi = gp + i0 * OC * P;
       if (dw) kernels::cpu::im2col<T>(gc, x.template data<T>() + i0 * image, cols.template data<T>());
-      if (per_image_gemm(P)) {
+      if (per_image) {
         for (std::int64_t b = 0; b < cnt; ++b) {
           if (dw)  // dW [OC, R] (+)= g_b cols_b^T
             gemm_strided<T>(false, true, OC, R, P, gi + b * OC * P, P, cols.template data<T>() + b * P, C,

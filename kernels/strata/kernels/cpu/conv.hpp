@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include <strata/config.hpp>              // STRATA_RESTRICT
-#include <strata/kernels/cpu/blocked.hpp>  // for_each_blocked
+#include <strata/kernels/cpu/elementwise.hpp>  // copy_or_add
 
 namespace strata::kernels::cpu {
 
@@ -22,12 +22,6 @@ struct ConvGeometry {
   std::int64_t cols() const noexcept { return n * oh() * ow(); }
 };
 
-/// dst[i] = src[i] for i in [0, n).
-template <class T>
-inline void copy_row(std::int64_t n, const T* STRATA_RESTRICT src, T* STRATA_RESTRICT dst) {
-  for_each_blocked(n, [&](std::int64_t i) { dst[i] = src[i]; });
-}
-
 /// cols[(c,i,j), (n,y,x)] = x[n, c, y*s - p + i, x*s - p + j] (0 outside the image).
 template <class T>
 void im2col(const ConvGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT cols) {
@@ -41,7 +35,7 @@ void im2col(const ConvGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT
             const T* src = x + ((n * g.c + c) * g.h + i) * g.w + j;
             // Constant-length blocks: a plain loop of unknown length becomes one memmove call
             // per (often 8-element) row, several times slower.
-            for (std::int64_t y = 0; y < OH; ++y, out += OW, src += g.w) copy_row(OW, src, out);
+            for (std::int64_t y = 0; y < OH; ++y, out += OW, src += g.w) copy_or_add(OW, src, out, false);
           }
         }
     return;
