@@ -19,8 +19,9 @@ inline char process_state(long pid) {
   char buf[512] = {};
   const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
   std::fclose(f);
+  if (n == 0) return 'X';  // reaped between the open and the read: the read fails with ESRCH
   const char* close = std::strrchr(buf, ')');  // "pid (comm) S ..."; comm may hold spaces
-  return n == 0 || !close || close[1] != ' ' ? '?' : close[2];
+  return !close || close[1] != ' ' ? '?' : close[2];
 }
 
 /// True for a stopped or traced process (it cannot arrive at a collective).

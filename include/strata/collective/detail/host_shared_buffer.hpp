@@ -228,6 +228,7 @@ class HostSharedBuffer {
         if (static_cast<std::int32_t>(seen - target) >= 0) break;
         const timespec tick{0, 10'000'000};  // 10 ms: then check abort, deadline and liveness
         ::syscall(SYS_futex, &p.arrived, FUTEX_WAIT, seen, &tick, nullptr, 0);
+        if (!behind()) break;  // a peer may pass the barrier and exit at once: arrival wins over liveness
         check(k, deadline, timeout, what);
       }
     }
@@ -241,7 +242,8 @@ class HostSharedBuffer {
                              control().reason);
     }
     const char st = runtime::process_state(static_cast<long>(peer(k).pid));
-    if (runtime::is_gone(st))
+    // Read the arrival again after the state: a peer that arrived and then exited is not lost.
+    if (runtime::is_gone(st) && static_cast<std::int32_t>(peer(k).arrived.load(std::memory_order_acquire) - passed_) < 0)
       fail<collective_error>("[strata.collective.peer] " + what + " on rank " + std::to_string(rank_) + " of " +
                              std::to_string(size_) + ": peer lost: rank " + std::to_string(k) +
                              " is no longer running (pid " + std::to_string(peer(k).pid) + ")");
