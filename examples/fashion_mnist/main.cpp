@@ -142,14 +142,15 @@ int main(int argc, char** argv) try {
     };
     const std::string accuracy = json_number(r.test_accuracy, "%.4f");
     const std::string comm = json_number(r.allreduce_ms_per_step, "%.4f"), hidden = json_number(r.allreduce_hidden, "%.3f");
+    const std::string steady = json_number(r.steady_examples_per_s, "%.1f");
     if (strategy.is_chief())
       std::printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"replicas\":%d,\"epochs\":%d,\"seed\":%llu,"
                   "\"batch\":%lld,\"global_batch\":%lld,\"lr\":%g,\"steps\":%lld,\"final_loss\":%.6f,"
-                  "\"test_accuracy\":%s,\"examples_per_s\":%.1f,\"allreduce_ms_per_step\":%s,\"allreduce_hidden\":%s}\n",
+                  "\"test_accuracy\":%s,\"examples_per_s\":%.1f,\"steady_examples_per_s\":%s,\"allreduce_ms_per_step\":%s,\"allreduce_hidden\":%s}\n",
                   cfg.model.c_str(), strategy.name, strategy.num_replicas_in_sync(), cfg.epochs,
                   static_cast<unsigned long long>(cfg.seed), static_cast<long long>(cfg.batch),
                   static_cast<long long>(cfg.batch * strategy.num_replicas_in_sync()), cfg.lr,
-                  static_cast<long long>(r.steps), r.final_loss, accuracy.c_str(), r.examples_per_s, comm.c_str(),
+                  static_cast<long long>(r.steps), r.final_loss, accuracy.c_str(), r.examples_per_s, steady.c_str(), comm.c_str(),
                   hidden.c_str());
   };
   if (compression != "none" && compression != "fp16" && compression != "bf16")

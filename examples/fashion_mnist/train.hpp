@@ -2,6 +2,7 @@
 /// The Fashion-MNIST training loop, written once as a template over the strategy.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -46,7 +47,8 @@ struct Config {
 
 struct Report {
   double test_accuracy = 0;
-  double examples_per_s = 0;
+  double examples_per_s = 0;         ///< over every step of the run (wall time)
+  double steady_examples_per_s = NAN;  ///< over the steps after the first kWarmupSteps (wall time); NaN if none
   double final_loss = 0;
   std::int64_t steps = 0;
   std::vector<double> losses;          ///< the global mean loss of every step
@@ -54,6 +56,10 @@ struct Report {
   double allreduce_ms_per_step = NAN;  ///< gradient all-reduce time per step (mirrored strategies)
   double allreduce_hidden = NAN;       ///< the share of it hidden behind backward
 };
+
+/// Steps the steady-state figure leaves out: the allocator's caches fill and the replica
+/// threads start in the first steps (PyTorch's side of the benchmarks leaves out as many).
+inline constexpr std::int64_t kWarmupSteps = 20;
 
 /// Test-set accuracy of `model`, evaluated without recording gradients.
 inline double evaluate(strata::nn::Module& model, const strata::data::TensorDataset& test) {
@@ -151,8 +157,9 @@ Report train(S& strategy, const Config& cfg) {
   if (!cfg.timeline_path.empty()) strata::observe::Timeline::instance().start(process_rank());
   StepTimes times;
   strata::GradientStats stats_before{};
-  double train_seconds = 0;
-  std::int64_t examples = 0;
+  double train_seconds = 0, steady_seconds = 0;
+  std::int64_t examples = 0, steady_examples = 0, run_steps = 0;
+  std::optional<Clock::time_point> steady_from;  // the end of this run's warm-up steps
   for (int epoch = static_cast<int>(pos.epoch); epoch < cfg.epochs; ++epoch) {
     const auto t0 = Clock::now();
     std::int64_t step = epoch == pos.epoch ? pos.batch : 0;  // batches of this epoch done
@@ -163,6 +170,8 @@ Report train(S& strategy, const Config& cfg) {
       const double loss = train_step(strategy, model, opt, batch, &times);
       report.losses.push_back(loss);
       examples += batch.global_size;
+      if (++run_steps == kWarmupSteps) steady_from = Clock::now();
+      else if (run_steps > kWarmupSteps) steady_examples += batch.global_size;
       ++step;
       ++pos.step;
       if (checkpoints && cfg.checkpoint_every > 0 && pos.step % cfg.checkpoint_every == 0) {
@@ -191,7 +200,9 @@ Report train(S& strategy, const Config& cfg) {
       }
       data_from = Clock::now();
     }
-    train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    const auto t1 = Clock::now();
+    train_seconds += std::chrono::duration<double>(t1 - t0).count();
+    if (steady_from) steady_seconds += std::chrono::duration<double>(t1 - std::max(t0, *steady_from)).count();
     if (cfg.evaluate) {
       report.epoch_accuracy.push_back(evaluate(model, test));
       if (metrics) metrics->evaluation(pos.step, epoch + 1, report.epoch_accuracy.back());
@@ -206,8 +217,14 @@ Report train(S& strategy, const Config& cfg) {
   report.final_loss = report.losses.empty() ? NAN : report.losses.back();
   report.test_accuracy = report.epoch_accuracy.empty() ? NAN : report.epoch_accuracy.back();
   report.examples_per_s = train_seconds > 0 ? static_cast<double>(examples) / train_seconds : 0;
-  if constexpr (requires { strategy.job_examples_per_s(1.0); })  // asynchronous workers count their own examples
+  if (steady_examples > 0 && steady_seconds > 0)
+    report.steady_examples_per_s = static_cast<double>(steady_examples) / steady_seconds;
+  if constexpr (requires { strategy.job_examples_per_s(1.0); }) {  // asynchronous workers count their own examples
     report.examples_per_s = strategy.job_examples_per_s(report.examples_per_s);
+    const double mine = std::isnan(report.steady_examples_per_s) ? 0.0 : report.steady_examples_per_s;
+    const double job = strategy.job_examples_per_s(mine);  // a collective: every rank calls it
+    report.steady_examples_per_s = job > 0 ? job : NAN;
+  }
   if constexpr (requires { strategy.gradient_stats(); }) {
     const strata::GradientStats st = strategy.gradient_stats();
     if (st.steps > 0) {

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #if STRATA_HAS_ZLIB
@@ -250,5 +252,51 @@ TEST_CASE("Data.Pipeline.PrefetchYieldsTheSameBatches") {
   for (const auto& b : ahead) {
     CHECK(b.index == 0);
     break;
+  }
+}
+
+namespace {
+// Runs the parts on threads of its own, and counts the batches it was given.
+struct ThreadedRows final : strata::data::RowParallelism {
+  int parts, calls = 0;
+  explicit ThreadedRows(int k) : parts(k) {}
+  void run(std::int64_t n, void (*fn)(void*, std::int64_t, std::int64_t), void* ctx) override {
+    ++calls;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < parts; ++r)
+      threads.emplace_back([this, n, fn, ctx, r] {
+        fn(ctx, strata::data::detail::split_begin(n, r, parts), strata::data::detail::split_begin(n, r + 1, parts));
+      });
+    for (auto& t : threads) t.join();
+  }
+};
+}  // namespace
+
+TEST_CASE("Data.Pipeline.ParallelRowsYieldTheSameBatches") {
+  // Rows of 4 KiB: a batch of 32 is large enough to be copied in parts.
+  const std::int64_t n = 203, width = 1024;
+  std::vector<double> xs, ys;
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t j = 0; j < width; ++j) xs.push_back(static_cast<double>(i * width + j));
+    ys.push_back(static_cast<double>(i));
+  }
+  const TensorDataset ds(strata::from_vector<double>({n, width}, xs, strata::DType::f32),
+                         strata::from_vector<double>({n}, ys, strata::DType::i64));
+  for (auto remainder : {strata::data::Remainder::keep, strata::data::Remainder::pad}) {
+    Pipeline plain = Pipeline(ds).shuffle(3).batch(32, remainder);
+    auto rows = std::make_shared<ThreadedRows>(3);
+    Pipeline parallel = plain.parallel_rows(rows);
+    std::vector<strata::data::Batch> want, got;
+    for (const auto& b : plain) want.push_back(b);
+    for (const auto& b : parallel) got.push_back(b);
+    REQUIRE(want.size() == got.size());
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      CHECK(want[k].x.to_vector<float>() == got[k].x.to_vector<float>());
+      CHECK(want[k].y.to_vector<std::int64_t>() == got[k].y.to_vector<std::int64_t>());
+      CHECK(want[k].padding == got[k].padding);
+    }
+    // Every full batch's x went through it (128 KiB); the last one's 11 rows (44 KiB) are
+    // copied on this thread, below the size where a hand-off pays.
+    CHECK(rows->calls == static_cast<int>(want.size()) - 1);
   }
 }

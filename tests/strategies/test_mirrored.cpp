@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "strategies/equivalence.hpp"
 
@@ -294,5 +296,50 @@ TEST_CASE("Strategy.Mirrored.PrefetchesOnlyWithACoreToSpare") {
     strata::MirroredStrategy<> strategy(replicas);
     CHECK(strategy.distribute(p).options().prefetch == (cores > static_cast<unsigned>(replicas) ? 2 : 0));
     CHECK(strategy.distribute(p.prefetch(3)).options().prefetch == 3);
+    // Without a producer thread, the replica threads copy each batch's rows.
+    CHECK((strategy.distribute(p).options().parallel != nullptr) == (replicas > 1 && cores <= static_cast<unsigned>(replicas)));
   }
+}
+
+// The replica threads copy a batch's rows between steps: the same batches as one thread
+// copying them; while the pool runs a step, the caller copies them alone.
+TEST_CASE("Strategy.Mirrored.ReplicaThreadsCopyTheBatchRows") {
+  const std::int64_t n = 150, width = 2048;  // 8 KiB rows: a batch of 16 is copied in parts
+  std::vector<double> xs, ys;
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t j = 0; j < width; ++j) xs.push_back(static_cast<double>(i * width + j));
+    ys.push_back(static_cast<double>(i % 10));
+  }
+  const strata::data::TensorDataset ds(strata::from_vector<double>({n, width}, xs, strata::DType::f32),
+                                       strata::from_vector<double>({n}, ys, strata::DType::i64));
+  auto pool = std::make_shared<strata::detail::ReplicaPool>(3);
+  const auto plain = strata::data::Pipeline(ds).shuffle(1).batch(16);
+  auto parallel = plain.parallel_rows(std::make_shared<strata::detail::ReplicaPoolRows>(pool));
+  auto all_x = [](strata::data::Pipeline q) {
+    std::vector<float> out;
+    for (const auto& b : q)
+      for (float v : b.x.to_vector<float>()) out.push_back(v);
+    return out;
+  };
+  const std::vector<float> want = all_x(plain);
+  CHECK(all_x(parallel) == want);
+
+  // A step in flight on another thread: the pool is busy, the rows are copied here.
+  std::atomic<bool> release{false}, started{false};
+  std::thread stepper([&] {
+    auto job = [&](int r) {
+      if (r == 0) started = true;
+      while (!release.load()) std::this_thread::yield();
+    };
+    auto on_error = [](int, const char*) {};
+    pool->run(job, on_error);
+  });
+  while (!started.load()) std::this_thread::yield();
+  CHECK(all_x(parallel) == want);
+  release = true;
+  stepper.join();
+
+  // Once the pool is gone, the rows are copied here too.
+  pool.reset();
+  CHECK(all_x(parallel) == want);
 }

@@ -28,6 +28,15 @@
 
 namespace strata::data {
 
+/// Runs fn(ctx, lo, hi) over balanced parts [lo, hi) of [0, n) on several threads at once and
+/// returns when all are done: how a strategy whose replica threads wait between steps lends
+/// them to the assembly of the next batch.
+class RowParallelism {
+ public:
+  virtual ~RowParallelism() = default;
+  virtual void run(std::int64_t n, void (*fn)(void* ctx, std::int64_t lo, std::int64_t hi), void* ctx) = 0;
+};
+
 /// What becomes of an epoch's last, partial batch.
 enum class Remainder { keep, drop, pad };
 
@@ -43,6 +52,7 @@ struct PipelineOptions {
   int prefetch = 0;
   std::int64_t take_batches = -1;  ///< at most this many batches per epoch (-1: all)
   std::int64_t first_batch = 0;    ///< the next epoch starts here (set_position: a resume); then 0
+  std::shared_ptr<RowParallelism> parallel;  ///< copies a batch's rows on several threads (null: one)
 };
 
 namespace detail {
@@ -74,9 +84,27 @@ inline std::int64_t split_begin(std::int64_t count, std::int64_t i, std::int64_t
   return i * (count / n) + std::min(i, count % n);
 }
 
-/// Copies rows `idx` of `src` ([N, ...], contiguous) into a new tensor [idx.size(), ...].
+/// Copies rows idx[lo..hi) of `from` (rows of `row` bytes) to rows lo..hi of `to`.
+inline void copy_rows(const char* from, char* to, std::size_t row, const std::int64_t* idx, std::int64_t lo,
+                      std::int64_t hi) {
+  // Rows lie anywhere in a dataset far larger than the caches: the copy waits on memory, so
+  // ask for the rows a few ahead while copying this one (several misses in flight, not one).
+  constexpr std::int64_t kAhead = 4;
+  auto prefetch_row = [&](std::int64_t i) {
+    const char* r = from + static_cast<std::size_t>(idx[i]) * row;
+    for (std::size_t b = 0; b < row; b += 64) __builtin_prefetch(r + b);
+  };
+  for (std::int64_t i = lo; i < std::min(lo + kAhead, hi); ++i) prefetch_row(i);
+  for (std::int64_t i = lo; i < hi; ++i) {
+    if (i + kAhead < hi) prefetch_row(i + kAhead);
+    std::memcpy(to + static_cast<std::size_t>(i) * row, from + static_cast<std::size_t>(idx[i]) * row, row);
+  }
+}
+
+/// Copies rows `idx` of `src` ([N, ...], contiguous) into a new tensor [rows, ...] (rows past
+/// `count` filled with `fill_byte`), on the threads of `parallel` when given and worth it.
 inline Tensor gather_rows(const Tensor& src, const std::int64_t* idx, std::int64_t count, std::int64_t rows = -1,
-                          int fill_byte = 0) {
+                          int fill_byte = 0, RowParallelism* parallel = nullptr) {
   if (rows < 0) rows = count;
   Shape s = src.shape();
   s[0] = rows;
@@ -84,8 +112,21 @@ inline Tensor gather_rows(const Tensor& src, const std::int64_t* idx, std::int64
   const std::size_t row = src.dim(0) == 0 ? 0 : src.nbytes() / static_cast<std::size_t>(src.dim(0));
   const auto* from = static_cast<const char*>(src.raw_data());
   auto* to = static_cast<char*>(out.raw_data());
-  for (std::int64_t i = 0; i < count; ++i)
-    std::memcpy(to + static_cast<std::size_t>(i) * row, from + static_cast<std::size_t>(idx[i]) * row, row);
+  constexpr std::size_t kParallelBytes = std::size_t{64} << 10;  // below this, a hand-off costs more than it saves
+  if (parallel && static_cast<std::size_t>(count) * row >= kParallelBytes) {
+    struct Job {
+      const char* from;
+      char* to;
+      std::size_t row;
+      const std::int64_t* idx;
+    } job{from, to, row, idx};
+    parallel->run(count, [](void* j, std::int64_t lo, std::int64_t hi) {
+      const auto& b = *static_cast<const Job*>(j);
+      copy_rows(b.from, b.to, b.row, b.idx, lo, hi);
+    }, &job);
+  } else {
+    copy_rows(from, to, row, idx, 0, count);
+  }
   if (rows > count)  // padding rows after the examples
     std::memset(to + static_cast<std::size_t>(count) * row, fill_byte, static_cast<std::size_t>(rows - count) * row);
   return out;
@@ -149,8 +190,8 @@ class EpochState {
     const std::int64_t hi = split_begin(rows, o_.split_index + 1, o_.num_splits);
     const std::int64_t real = std::max<std::int64_t>(0, std::min(hi, count) - lo);
     Batch b;
-    b.x = gather_rows(ds_->x, order_.data() + start + lo, real, hi - lo, 0);
-    b.y = gather_rows(ds_->y, order_.data() + start + lo, real, hi - lo, 0xFF);  // -1: kPadLabel
+    b.x = gather_rows(ds_->x, order_.data() + start + lo, real, hi - lo, 0, o_.parallel.get());
+    b.y = gather_rows(ds_->y, order_.data() + start + lo, real, hi - lo, 0xFF, o_.parallel.get());  // -1: kPadLabel
     b.size = hi - lo;
     b.padding = hi - lo - real;
     b.global_size = count;
@@ -257,6 +298,12 @@ class Pipeline {
     STRATA_CHECK(depth >= 0, "prefetch depth must be non-negative, got ", depth);
     Pipeline p = *this;
     p.o_.prefetch = depth;
+    return p;
+  }
+  /// Copies each batch's rows on the threads of `parallel` (null: on the iterating thread).
+  Pipeline parallel_rows(std::shared_ptr<RowParallelism> parallel) const {
+    Pipeline p = *this;
+    p.o_.parallel = std::move(parallel);
     return p;
   }
   /// At most `batches` batches per epoch.

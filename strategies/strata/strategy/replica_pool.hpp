@@ -3,16 +3,20 @@
 /// is the calling thread; replicas 1..N-1 are threads started once and kept, each with its own
 /// autograd tape (thread-local), so a step costs a wake-up, not a thread start. Hand-off is an
 /// atomic generation counter: spin briefly, then sleep on it (futex), no lock on the way.
+/// Between steps the pool also copies the next batch's rows (ReplicaPoolRows), so that work is
+/// shared by the replica threads instead of left to the caller's while the others wait.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include <strata/collective/async.hpp>   // cpu_relax
 #include <strata/collective/options.hpp>
+#include <strata/data/pipeline.hpp>    // RowParallelism, split_begin
 #include <strata/strategy/replicated.hpp>  // ReplicaScope
 #include <strata/support/error.hpp>
 
@@ -40,6 +44,16 @@ class ReplicaPool {
   /// an error of the replica's own before a collective_error that the abort caused.
   template <class F, class OnError>
   void run(F& fn, OnError& on_error) {
+    STRATA_CHECK(try_run(fn, on_error), "a strategy's run() called from two threads at once");
+  }
+  /// run(), or false at once when the pool is running something else.
+  template <class F, class OnError>
+  bool try_run(F& fn, OnError& on_error) {
+    if (busy_.exchange(true, std::memory_order_acquire)) return false;
+    struct Release {
+      std::atomic<bool>& busy;
+      ~Release() { busy.store(false, std::memory_order_release); }
+    } release{busy_};
     job_ = &fn;
     call_ = [](void* f, int r) { (*static_cast<F*>(f))(r); };
     job_error_ = &on_error;
@@ -59,6 +73,7 @@ class ReplicaPool {
       seen = done_.load(std::memory_order_acquire);
     }
     rethrow();
+    return true;
   }
 
  private:
@@ -122,6 +137,28 @@ class ReplicaPool {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<int> done_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> busy_{false};
+};
+
+/// The pool's threads as a pipeline's RowParallelism: a batch's rows are copied in one part
+/// per replica thread. When the pool is busy (a step in flight) or gone, the calling thread
+/// copies them all.
+class ReplicaPoolRows final : public data::RowParallelism {
+ public:
+  explicit ReplicaPoolRows(std::weak_ptr<ReplicaPool> pool) : pool_(std::move(pool)) {}
+  void run(std::int64_t n, void (*fn)(void*, std::int64_t, std::int64_t), void* ctx) override {
+    const std::shared_ptr<ReplicaPool> pool = pool_.lock();
+    if (pool) {
+      const int parts = pool->size();
+      auto part = [&](int r) { fn(ctx, data::detail::split_begin(n, r, parts), data::detail::split_begin(n, r + 1, parts)); };
+      auto ignore = [](int, const char*) {};  // copying rows throws nothing; run() rethrows anyway
+      if (pool->try_run(part, ignore)) return;
+    }
+    fn(ctx, 0, n);
+  }
+
+ private:
+  std::weak_ptr<ReplicaPool> pool_;
 };
 
 }  // namespace strata::detail

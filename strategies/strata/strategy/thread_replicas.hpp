@@ -7,6 +7,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <thread>  // hardware_concurrency
 #include <type_traits>
@@ -34,10 +35,12 @@ class ThreadReplicas : RejectsReplicaValues {
   /// on a thread of its own only when a core is left for that thread: with a replica on every
   /// core the producer preempts one replica each step, and the others wait for it at the first
   /// all-reduce (2 replicas on 2 cores: 4 % fewer examples/s than assembling the batch
-  /// inline). A depth the user set is kept.
+  /// inline). Assembled inline, the batch's rows are copied by all the replica threads at
+  /// once. A depth the user set is kept.
   data::Pipeline distribute(const data::Pipeline& p) const {
-    if (p.options().prefetch > 0 || std::thread::hardware_concurrency() <= static_cast<unsigned>(n_)) return p;
-    return p.prefetch(2);
+    if (p.options().prefetch > 0) return p;
+    if (std::thread::hardware_concurrency() > static_cast<unsigned>(n_)) return p.prefetch(2);
+    return n_ > 1 ? p.parallel_rows(std::make_shared<ReplicaPoolRows>(pool_)) : p;
   }
 
   /// Runs fn(ctx, rows) on every replica at once, each with its contiguous share of the
@@ -77,7 +80,8 @@ class ThreadReplicas : RejectsReplicaValues {
 
  protected:
   ThreadReplicas(int replicas, const char* strategy, const collective::Options& o)
-      : n_(checked(replicas, strategy)), comms_(collective::InProcess::make_group(n_, o)), pool_(n_) {}
+      : n_(checked(replicas, strategy)), comms_(collective::InProcess::make_group(n_, o)),
+        pool_(std::make_shared<ReplicaPool>(n_)) {}
   ~ThreadReplicas() = default;
 
   collective::InProcess& comm(int r) noexcept { return comms_[static_cast<std::size_t>(r)]; }
@@ -103,19 +107,19 @@ class ThreadReplicas : RejectsReplicaValues {
     auto& self = static_cast<Derived&>(*this);
     if constexpr (std::is_void_v<R>) {
       auto job = [&](int r) { self.with_context(r, [&](ReplicaContext& ctx) { step(ctx, r); }); };
-      pool_.run(job, error);
+      pool_->run(job, error);
     } else {
       PerReplica<R> out(static_cast<std::size_t>(n_));
       auto job = [&](int r) {
         self.with_context(r, [&](ReplicaContext& ctx) { out[static_cast<std::size_t>(r)] = step(ctx, r); });
       };
-      pool_.run(job, error);
+      pool_->run(job, error);
       return out;
     }
   }
 
   std::vector<collective::InProcess> comms_;
-  ReplicaPool pool_;
+  std::shared_ptr<ReplicaPool> pool_;
 };
 
 }  // namespace strata::detail
