@@ -270,6 +270,7 @@ def scenarios():
         S.append((scen, "storage", ExistingTest(program="test_checkpoint", case=case)))
     S.append(("C6 every rank saves, the chief writes", "mpi", ExistingTest("multi_worker_mirrored_mpi_np4")))
     S.append(("C6 every rank saves, the chief writes", "gloo", ExistingTest("multi_worker_mirrored_gloo_np4")))
+    S.append(("C7 real full disk (tmpfs), every rank told", "gloo", ExistingTest("checkpoint_full_disk_gloo")))
     S.append(("C8 other model or world size", "trainer", ExistingTest("resume_refusals")))
     S.append(("C2/C3 damaged shard, other server count", "mpi (parameter server)",
               ExistingTest("resume_parameter_server_refusals")))

@@ -339,6 +339,21 @@ TEST_CASE("Strategy.Mirrored.ReplicaThreadsCopyTheBatchRows") {
   release = true;
   stepper.join();
 
+  // A prefetching thread and the steps share the pool: each waits its turn, nothing fails.
+  std::atomic<bool> stop{false};
+  std::atomic<int> steps{0};
+  std::thread stepping([&] {
+    auto job = [&](int r) {
+      if (r == 0) ++steps;
+    };
+    auto on_error = [](int, const char*) {};
+    while (!stop.load()) pool->run(job, on_error);
+  });
+  CHECK(all_x(parallel.prefetch(2)) == want);
+  stop = true;
+  stepping.join();
+  CHECK(steps.load() > 0);
+
   // Once the pool is gone, the rows are copied here too.
   pool.reset();
   CHECK(all_x(parallel) == want);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -96,14 +97,29 @@ class TrainingCheckpoints {
   void save(const checkpoint::TrainingPosition& pos) {
     checkpoint::NamedTensors shards;  // written (and answered for) before the index that records them
     if constexpr (requires { s_.checkpoint_shards(pos.step); }) shards = s_.checkpoint_shards(pos.step);
-    if (!s_.is_chief()) return;
-    auto tensors = checkpoint::capture_training_state(detail::local_copy(model_, 0).parameters(),
-                                                      detail::local_copy(opt_, 0), pos, s_.num_replicas_in_sync(),
-                                                      generators_of(detail::local_copy(model_, 0)));
-    tensors.insert(tensors.end(), shards.begin(), shards.end());
-    manager_.save(pos.step, tensors);
-    if constexpr (requires { s_.prune_shards(manager_.directory(), manager_.steps()); })
-      s_.prune_shards(manager_.directory(), manager_.steps());
+    std::string error;  // the chief's, when its write failed (a full disk, a read-only directory)
+    std::exception_ptr failure;
+    if (s_.is_chief()) {
+      try {
+        auto tensors = checkpoint::capture_training_state(detail::local_copy(model_, 0).parameters(),
+                                                          detail::local_copy(opt_, 0), pos, s_.num_replicas_in_sync(),
+                                                          generators_of(detail::local_copy(model_, 0)));
+        tensors.insert(tensors.end(), shards.begin(), shards.end());
+        manager_.save(pos.step, tensors);
+        if constexpr (requires { s_.prune_shards(manager_.directory(), manager_.steps()); })
+          s_.prune_shards(manager_.directory(), manager_.steps());
+      } catch (const std::exception& e) {
+        error = e.what();
+        failure = std::current_exception();
+      }
+    }
+    // Every process learns the outcome (a strategy across processes shares it), so a failed
+    // save stops every rank with the reason rather than leaving the others at their next
+    // collective.
+    if constexpr (requires { s_.share_save_outcome(error); }) s_.share_save_outcome(error);
+    if (failure) std::rethrow_exception(failure);
+    if (!error.empty())
+      throw io_error("[strata.checkpoint] step " + std::to_string(pos.step) + " was not saved: the chief failed: " + error);
   }
 
   const checkpoint::CheckpointManager& manager() const noexcept { return manager_; }

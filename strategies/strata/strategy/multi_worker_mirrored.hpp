@@ -168,6 +168,14 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
     detail::check_cross_replica("share_from_chief()");
     detail::broadcast_bytes(comm_, bytes, 0);
   }
+  /// After a save: the chief's error ("" when it wrote the checkpoint) goes to every rank, so
+  /// that all of them fail a save the chief could not complete, or none does.
+  void share_save_outcome(std::string& error) {
+    detail::check_cross_replica("share_save_outcome()");
+    std::vector<unsigned char> bytes(error.begin(), error.end());
+    detail::broadcast_bytes(comm_, bytes, 0);
+    error.assign(bytes.begin(), bytes.end());
+  }
 
   /// The reduction across every process's replica, the same on every process.
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) {

@@ -44,7 +44,8 @@ class ReplicaPool {
   /// an error of the replica's own before a collective_error that the abort caused.
   template <class F, class OnError>
   void run(F& fn, OnError& on_error) {
-    STRATA_CHECK(try_run(fn, on_error), "a strategy's run() called from two threads at once");
+    // The pool may be copying a batch's rows for a prefetching thread: that takes microseconds.
+    while (!try_run(fn, on_error)) std::this_thread::yield();
   }
   /// run(), or false at once when the pool is running something else.
   template <class F, class OnError>
