@@ -158,7 +158,7 @@ Report train(S& strategy, const Config& cfg) {
   StepTimes times;
   strata::GradientStats stats_before{};
   double train_seconds = 0, steady_seconds = 0;
-  std::int64_t examples = 0, steady_examples = 0, run_steps = 0;
+  std::int64_t examples = 0, steady_examples = 0;
   std::optional<Clock::time_point> steady_from;  // the end of this run's warm-up steps
   for (int epoch = static_cast<int>(pos.epoch); epoch < cfg.epochs; ++epoch) {
     const auto t0 = Clock::now();
@@ -170,7 +170,8 @@ Report train(S& strategy, const Config& cfg) {
       const double loss = train_step(strategy, model, opt, batch, &times);
       report.losses.push_back(loss);
       examples += batch.global_size;
-      if (++run_steps == kWarmupSteps) steady_from = Clock::now();
+      const auto run_steps = static_cast<std::int64_t>(report.losses.size());  // this run's steps so far
+      if (run_steps == kWarmupSteps) steady_from = Clock::now();
       else if (run_steps > kWarmupSteps) steady_examples += batch.global_size;
       ++step;
       ++pos.step;

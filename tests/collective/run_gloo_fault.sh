@@ -7,9 +7,8 @@ set -u
 run=$1 exe=$2 mode=$3 rendezvous=${4:-file} repeat=${5:-1}
 if ((repeat > 1)); then
   for ((i = 1; i <= repeat; ++i)); do
-    "$0" "$run" "$exe" "$mode" "$rendezvous" 1 >/tmp/strata-gloo-fault.$$ 2>&1 || { cat /tmp/strata-gloo-fault.$$; echo "FAIL: run $i of $repeat"; rm -f /tmp/strata-gloo-fault.$$; exit 1; }
+    once=$("$0" "$run" "$exe" "$mode" "$rendezvous" 1 2>&1) || { echo "$once"; echo "FAIL: run $i of $repeat"; exit 1; }
   done
-  rm -f /tmp/strata-gloo-fault.$$
   echo "PASS ($repeat runs)"
   exit 0
 fi
