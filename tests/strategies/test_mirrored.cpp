@@ -358,3 +358,105 @@ TEST_CASE("Strategy.Mirrored.ReplicaThreadsCopyTheBatchRows") {
   pool.reset();
   CHECK(all_x(parallel) == want);
 }
+
+namespace {
+
+// Every replica's parameters and optimizer state after `steps` steps of `make_opt` under
+// MirroredStrategy(n) with or without the split update (resuming from `resume` if given:
+// every replica loads its parameters and state, as TrainingCheckpoints does, and the data goes
+// on from batch `resume_steps`).
+struct SplitRun {
+  std::vector<std::vector<std::vector<float>>> params;  // [replica][parameter]
+  std::vector<std::vector<std::pair<std::string, std::vector<float>>>> state;  // [replica]
+  std::vector<std::vector<Tensor>> shared_state;  // [replica]: the state tensors themselves
+};
+
+template <class MakeOpt>
+SplitRun run_split(int n, bool split, int steps, MakeOpt make_opt, const SplitRun* resume = nullptr,
+                   std::int64_t resume_steps = 0) {
+  strata::MirroredStrategy strategy(n, {.bucket_bytes = 2048, .split_update = split});
+  strata::manual_seed(5);
+  auto net = strategy.scope([] { return equivalence::model(false); });
+  auto opt = strategy.scope([&] { return make_opt(net.parameters()); });
+  if (resume)
+    for (int r = 0; r < n; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      strata::NoGradGuard no_grad;
+      for (std::size_t k = 0; k < net.replica(ur).parameters().size(); ++k) {
+        Tensor p = net.replica(ur).parameters()[k];
+        p.copy_(strata::from_vector<float>(p.shape(), resume->params[0][k]));
+      }
+      std::vector<std::pair<std::string, Tensor>> st;
+      for (const auto& [name, v] : resume->state[0]) {
+        const std::size_t i = std::stoul(name.substr(name.rfind('.') + 1));
+        st.emplace_back(name, strata::from_vector<float>(net.replica(ur).parameters()[i].shape(), v));
+      }
+      opt.replica(ur).load_state(st, resume_steps);
+    }
+  equivalence::Setup s;
+  auto pipeline = strata::data::Pipeline(equivalence::dataset(s)).batch(26).take(resume_steps + steps);
+  pipeline.set_position(0, resume_steps);
+  auto data = strategy.distribute(pipeline);
+  for (auto& batch : data)
+    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      auto loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
+      opt.apply_gradients(ctx, strata::grad(loss, net.parameters()));
+    }, batch);
+  SplitRun out;
+  for (int r = 0; r < n; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    auto& ps = out.params.emplace_back();
+    for (const Tensor& p : net.replica(ur).parameters()) ps.push_back(p.to_vector<float>());
+    auto& st = out.state.emplace_back();
+    auto& tensors = out.shared_state.emplace_back();
+    for (const auto& [name, t] : opt.replica(ur).state()) {
+      st.emplace_back(name, t.template to_vector<float>());
+      tensors.push_back(t);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// Each replica updates its share and pulls the others' (SplitUpdate): every copy ends with the
+// bits every replica gets by updating all of its copy, and every replica's optimizer state is
+// whole (one set of tensors, shared), so a checkpoint of any replica holds all of it. After
+// load_state on every replica (a resume) the state is shared again and the run goes on as an
+// uninterrupted one does.
+TEST_CASE("Strategy.Mirrored.SplitUpdateEqualsEveryReplicaUpdating") {
+  auto sgd = [](const std::vector<Tensor>& p) { return strata::optim::Sgd(p, 0.1, {.momentum = 0.9, .nesterov = true}); };
+  auto adam = [](const std::vector<Tensor>& p) { return strata::optim::Adam(p, 0.01); };
+  auto check = [](auto make_opt, const char* name) {
+    for (int n : {2, 3, 4}) {
+      CAPTURE(name);
+      CAPTURE(n);
+      const SplitRun whole = run_split(n, false, 6, make_opt);
+      const SplitRun split = run_split(n, true, 6, make_opt);
+      REQUIRE(!whole.state[0].empty());
+      for (int r = 0; r < n; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        CHECK(split.params[ur] == whole.params[0]);
+        CHECK(split.state[ur] == whole.state[0]);
+        // One set of state tensors between the replicas (each its own without the split).
+        for (std::size_t k = 0; k < split.shared_state[ur].size(); ++k) {
+          CHECK(same_tensor(split.shared_state[ur][k], split.shared_state[0][k]));
+          if (r > 0) CHECK_FALSE(same_tensor(whole.shared_state[ur][k], whole.shared_state[0][k]));
+        }
+      }
+      // Resumed after 6 steps from replica 0's values and state: 4 more steps end where 10
+      // uninterrupted steps end.
+      const SplitRun ten = run_split(n, true, 10, make_opt);
+      const SplitRun resumed = run_split(n, true, 4, make_opt, &split, 6);
+      for (int r = 0; r < n; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        CHECK(equivalence::max_relative_difference(resumed.params[ur], ten.params[0]) < 1e-5);
+        CHECK(resumed.params[ur] == resumed.params[0]);
+        for (std::size_t k = 0; k < resumed.shared_state[ur].size(); ++k)
+          CHECK(same_tensor(resumed.shared_state[ur][k], resumed.shared_state[0][k]));
+      }
+    }
+  };
+  check(sgd, "sgd");
+  check(adam, "adam");
+}

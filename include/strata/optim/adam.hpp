@@ -25,6 +25,8 @@ class Adam : public Optimizer {
   std::unique_ptr<Optimizer> clone_for(std::vector<Tensor> params) const override {
     return std::unique_ptr<Optimizer>(new Adam(std::move(params), lr(), o_, decoupled_));
   }
+  bool updates_ranges() const noexcept override { return true; }
+
 
  protected:
   Adam(std::vector<Tensor> params, double lr, AdamOptions o, bool decoupled)
@@ -36,21 +38,27 @@ class Adam : public Optimizer {
     return prefix == "exp_avg" ? &m_ : prefix == "exp_avg_sq" ? &v_ : nullptr;
   }
   void update(std::size_t i, Tensor& p, const Tensor& g) override {
+    if (!on_device(p)) return update_range(i, p, g, {0, p.numel()});
     Tensor m = state_for(m_, i), v = state_for(v_, i);
-    kernels::cpu::AdamParams kp{lr(), o_.beta1, o_.beta2, o_.eps, o_.weight_decay, decoupled_, steps() + 1};
-    if (on_device(p)) {
-      device_kernels("Adam", p, g, m, v).adam_step(p.device().index, p.dtype(), p.numel(), p.raw_data(), g.raw_data(),
-                                                   m.raw_data(), v.raw_data(), kp);
-      return;
-    }
+    device_kernels("Adam", p, g, m, v).adam_step(p.device().index, p.dtype(), p.numel(), p.raw_data(), g.raw_data(),
+                                                 m.raw_data(), v.raw_data(), step_params());
+  }
+  void update_range(std::size_t i, Tensor& p, const Tensor& g, ElementRange r) override {
+    STRATA_CHECK(!on_device(p), "Adam: a range update runs on host memory, parameter ", i, " is on ", p.device());
+    Tensor m = state_for(m_, i), v = state_for(v_, i);
+    const kernels::cpu::AdamParams kp = step_params();
     strata::detail::visit_floating(p.dtype(), "Adam", [&](auto tag) {
       using T = decltype(tag);
-      kernels::cpu::adam_step<T>(p.numel(), p.template data<T>(), g.template data<T>(), m.template data<T>(),
-                                 v.template data<T>(), kp);
+      kernels::cpu::adam_step<T>(r.end - r.begin, p.template data<T>() + r.begin, g.template data<T>() + r.begin,
+                                 m.template data<T>() + r.begin, v.template data<T>() + r.begin, kp);
     });
   }
 
  private:
+  kernels::cpu::AdamParams step_params() const {
+    return {lr(), o_.beta1, o_.beta2, o_.eps, o_.weight_decay, decoupled_, steps() + 1};
+  }
+
   AdamOptions o_;
   bool decoupled_;
   std::vector<Tensor> m_, v_;

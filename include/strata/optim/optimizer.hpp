@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cmath>
+#include <cstring>
 #include <concepts>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +29,12 @@ template <class C>
 concept GradientAggregator = requires(C& c, Gradients g) {
   { c.aggregate_gradients(g) } -> std::convertible_to<bool>;
   c.finish_update();
+};
+
+/// A contiguous run of one parameter's elements, [begin, end) in its flat (row-major) order:
+/// the part of it one replica updates when a strategy splits the update (step_ranges).
+struct ElementRange {
+  std::int64_t begin = 0, end = 0;
 };
 
 /// The shared part of SGD, Adam and AdamW.
@@ -61,6 +69,55 @@ class Optimizer {
     ++steps_;
   }
 
+  /// Whether this optimizer can update parts of its parameters (step_ranges): true for SGD,
+  /// Adam and AdamW, whose updates are elementwise.
+  virtual bool updates_ranges() const noexcept { return false; }
+  /// Like step(), but updates only `ranges[i]` of parameter i (host memory), and its state
+  /// there; the rest of each parameter and of its state is left as it is. Every parameter with
+  /// a gradient gets its state tensors, even where its range is empty, so that replicas that
+  /// split the update hold state of the same shapes (see share_state_from).
+  void step_ranges(std::span<const ElementRange> ranges) {
+    STRATA_CHECK_EQ(ranges.size(), params_.size(), "step_ranges: one range per parameter");
+    NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const Tensor g = params_[i].grad();
+      if (!g.defined()) continue;
+      const ElementRange r = ranges[i];
+      STRATA_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= params_[i].numel(), "step_ranges: range [", r.begin,
+                   ", ", r.end, ") of parameter ", i, " with ", params_[i].numel(), " elements");
+      update_range(i, params_[i], g, r);
+    }
+    ++steps_;
+  }
+
+  /// Makes this optimizer's state the very tensors `owner` holds (not copies), after copying
+  /// into them what this optimizer holds in `mine` (its ranges of each parameter): replicas
+  /// that update disjoint ranges then keep one complete state between them, which state()
+  /// of any of them returns. `owner` must be an optimizer of the same kind over parameters
+  /// of the same shapes.
+  void share_state_from(Optimizer& owner, std::span<const ElementRange> mine) {
+    STRATA_CHECK_EQ(mine.size(), params_.size(), "share_state_from: one range per parameter");
+    auto theirs = owner.state();
+    const auto where = resolve_slots(theirs, "share_state_from");
+    NoGradGuard no_grad;
+    for (std::size_t k = 0; k < theirs.size(); ++k) {
+      auto& [slots, i] = where[k];
+      if (slots->size() != params_.size()) slots->resize(params_.size());
+      Tensor& own = (*slots)[i];
+      Tensor& shared = theirs[k].second;
+      if (own.defined() && !same_tensor(own, shared) && mine[i].end > mine[i].begin) {
+        const std::size_t es = size_of(own.dtype());
+        std::memcpy(static_cast<char*>(shared.raw_data()) + static_cast<std::size_t>(mine[i].begin) * es,
+                    static_cast<const char*>(own.raw_data()) + static_cast<std::size_t>(mine[i].begin) * es,
+                    static_cast<std::size_t>(mine[i].end - mine[i].begin) * es);
+      }
+      own = shared;
+    }
+    ++state_version_;
+  }
+  /// Changes whenever a state tensor is created or replaced (load_state, share_state_from).
+  std::uint64_t state_version() const noexcept { return state_version_; }
+
   /// Aggregates `grads` through `ctx` (the sum over all replicas in sync), then steps where
   /// the strategy places the update (every replica's copy, or the one central copy).
   template <GradientAggregator Ctx>
@@ -74,7 +131,17 @@ class Optimizer {
     }
     if (here) {
       observe::ScopedEvent ev("optimizer step", "compute");
-      if (accepts(grads, [&] { return first_nonfinite_replica(ctx); })) step();
+      if (accepts(grads, [&] { return first_nonfinite_replica(ctx); })) {
+        // A strategy that splits the update hands this replica its ranges, and finish_update
+        // then shares them with the other replicas.
+        const std::vector<ElementRange>* mine = nullptr;
+        if constexpr (requires { ctx.update_ranges(grads, *this); })
+          if (updates_ranges()) mine = ctx.update_ranges(grads, *this);
+        if (mine)
+          step_ranges(*mine);
+        else
+          step();
+      }
     } else {
       ++steps_;  // the update happened on the variables this replica shares (or on servers)
     }
@@ -103,27 +170,14 @@ class Optimizer {
   /// shape; anything else is an error naming it, and nothing is changed.
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, std::int64_t steps) {
     STRATA_CHECK(steps >= 0, "load_state: a negative step count ", steps);
-    std::vector<std::pair<std::vector<Tensor>*, std::size_t>> where;
-    for (const auto& [name, t] : state) {
-      const auto dot = name.rfind('.');
-      std::vector<Tensor>* slots = dot == std::string::npos ? nullptr : slots_named(name.substr(0, dot));
-      std::size_t i = 0;
-      bool index_ok = dot != std::string::npos && dot + 1 < name.size();
-      for (std::size_t k = dot + 1; index_ok && k < name.size(); ++k) index_ok = name[k] >= '0' && name[k] <= '9';
-      if (index_ok) i = std::stoul(name.substr(dot + 1));
-      STRATA_CHECK(slots != nullptr && index_ok && i < params_.size(), "load_state: '", name,
-                   "' is not a state slot of this optimizer for one of its ", params_.size(), " parameters");
-      STRATA_CHECK(t.shape() == params_[i].shape() && t.dtype() == params_[i].dtype(), "load_state: shape mismatch for '",
-                   name, "': ", t.shape(), " ", name_of(t.dtype()), " in the checkpoint vs ", params_[i].shape(), " ",
-                   name_of(params_[i].dtype()), " for the parameter");
-      where.emplace_back(slots, i);
-    }
+    const auto where = resolve_slots(state, "load_state");
     for (std::size_t k = 0; k < state.size(); ++k) {
       auto& [slots, i] = where[k];
       if (slots->size() != params_.size()) slots->resize(params_.size());
       (*slots)[i] = state[k].second.contiguous().clone();
     }
     steps_ = steps;
+    ++state_version_;
   }
 
   /// A fresh optimizer of the same kind and settings (the current learning rate, no state)
@@ -135,11 +189,21 @@ class Optimizer {
   /// The slot vector state() names `prefix` (e.g. "momentum_buffer"), or null.
   virtual std::vector<Tensor>* slots_named(const std::string& prefix) = 0;
 
+  /// Updates elements [r.begin, r.end) of parameter i (host memory) from gradient g; the
+  /// optimizers whose updates_ranges() is true override it.
+  virtual void update_range(std::size_t i, Tensor& p, const Tensor& g, ElementRange r) {
+    (void)i, (void)p, (void)g, (void)r;
+    STRATA_THROW(::strata::invalid_argument, "strata.optim",
+                 "this optimizer does not update ranges of its parameters (updates_ranges() is false)");
+  }
+
   /// A zero state tensor shaped like parameter i, created on first use.
   Tensor& state_for(std::vector<Tensor>& slots, std::size_t i) {
     if (slots.size() != params_.size()) slots.resize(params_.size());
-    if (!slots[i].defined())
+    if (!slots[i].defined()) {
       slots[i] = Tensor::empty(params_[i].shape(), params_[i].dtype(), params_[i].device()).fill_(0.0);
+      ++state_version_;
+    }
     return slots[i];
   }
 
@@ -201,9 +265,33 @@ class Optimizer {
     return out + "]";
   }
 
+  /// The slot vector and parameter index each named tensor of `state` goes to. Every name
+  /// must be one of this optimizer's slots for one of its parameters, with that parameter's
+  /// shape and dtype; anything else is an error naming it (before anything changes).
+  std::vector<std::pair<std::vector<Tensor>*, std::size_t>> resolve_slots(
+      const std::vector<std::pair<std::string, Tensor>>& state, const char* what) {
+    std::vector<std::pair<std::vector<Tensor>*, std::size_t>> where;
+    for (const auto& [name, t] : state) {
+      const auto dot = name.rfind('.');
+      std::vector<Tensor>* slots = dot == std::string::npos ? nullptr : slots_named(name.substr(0, dot));
+      std::size_t i = 0;
+      bool index_ok = dot != std::string::npos && dot + 1 < name.size();
+      for (std::size_t k = dot + 1; index_ok && k < name.size(); ++k) index_ok = name[k] >= '0' && name[k] <= '9';
+      if (index_ok) i = std::stoul(name.substr(dot + 1));
+      STRATA_CHECK(slots != nullptr && index_ok && i < params_.size(), what, ": '", name,
+                   "' is not a state slot of this optimizer for one of its ", params_.size(), " parameters");
+      STRATA_CHECK(t.shape() == params_[i].shape() && t.dtype() == params_[i].dtype(), what, ": shape mismatch for '",
+                   name, "': ", t.shape(), " ", name_of(t.dtype()), " in the checkpoint vs ", params_[i].shape(), " ",
+                   name_of(params_[i].dtype()), " for the parameter");
+      where.emplace_back(slots, i);
+    }
+    return where;
+  }
+
   std::vector<Tensor> params_;
   double lr_;
   std::int64_t steps_ = 0, skipped_ = 0;
+  std::uint64_t state_version_ = 0;
   NonFinite nonfinite_ = NonFinite::apply;
 };
 

@@ -35,31 +35,42 @@ class Sgd : public Optimizer {
   std::unique_ptr<Optimizer> clone_for(std::vector<Tensor> params) const override {
     return std::make_unique<Sgd>(std::move(params), lr(), o_);
   }
+  bool updates_ranges() const noexcept override { return true; }
+
 
  protected:
   std::vector<Tensor>* slots_named(const std::string& prefix) override {
     return prefix == "momentum_buffer" ? &bufs_ : nullptr;
   }
   void update(std::size_t i, Tensor& p, const Tensor& g) override {
-    kernels::cpu::SgdParams kp{lr(), o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov, false};
+    if (!on_device(p)) return update_range(i, p, g, {0, p.numel()});
     Tensor buf;
-    if (o_.momentum != 0) {
-      kp.first_step = bufs_.size() != params().size() || !bufs_[i].defined();
-      buf = state_for(bufs_, i);
-    }
-    if (on_device(p)) {
-      device_kernels("SGD", p, g, buf).sgd_step(p.device().index, p.dtype(), p.numel(), p.raw_data(), g.raw_data(),
-                                                buf.defined() ? buf.raw_data() : nullptr, kp);
-      return;
-    }
+    const kernels::cpu::SgdParams kp = params_for(i, buf);
+    device_kernels("SGD", p, g, buf).sgd_step(p.device().index, p.dtype(), p.numel(), p.raw_data(), g.raw_data(),
+                                              buf.defined() ? buf.raw_data() : nullptr, kp);
+  }
+  void update_range(std::size_t i, Tensor& p, const Tensor& g, ElementRange r) override {
+    STRATA_CHECK(!on_device(p), "SGD: a range update runs on host memory, parameter ", i, " is on ", p.device());
+    Tensor buf;
+    const kernels::cpu::SgdParams kp = params_for(i, buf);
     strata::detail::visit_floating(p.dtype(), "SGD", [&](auto tag) {
       using T = decltype(tag);
-      kernels::cpu::sgd_step<T>(p.numel(), p.template data<T>(), g.template data<T>(),
-                                buf.defined() ? buf.template data<T>() : nullptr, kp);
+      kernels::cpu::sgd_step<T>(r.end - r.begin, p.template data<T>() + r.begin, g.template data<T>() + r.begin,
+                                buf.defined() ? buf.template data<T>() + r.begin : nullptr, kp);
     });
   }
 
  private:
+  // This step's settings for parameter i; `buf` becomes its momentum buffer (if any).
+  kernels::cpu::SgdParams params_for(std::size_t i, Tensor& buf) {
+    kernels::cpu::SgdParams kp{lr(), o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov, false};
+    if (o_.momentum != 0) {
+      kp.first_step = bufs_.size() != params().size() || !bufs_[i].defined();
+      buf = state_for(bufs_, i);
+    }
+    return kp;
+  }
+
   SgdOptions o_;
   std::vector<Tensor> bufs_;
 };

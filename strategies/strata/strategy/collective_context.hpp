@@ -1,25 +1,31 @@
 /// \file
 /// CollectiveReplicaContext<C>: the replica context of the mirrored strategies — every
 /// replica holds its own copy of the variables, so gradients are all-reduced (summed) over a
-/// collective C and every replica applies the same update to its copy. Gradients of a model
+/// collective C and every replica applies the same update to its copy (or, where the
+/// strategy splits it, its share of the update, then pulls the others'). Gradients of a model
 /// created under the strategy's scope go through that model's GradientEngine (bucketed,
 /// overlapped with backward); any other gradient list is all-reduced here, tensor by tensor.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <strata/strategy/gradient_engine.hpp>
 #include <strata/strategy/replica_context.hpp>
+#include <strata/strategy/split_update.hpp>
 
 namespace strata::detail {
 
 template <class C>
 class CollectiveReplicaContext final : public ReplicaContext {
  public:
-  CollectiveReplicaContext(C& comm, int replica_id, int num_replicas, std::span<GradientEngine<C>* const> engines)
-      : comm_(comm), id_(replica_id), n_(num_replicas), engines_(engines) {}
+  /// `splits`: beside each engine, the SplitUpdate of its model's copies, or null (or empty:
+  /// none); replica_id is then also the replica's index among the copies.
+  CollectiveReplicaContext(C& comm, int replica_id, int num_replicas, std::span<GradientEngine<C>* const> engines,
+                           std::span<SplitUpdate* const> splits = {})
+      : comm_(comm), id_(replica_id), n_(num_replicas), engines_(engines), splits_(splits) {}
 
   int replica_id_in_sync_group() const noexcept override { return id_; }
   int num_replicas_in_sync() const noexcept override { return n_; }
@@ -50,6 +56,25 @@ class CollectiveReplicaContext final : public ReplicaContext {
   }
   std::int64_t local_nonfinite_parameter() const override { return local_nonfinite_; }
 
+  const std::vector<optim::ElementRange>* update_ranges(const Gradients& g, optim::Optimizer& opt) override {
+    for (std::size_t i = 0; i < splits_.size(); ++i)
+      if (splits_[i] && engines_[i]->owns(g)) {
+        pending_ = splits_[i];
+        return &pending_->ranges(id_, opt);
+      }
+    return nullptr;
+  }
+  void finish_update() override {
+    if (!pending_) return;
+    SplitUpdate* split = std::exchange(pending_, nullptr);
+    comm_.barrier();  // every replica has updated its ranges
+    split->pull(id_);
+    split->share_state(id_);
+    // Every pull done before any replica goes on: code after apply_gradients may change its
+    // own copy (a constraint on the weights), and another replica may still be reading it.
+    comm_.barrier();
+  }
+
   void set_gradient_sync(bool on) override {
     sync_ = on;
     for (GradientEngine<C>* e : engines_) e->set_sync(on);
@@ -59,6 +84,8 @@ class CollectiveReplicaContext final : public ReplicaContext {
   C& comm_;
   int id_, n_;
   std::span<GradientEngine<C>* const> engines_;
+  std::span<SplitUpdate* const> splits_;
+  SplitUpdate* pending_ = nullptr;  // the split update this step's apply_gradients runs
   bool sync_ = true;
   std::int64_t local_nonfinite_ = -1;  // this replica's first non-finite gradient this step
 };

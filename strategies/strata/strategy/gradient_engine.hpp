@@ -32,6 +32,8 @@
 #include <strata/collective/in_process.hpp>
 #include <strata/observe/timeline.hpp>
 #include <strata/optim/nonfinite.hpp>
+#include <strata/collective/detail/reduce.hpp>  // share_begin
+#include <strata/optim/optimizer.hpp>  // ElementRange
 #include <strata/runtime/process.hpp>  // env, env_int
 #include <strata/support/check.hpp>
 #include <strata/tensor/factory.hpp>
@@ -140,6 +142,21 @@ class GradientEngine {
   std::size_t num_buckets() const noexcept { return buckets_.size(); }
   /// Parameters in bucket `b`, in the order they were packed.
   const std::vector<std::size_t>& bucket_members(std::size_t b) const { return buckets_.at(b).members; }
+
+  /// For each parameter, the elements replica `r` of `n` reduces when an InProcess group
+  /// all-reduces the buckets (its share of each bucket): where it updates when the strategy
+  /// splits the update, so the summed gradient it reads is the one it has just written.
+  std::vector<optim::ElementRange> shares(int r, int n) const {
+    std::vector<optim::ElementRange> out(params_.size());
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      const Slot s = slot_of_[k];
+      const std::size_t count = buckets_[s.bucket].count, numel = static_cast<std::size_t>(params_[k].numel());
+      const std::size_t lo = std::clamp(collective::detail::share_begin(count, r, n), s.offset, s.offset + numel);
+      const std::size_t hi = std::clamp(collective::detail::share_begin(count, r + 1, n), s.offset, s.offset + numel);
+      out[k] = {static_cast<std::int64_t>(lo - s.offset), static_cast<std::int64_t>(hi - s.offset)};
+    }
+    return out;
+  }
 
   /// Off: backward passes leave gradients local (NoSync).
   void set_sync(bool on) noexcept { sync_ = on; }

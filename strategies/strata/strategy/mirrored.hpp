@@ -3,8 +3,9 @@
 /// CPU: N replica threads). Every variable created under scope() is mirrored — a copy per
 /// replica, identical at creation — and inside run() resolves to the current replica's copy;
 /// each replica has its own tape. apply_gradients all-reduces the gradients (bucketed,
-/// overlapped with backward by a GradientEngine per replica and model) and every replica
-/// applies the same update to its copy, so the copies stay equal.
+/// overlapped with backward by a GradientEngine per replica and model); each replica then
+/// updates its share of every variable and pulls the others' shares into its copy
+/// (detail::SplitUpdate), so the copies stay equal.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +22,7 @@
 #include <strata/strategy/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replicated.hpp>
+#include <strata/strategy/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/strategy/thread_replicas.hpp>
 #include <strata/tensor/device.hpp>
@@ -31,6 +33,10 @@ namespace strata {
 struct MirroredOptions {
   std::size_t bucket_bytes = default_bucket_bytes();  ///< gradient bucket size (see GradientEngine)
   collective::Options collective = collective::Options::from_env();
+  /// Each replica updates its share of the variables and writes it into the other copies,
+  /// instead of every replica updating all of its copy (detail::SplitUpdate): the same
+  /// values, with 1/N of the optimizer's work per replica. STRATA_SPLIT_UPDATE=0 turns it off.
+  bool split_update = default_split_update();
 };
 
 /// One replica per local device; CPU replicas are threads sharing memory through
@@ -55,7 +61,7 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
 
   explicit MirroredStrategy(int replicas = 2, MirroredOptions o = {})
       : detail::ThreadReplicas<MirroredStrategy>(replicas, "MirroredStrategy", o.collective), options_(o),
-        engines_(static_cast<std::size_t>(this->n_)) {}
+        engines_(static_cast<std::size_t>(this->n_)), splits_(static_cast<std::size_t>(this->n_)) {}
   /// One replica per device (CPU devices: one thread each).
   explicit MirroredStrategy(const std::vector<Device>& devices, MirroredOptions o = {})
       : MirroredStrategy(cpu_replicas(devices), o) {}
@@ -69,12 +75,22 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
     auto copies = detail::make_replicas(factory, this->n_);
     using T = std::invoke_result_t<F&>;
     if constexpr (detail::HasParameters<T>) {
+      std::vector<std::vector<Tensor>> params;
+      std::vector<std::vector<optim::ElementRange>> shares;
       for (int r = 0; r < this->n_; ++r) {
         const auto ur = static_cast<std::size_t>(r);
         owned_.push_back(std::make_unique<GradientEngine<Comm>>(this->comm(r), copies[ur]->parameters(),
                                                                 options_.bucket_bytes));
         engines_[ur].push_back(owned_.back().get());
+        params.push_back(copies[ur]->parameters());
+        shares.push_back(owned_.back()->shares(r, this->n_));
       }
+      detail::SplitUpdate* split = nullptr;
+      if (options_.split_update && this->n_ > 1) {
+        splits_owned_.push_back(std::make_unique<detail::SplitUpdate>(std::move(params), std::move(shares)));
+        split = splits_owned_.back().get();
+      }
+      for (auto& s : splits_) s.push_back(split);
     }
     return Replicated<T>(std::move(copies));
   }
@@ -92,7 +108,8 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
   // Replica r's context: the all-reduce over the group, through its models' engines.
   template <class F>
   void with_context(int r, F&& f) {
-    detail::CollectiveReplicaContext<Comm> ctx(this->comm(r), r, this->n_, engines_[static_cast<std::size_t>(r)]);
+    const auto ur = static_cast<std::size_t>(r);
+    detail::CollectiveReplicaContext<Comm> ctx(this->comm(r), r, this->n_, engines_[ur], splits_[ur]);
     f(ctx);
   }
 
@@ -105,6 +122,8 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
   MirroredOptions options_;
   std::vector<std::unique_ptr<GradientEngine<Comm>>> owned_;
   std::vector<std::vector<GradientEngine<Comm>*>> engines_;  // per replica
+  std::vector<std::unique_ptr<detail::SplitUpdate>> splits_owned_;
+  std::vector<std::vector<detail::SplitUpdate*>> splits_;  // per replica, beside engines_ (null: not split)
 };
 
 template <class C>

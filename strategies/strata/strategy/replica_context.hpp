@@ -4,11 +4,18 @@
 /// implementation; user code only sees this interface, so one training loop serves them all.
 #pragma once
 
+#include <vector>
+
 #include <strata/autograd/backward.hpp>         // Gradients
 #include <strata/collective/reduce_op.hpp>      // ReduceOp
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
+
+namespace optim {
+class Optimizer;
+struct ElementRange;
+}  // namespace optim
 
 /// The replica-side view of a strategy (tf.distribute.ReplicaContext).
 class ReplicaContext {
@@ -31,6 +38,13 @@ class ReplicaContext {
   virtual void note_learning_rate(double lr) { (void)lr; }
   /// Called by apply_gradients after the update: makes the new values visible to every replica.
   virtual void finish_update() {}
+  /// Called by apply_gradients (with `opt`, the optimizer about to update) on a strategy that
+  /// splits the update across its replicas: the ranges of each parameter this replica
+  /// updates, or null to update all of it. finish_update then shares the ranges.
+  virtual const std::vector<optim::ElementRange>* update_ranges(const Gradients& grads, optim::Optimizer& opt) {
+    (void)grads, (void)opt;
+    return nullptr;
+  }
 
   /// Under NonFinite::error: the index of this replica's first parameter whose own gradient
   /// (before the sum) held a NaN or Inf this step, -1 if none, -2 if this context cannot tell
