@@ -19,6 +19,7 @@
 #include <strata/observe/metrics.hpp>
 #include <strata/observe/progress.hpp>
 #include <strata/observe/timeline.hpp>
+#include <strata/strategy/job_timeline.hpp>
 #include <strata/runtime/process.hpp>
 #include <strata/testing/fault.hpp>
 
@@ -82,10 +83,10 @@ inline double ms_between(std::chrono::steady_clock::time_point a, std::chrono::s
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-/// Writes the timeline: alone, straight to `path`; in a job of several processes, each
-/// rank's events to `path.rank<r>`, and the chief merges them into `path` once every rank
-/// has written (a reduce over the job is the barrier). The parameter-server roles do not
-/// run a common step, so there the per-rank files are left for tools/merge_timeline.py.
+/// Writes the timeline: alone, straight to `path`; in a job of several processes, the chief
+/// gathers every rank's events through the strategy, on its own clock, into `path`
+/// (strata::write_job_timeline: no shared file system needed). The parameter-server roles do
+/// not run a common step, so there each rank writes `path.rank<r>` for tools/merge_timeline.py.
 template <strata::Strategy S>
 void write_timeline(S& strategy, const std::string& path) {
   auto& timeline = strata::observe::Timeline::instance();
@@ -94,18 +95,14 @@ void write_timeline(S& strategy, const std::string& path) {
     timeline.write(path);
     return;
   }
-  const std::string mine = path + ".rank" + std::to_string(p.rank);
-  timeline.write(mine);
   if constexpr (std::string_view(S::name) == "parameter_server") {
+    timeline.write(path + ".rank" + std::to_string(p.rank));
     if (strategy.is_chief()) std::printf("timeline: one file per rank, %s.rank<r>\n", path.c_str());
   } else {
-    strategy.reduce(strata::ReduceOp::Sum, strategy.run([](strata::ReplicaContext&) { return 0.0; }));
-    if (!strategy.is_chief()) return;
-    std::vector<std::string> parts;
-    for (int r = 0; r < p.world_size; ++r) parts.push_back(path + ".rank" + std::to_string(r));
-    strata::observe::Timeline::merge(parts, path);
-    for (const auto& part : parts) std::remove(part.c_str());
-    std::printf("timeline: %s (%d ranks)\n", path.c_str(), p.world_size);
+    strata::write_job_timeline(strategy, path);
+    if (strategy.is_chief())
+      std::printf("timeline: %s (%d ranks, on rank 0's clock; offset of this rank %lld ns)\n", path.c_str(),
+                  p.world_size, static_cast<long long>(timeline.clock_offset()));
   }
 }
 

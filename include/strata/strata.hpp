@@ -45,4 +45,5 @@
 #include <strata/strategy/distributed_pipeline.hpp>
 #include <strata/strategy/multi_worker_mirrored.hpp>
 #include <strata/strategy/checkpointing.hpp>
+#include <strata/strategy/job_timeline.hpp>
 #include <strata/checkpoint/manager.hpp>

@@ -5,7 +5,9 @@
 # STRATA_* variables), the TCP store on rank 0's address, the interface chosen by
 # STRATA_IFNAME. It checks:
 #   1. strata-info --check passes on both ranks across the hosts;
-#   2. the 2-process example trains across them (MultiWorkerMirrored over Gloo);
+#   2. the 2-process example trains across them (MultiWorkerMirrored over Gloo), and its
+#      --timeline lands whole on rank 0's host: each "host" runs in a directory of its own,
+#      and rank 1's events reach rank 0 through the collective, not a shared file system;
 #   3. a rank that picks the wrong interface (one whose address the other host cannot reach)
 #      fails within the deadline with an error, never a hang.
 # Needs root and `ip netns` (iproute2); elsewhere it is skipped (exit 77) with a message.
@@ -31,9 +33,11 @@ port=29611
 job() {  # ifname on a, ifname on b, then the program and its arguments: rank 0 on a, rank 1 on b
   local ifa=$1 ifb=$2; shift 2
   local common=(STRATA_WORLD_SIZE=2 STRATA_MASTER_ADDR=10.77.0.1 STRATA_MASTER_PORT=$port STRATA_COLLECTIVE_TIMEOUT=5)
-  ip netns exec "$a" env "${common[@]}" STRATA_RANK=0 STRATA_IFNAME="$ifa" timeout 120 "$@" >"$work/r0.log" 2>&1 &
+  (cd "$work/host_a" && ip netns exec "$a" env "${common[@]}" STRATA_RANK=0 STRATA_IFNAME="$ifa" timeout 120 "$@") \
+    >"$work/r0.log" 2>&1 &
   local p0=$!
-  ip netns exec "$b" env "${common[@]}" STRATA_RANK=1 STRATA_IFNAME="$ifb" timeout 120 "$@" >"$work/r1.log" 2>&1 &
+  (cd "$work/host_b" && ip netns exec "$b" env "${common[@]}" STRATA_RANK=1 STRATA_IFNAME="$ifb" timeout 120 "$@") \
+    >"$work/r1.log" 2>&1 &
   local p1=$!
   wait $p0; rc0=$?
   wait $p1; rc1=$?
@@ -41,6 +45,7 @@ job() {  # ifname on a, ifname on b, then the program and its arguments: rank 0 
   sed 's/^/  [1] /' "$work/r1.log" | tail -6
 }
 work=$(mktemp -d)
+mkdir -p "$work/host_a" "$work/host_b"
 trap 'cleanup; rm -rf "$work"' EXIT
 
 echo "1. strata-info --check across the hosts"
@@ -48,11 +53,21 @@ job strata0 strata0 "$info" --check
 ((rc0 == 0 && rc1 == 0)) || fail "the check failed (exit $rc0, $rc1)"
 grep -q "gloo       ok: all-reduce over 2 rank" "$work/r1.log" || fail "rank 1 did not check Gloo across the hosts"
 
-echo "2. the example across the hosts"
-cd "$work" || fail "no work dir"
-job strata0 strata0 "$trainer" --strategy multi_worker_mirrored --collective gloo --model mlp --max-steps 30 --no-eval --quiet
+echo "2. the example across the hosts, with a timeline"
+job strata0 strata0 "$trainer" --strategy multi_worker_mirrored --collective gloo --model mlp --max-steps 30 --no-eval \
+  --quiet --timeline trace.json
 ((rc0 == 0 && rc1 == 0)) || fail "training across the hosts failed (exit $rc0, $rc1)"
 grep -q '"replicas":2' "$work/r0.log" || fail "rank 0 did not report a 2-replica run"
+[[ -z $(ls -A "$work/host_b") ]] || fail "rank 1 left files on its host: $(ls "$work/host_b")"
+/usr/bin/python3 - "$work/host_a/trace.json" <<'PY' || fail "the trace on host a is not one valid trace of both ranks"
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+spans = [e for e in events if e.get("ph") == "X"]
+for rank in (0, 1):
+    steps = [e for e in spans if e["pid"] == rank and e["name"] == "optimizer step"]
+    assert len(steps) == 30, (rank, len(steps))
+print(f"  trace on host a: {len(spans)} spans from ranks {sorted({e['pid'] for e in spans})}")
+PY
 
 # Gloo's pair with the lower address listens and the other connects, so a wrong interface
 # bites where it makes a rank listen on an address the other host has no route to: host a's

@@ -4,7 +4,9 @@
 /// (chrome://tracing, https://ui.perfetto.dev), Horovod's timeline. Off until start(): then
 /// each event is two clock reads and an append to its thread's own buffer (no lock); write()
 /// saves this process's events, merge() joins the ranks' files into one. Timestamps are the
-/// steady clock, which processes on one host share.
+/// steady clock, which processes on one host share; across hosts, set_clock_offset puts a
+/// rank on the chief's clock (strata::write_job_timeline does, and gathers the ranks' events
+/// through the strategy, so no shared file system is needed).
 #pragma once
 
 #include <atomic>
@@ -15,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <strata/support/check.hpp>
@@ -54,17 +57,18 @@ class Timeline {
                                       end.time_since_epoch().count(), arg, bytes});
   }
 
-  /// Writes this process's events to `path` as Chrome trace JSON (one event per line).
-  void write(const std::string& path) {
-    std::ofstream out(path, std::ios::trunc);
-    STRATA_CHECK(out.good(), "[strata.observe.timeline] cannot write ", path);
-    out << "{\"traceEvents\":[\n";
+  /// Shifts every timestamp this process writes by `ns`: set to the chief's clock minus this
+  /// process's (strata::chief_clock_offset), the ranks of a job on several hosts share one
+  /// time axis.
+  void set_clock_offset(std::int64_t ns) noexcept { offset_ns_ = ns; }
+  std::int64_t clock_offset() const noexcept { return offset_ns_; }
+
+  /// This process's events as Chrome trace JSON objects, one per line, each line ending in
+  /// ",\n": the body of a trace, to be joined with other ranks' (strata::write_job_timeline).
+  std::string event_lines() {
+    std::string out;
     std::lock_guard<std::mutex> lock(mutex_);
-    bool first = true;
-    auto line = [&](const std::string& s) {
-      out << (first ? "" : ",\n") << s;
-      first = false;
-    };
+    auto line = [&](const std::string& s) { out += s + ",\n"; };
     line("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(rank_) + ",\"args\":{\"name\":\"rank " +
          std::to_string(rank_) + "\"}}");
     for (const auto& b : buffers_) {
@@ -75,7 +79,7 @@ class Timeline {
         const int n = std::snprintf(buf, sizeof buf,
                                     "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
                                     "\"dur\":%.3f",
-                                    e.name, e.category, rank_, b->tid, static_cast<double>(e.begin_ns) / 1e3,
+                                    e.name, e.category, rank_, b->tid, static_cast<double>(e.begin_ns + offset_ns_) / 1e3,
                                     static_cast<double>(e.end_ns - e.begin_ns) / 1e3);
         std::string s(buf, static_cast<std::size_t>(n));
         if (e.arg >= 0 || e.bytes >= 0) {
@@ -87,9 +91,20 @@ class Timeline {
         line(s + "}");
       }
     }
-    out << "\n]}\n";
+    return out;
+  }
+
+  /// Writes a Chrome trace whose body is `lines` (event_lines() of one or more ranks).
+  static void write_trace(const std::string& path, std::string_view lines) {
+    std::ofstream out(path, std::ios::trunc);
+    STRATA_CHECK(out.good(), "[strata.observe.timeline] cannot write ", path);
+    if (lines.size() >= 2 && lines.substr(lines.size() - 2) == ",\n") lines.remove_suffix(2);
+    out << "{\"traceEvents\":[\n" << lines << "\n]}\n";
     STRATA_CHECK(out.good(), "[strata.observe.timeline] writing ", path, " failed");
   }
+
+  /// Writes this process's events to `path` as Chrome trace JSON (one event per line).
+  void write(const std::string& path) { write_trace(path, event_lines()); }
 
   /// Joins the traces in `inputs` (written by write(), one per rank) into `output`.
   static void merge(const std::vector<std::string>& inputs, const std::string& output) {
@@ -137,6 +152,7 @@ class Timeline {
 
   std::atomic<bool> enabled_{false};
   int rank_ = 0;
+  std::int64_t offset_ns_ = 0;
   std::mutex mutex_;
   std::vector<std::unique_ptr<ThreadBuffer>> buffers_;
 };

@@ -98,6 +98,7 @@ inline Tensor concat_rows(const PerReplica<Tensor>& v) {
   auto* dst = static_cast<char*>(out.raw_data());
   for (const Tensor& t : v) {
     const Tensor c = t.contiguous();
+    if (c.nbytes() == 0) continue;  // an empty replica's rows (its data pointer may be null)
     std::memcpy(dst, c.raw_data(), c.nbytes());
     dst += c.nbytes();
   }
