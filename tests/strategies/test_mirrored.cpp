@@ -4,6 +4,9 @@
 #include "doctest.hpp"
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -459,4 +462,27 @@ TEST_CASE("Strategy.Mirrored.SplitUpdateEqualsEveryReplicaUpdating") {
   };
   check(sgd, "sgd");
   check(adam, "adam");
+}
+
+// write_job_timeline in one process (threads as replicas): offset 0, one trace, the events once.
+TEST_CASE("Strategy.Mirrored.JobTimelineInOneProcess") {
+  strata::MirroredStrategy strategy(3);
+  CHECK(strata::chief_clock_offset(strategy) == 0);
+  auto& timeline = strata::observe::Timeline::instance();
+  timeline.start(0);
+  strategy.run([](strata::ReplicaContext&) { strata::observe::ScopedEvent ev("job timeline test", "test"); });
+  const auto path = std::filesystem::temp_directory_path() / "strata_mirrored_job_timeline.json";
+  strata::write_job_timeline(strategy, path.string());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  std::size_t spans = 0, names = 0;
+  for (std::size_t at = 0; (at = s.find("\"job timeline test\"", at)) != std::string::npos; ++at) ++spans;
+  for (std::size_t at = 0; (at = s.find("\"process_name\"", at)) != std::string::npos; ++at) ++names;
+  CHECK(spans == 3);  // one per replica thread, written once
+  CHECK(names == 1);
+  CHECK(s.rfind("{\"traceEvents\":[\n", 0) == 0);
+  CHECK(s.find(",\n]") == std::string::npos);
+  std::filesystem::remove(path);
 }
