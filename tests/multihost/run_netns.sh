@@ -9,11 +9,16 @@
 #      --timeline lands whole on rank 0's host: each "host" runs in a directory of its own,
 #      and rank 1's events reach rank 0 through the collective, not a shared file system;
 #   3. a rank that picks the wrong interface (one whose address the other host cannot reach)
-#      fails within the deadline with an error, never a hang.
+#      fails within the deadline with an error, never a hang;
+#   4. with MPIRUN given: mpirun, started on host a, launches rank 1 on host b through a
+#      launch agent (what ssh is between real hosts: here `ip netns exec`), MPI's traffic on
+#      TCP over strata0 (btl tcp, btl_tcp_if_include / oob_tcp_if_include), strata's shared
+#      memory off (STRATA_SHM=0); strata-info --check passes there (Mpi and Gloo, the TCP
+#      store at STRATA_MASTER_ADDR) and the example trains over MultiWorkerMirrored<Mpi>.
 # Needs root and `ip netns` (iproute2); elsewhere it is skipped (exit 77) with a message.
-#   usage: run_netns.sh STRATA_INFO TRAINER
+#   usage: run_netns.sh STRATA_INFO TRAINER [MPIRUN]
 set -u
-info=$(realpath "$1") trainer=$(realpath "$2")
+info=$(realpath "$1") trainer=$(realpath "$2") mpirun=${3:-}
 a=strata_a_$$ b=strata_b_$$
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
@@ -85,4 +90,34 @@ elapsed=$(($(date +%s) - start))
 grep -q "gloo       FAILED" "$work/r0.log" "$work/r1.log" || fail "no rank reported the Gloo failure"
 grep -q "this rank.s connections use 10.0.0.1 (STRATA_IFNAME=ghost0)" "$work/r0.log" ||
   fail "rank 0 did not name the address it listens on"
-echo "PASS (wrong interface detected in ${elapsed} s)"
+echo "wrong interface detected in ${elapsed} s"
+
+if [[ -n $mpirun ]]; then
+  echo "4. mpirun across the hosts (launch agent: ip netns exec)"
+  ip -n "$a" link del ghost0 2>/dev/null
+  agent=$work/netns_agent.sh  # mpirun calls it as: agent HOST COMMAND...
+  printf '%s\n' '#!/bin/sh' 'host=$1; shift' \
+    "case \$host in 10.77.0.2) ns=$b ;; *) echo \"netns_agent: no host \$host\" >&2; exit 1 ;; esac" \
+    'exec ip netns exec "$ns" sh -c "$*"' >"$agent"
+  chmod +x "$agent"
+  mpijob() {
+    (cd "$work/host_a" && ip netns exec "$a" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+      timeout 120 "$mpirun" --mca plm_rsh_agent "$agent" -H 10.77.0.1,10.77.0.2 -np 2 \
+      --mca btl tcp,self --mca btl_tcp_if_include strata0 --mca oob_tcp_if_include strata0 \
+      -x STRATA_IFNAME=strata0 -x STRATA_MASTER_ADDR=10.77.0.1 -x STRATA_MASTER_PORT=$((port + 1)) \
+      -x STRATA_SHM=0 -x STRATA_COLLECTIVE_TIMEOUT=10 "$@") >"$work/mpi.log" 2>&1
+    rc=$?
+    grep -v '^---' "$work/mpi.log" | sed 's/^/  /' | tail -8
+  }
+  mpijob sh -c 'echo "rank $OMPI_COMM_WORLD_RANK on $(ip -br -4 addr show strata0 | tr -s " " | cut -d" " -f3)"'
+  ((rc == 0)) || fail "mpirun could not start a rank on each host (exit $rc)"
+  grep -q "rank 1 on 10.77.0.2/24" "$work/mpi.log" || fail "rank 1 did not run on host b"
+  mpijob "$info" --check
+  ((rc == 0)) || fail "strata-info --check under mpirun across the hosts (exit $rc)"
+  grep -q "rank 1: mpi        ok" "$work/mpi.log" && grep -q "rank 1: gloo       ok" "$work/mpi.log" ||
+    fail "rank 1 did not check Mpi and Gloo"
+  mpijob "$trainer" --strategy multi_worker_mirrored --collective mpi --model mlp --max-steps 30 --no-eval --quiet
+  ((rc == 0)) || fail "training under mpirun across the hosts failed (exit $rc)"
+  grep -q '"replicas":2' "$work/mpi.log" || fail "no 2-replica report under mpirun"
+fi
+echo "PASS"
