@@ -12,10 +12,12 @@
 ///
 /// How a bucket's all-reduce runs depends on the collective: InProcess replicas are threads
 /// of one process, and the reduction is memory-bound work, so the replica reduces the bucket
-/// itself, right away, with its peers (no extra thread). For Mpi and Gloo the engine's own
-/// communication thread runs the policy's blocking all-reduce, bucket after bucket, while
-/// backward computes (Horovod's background thread): measured faster than MPI_Iallreduce,
-/// which progresses only inside MPI calls and runs a slower schedule (docs/gradient_engine.md).
+/// itself, right away, with its peers (no extra thread); so do Mpi and Gloo ranks whose
+/// buckets are in shared memory on a host with no core to spare (reduce_on_replica_thread).
+/// Otherwise the engine's own communication thread runs the policy's blocking all-reduce,
+/// bucket after bucket, while backward computes (Horovod's background thread): measured
+/// faster than MPI_Iallreduce, which progresses only inside MPI calls and runs a slower
+/// schedule (docs/gradient_engine.md).
 #pragma once
 
 #include <algorithm>
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>  // hardware_concurrency
 #include <type_traits>
 #include <vector>
 
@@ -80,6 +83,21 @@ namespace detail {
 /// True for collectives whose all-reduce the replica thread runs itself (shared memory).
 template <class C>
 inline constexpr bool reduces_on_replica_thread = std::is_same_v<C, collective::InProcess>;
+
+/// Whether a multi-process engine runs its all-reduces on the replica's own thread instead of
+/// its communication thread: where every bucket sits in memory the `ranks` share (all on
+/// this host) and the host has no core beyond one per rank. The reduction is then
+/// memory-bound work on the cores the ranks compute on, and a second thread per rank can only
+/// take turns with them (MultiWorkerMirrored<Mpi>, MLP, 2 ranks on 2 cores: 5 % more
+/// examples/s on the replica's thread; docs/gradient_engine.md). STRATA_COMM_THREAD=1 keeps
+/// the communication thread, =0 never uses it where the buckets are shared.
+inline bool reduce_on_replica_thread(bool buckets_shared, int ranks) {
+  if (!buckets_shared) return false;
+  if (const char* v = runtime::detail::env("STRATA_COMM_THREAD"))
+    return runtime::detail::env_int("STRATA_COMM_THREAD", v, 0, 1) == 0;
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores != 0 && cores <= static_cast<unsigned>(ranks);
+}
 }  // namespace detail
 
 template <class C>
@@ -119,12 +137,17 @@ class GradientEngine {
       Bucket& bk = buckets_[b];
       // On the parameters' device: the gradients are views of it, and a device collective
       // (Nccl) reduces it where it is.
-      bk.buffer = make_bucket(static_cast<std::int64_t>(bk.count), bk.dtype, device).fill_(0.0);
+      bk.buffer = make_bucket(static_cast<std::int64_t>(bk.count), bk.dtype, device, bk.shared).fill_(0.0);
       if (compression_ != Compression::none && bk.dtype == DType::f32)
         bk.wire = Tensor::empty(Shape{static_cast<std::int64_t>(bk.count)},
                                 compression_ == Compression::fp16 ? DType::f16 : DType::bf16);
       bk.pending = bk.members.size();
       for (std::size_t k : bk.members) bind_grad(k);
+    }
+    if constexpr (!detail::reduces_on_replica_thread<C>) {
+      bool shared = !buckets_.empty();
+      for (const Bucket& bk : buckets_) shared = shared && bk.shared;
+      reduce_here_ = detail::reduce_on_replica_thread(shared, comm_.size());
     }
     for (std::size_t k = 0; k < params_.size(); ++k)
       params_[k].register_hook([st = state_, k](const Tensor&) {
@@ -211,6 +234,7 @@ class GradientEngine {
     std::size_t count = 0, bytes = 0, pending = 0;
     Tensor buffer;
     Tensor wire;  // the 16-bit copy a compressed bucket travels as
+    bool shared = false;  // `buffer` is in memory the ranks share (make_bucket)
     collective::Work done;
     std::shared_ptr<collective::Work::State> state;  // `done`'s state, re-armed each step
     double seconds = 0;  // its all-reduce's duration in this step
@@ -226,10 +250,13 @@ class GradientEngine {
   /// A bucket's buffer: in memory the ranks share when the collective offers it (processes on
   /// one host: the all-reduce then reduces across the ranks' copies directly), else a plain
   /// tensor on `device`. Collective when offered: every rank makes the same buckets in order.
-  Tensor make_bucket(std::int64_t count, DType dtype, Device device) {
+  Tensor make_bucket(std::int64_t count, DType dtype, Device device, bool& shared) {
     if constexpr (requires(C& c) { c.shared_buffer(count, dtype); })
       if (device.kind == DeviceKind::cpu && compression_ == Compression::none)
-        if (Tensor t = comm_.shared_buffer(count, dtype); t.defined()) return t;
+        if (Tensor t = comm_.shared_buffer(count, dtype); t.defined()) {
+          shared = true;
+          return t;
+        }
     return Tensor::empty(Shape{count}, dtype, device);
   }
 
@@ -284,15 +311,9 @@ class GradientEngine {
     while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
       Bucket& bk = buckets_[next_++];
       if (optim::detail::local_nonfinite_checks().load(std::memory_order_relaxed)) note_nonfinite(bk);
-      if constexpr (detail::reduces_on_replica_thread<C>) {
-        void* p = bk.buffer.raw_data();
-        const auto t0 = Clock::now();
-        observe::ScopedEvent ev("allreduce", "communication", static_cast<std::int64_t>(next_ - 1),
-                                static_cast<std::int64_t>(bk.count * size_of(bk.dtype)));
-        comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
-        bk.seconds = seconds_since(t0);
-        stats_.exposed_seconds += bk.seconds;
-      } else {
+      if (detail::reduces_on_replica_thread<C> || reduce_here_) {
+        reduce_here(bk, next_ - 1);
+      } else if constexpr (!detail::reduces_on_replica_thread<C>) {
         // One State per bucket, re-armed, and a job small enough for std::function to hold
         // inline: handing a bucket to the communication thread allocates nothing.
         if (!bk.state) bk.state = std::make_shared<collective::Work::State>();
@@ -301,6 +322,17 @@ class GradientEngine {
         worker_.enqueue([this, b = next_ - 1] { reduce_on_comm_thread(buckets_[b]); });
       }
     }
+  }
+
+  // Bucket b's all-reduce on the calling (replica) thread.
+  void reduce_here(Bucket& bk, std::size_t b) {
+    void* p = bk.buffer.raw_data();
+    const auto t0 = Clock::now();
+    observe::ScopedEvent ev("allreduce", "communication", static_cast<std::int64_t>(b),
+                            static_cast<std::int64_t>(bk.count * size_of(bk.dtype)));
+    comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
+    bk.seconds = seconds_since(t0);
+    stats_.exposed_seconds += bk.seconds;
   }
 
   // NonFinite::error: this replica's own gradients in `bk`, before the sum; keeps the lowest
@@ -342,6 +374,7 @@ class GradientEngine {
   std::size_t next_ = 0;
   std::int64_t local_nonfinite_ = -1;
   bool sync_ = true;
+  bool reduce_here_ = false;  // a multi-process policy's buckets reduced on the replica's thread
   std::shared_ptr<HookState> state_;
   GradientStats stats_;
   collective::detail::AsyncWorker worker_;
