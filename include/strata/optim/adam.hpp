@@ -27,7 +27,6 @@ class Adam : public Optimizer {
   }
   bool updates_ranges() const noexcept override { return true; }
 
-
  protected:
   Adam(std::vector<Tensor> params, double lr, AdamOptions o, bool decoupled)
       : Optimizer(std::move(params), lr), o_(o), decoupled_(decoupled) {

@@ -5,9 +5,9 @@
 #pragma once
 
 #include <cmath>
-#include <cstring>
 #include <concepts>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>

@@ -37,7 +37,6 @@ class Sgd : public Optimizer {
   }
   bool updates_ranges() const noexcept override { return true; }
 
-
  protected:
   std::vector<Tensor>* slots_named(const std::string& prefix) override {
     return prefix == "momentum_buffer" ? &bufs_ : nullptr;

@@ -32,10 +32,10 @@
 
 #include <strata/autograd/backward.hpp>
 #include <strata/collective/async.hpp>     // Work
+#include <strata/collective/detail/reduce.hpp>  // share_begin
 #include <strata/collective/in_process.hpp>
 #include <strata/observe/timeline.hpp>
 #include <strata/optim/nonfinite.hpp>
-#include <strata/collective/detail/reduce.hpp>  // share_begin
 #include <strata/optim/optimizer.hpp>  // ElementRange
 #include <strata/runtime/process.hpp>  // env, env_int
 #include <strata/support/check.hpp>
