@@ -101,9 +101,8 @@ class Optimizer {
     const auto where = resolve_slots(theirs, "share_state_from");
     NoGradGuard no_grad;
     for (std::size_t k = 0; k < theirs.size(); ++k) {
-      auto& [slots, i] = where[k];
-      if (slots->size() != params_.size()) slots->resize(params_.size());
-      Tensor& own = (*slots)[i];
+      Tensor& own = slot(*where[k].first, where[k].second);
+      const std::size_t i = where[k].second;
       Tensor& shared = theirs[k].second;
       if (own.defined() && !same_tensor(own, shared) && mine[i].end > mine[i].begin) {
         const std::size_t es = size_of(own.dtype());
@@ -171,11 +170,8 @@ class Optimizer {
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, std::int64_t steps) {
     STRATA_CHECK(steps >= 0, "load_state: a negative step count ", steps);
     const auto where = resolve_slots(state, "load_state");
-    for (std::size_t k = 0; k < state.size(); ++k) {
-      auto& [slots, i] = where[k];
-      if (slots->size() != params_.size()) slots->resize(params_.size());
-      (*slots)[i] = state[k].second.contiguous().clone();
-    }
+    for (std::size_t k = 0; k < state.size(); ++k)
+      slot(*where[k].first, where[k].second) = state[k].second.contiguous().clone();
     steps_ = steps;
     ++state_version_;
   }
@@ -199,11 +195,16 @@ class Optimizer {
 
   /// A zero state tensor shaped like parameter i, created on first use.
   Tensor& state_for(std::vector<Tensor>& slots, std::size_t i) {
-    if (slots.size() != params_.size()) slots.resize(params_.size());
-    if (!slots[i].defined()) {
-      slots[i] = Tensor::empty(params_[i].shape(), params_[i].dtype(), params_[i].device()).fill_(0.0);
+    Tensor& t = slot(slots, i);
+    if (!t.defined()) {
+      t = Tensor::empty(params_[i].shape(), params_[i].dtype(), params_[i].device()).fill_(0.0);
       ++state_version_;
     }
+    return t;
+  }
+  /// Entry i of a slot vector, which holds one entry per parameter (sized on first use).
+  Tensor& slot(std::vector<Tensor>& slots, std::size_t i) {
+    if (slots.size() != params_.size()) slots.resize(params_.size());
     return slots[i];
   }
 

@@ -13,7 +13,8 @@
 /// How a bucket's all-reduce runs depends on the collective: InProcess replicas are threads
 /// of one process, and the reduction is memory-bound work, so the replica reduces the bucket
 /// itself, right away, with its peers (no extra thread); so do Mpi and Gloo ranks whose
-/// buckets are in shared memory on a host with no core to spare (reduce_on_replica_thread).
+/// buckets are in shared memory on a host with no core to spare
+/// (shared_buckets_reduce_on_replica_thread).
 /// Otherwise the engine's own communication thread runs the policy's blocking all-reduce,
 /// bucket after bucket, while backward computes (Horovod's background thread): measured
 /// faster than MPI_Iallreduce, which progresses only inside MPI calls and runs a slower
@@ -84,15 +85,14 @@ namespace detail {
 template <class C>
 inline constexpr bool reduces_on_replica_thread = std::is_same_v<C, collective::InProcess>;
 
-/// Whether a multi-process engine runs its all-reduces on the replica's own thread instead of
-/// its communication thread: where every bucket sits in memory the `ranks` share (all on
-/// this host) and the host has no core beyond one per rank. The reduction is then
+/// Whether a multi-process engine whose buckets all sit in memory the `ranks` share (all on
+/// this host) runs their all-reduces on the replica's own thread instead of its communication
+/// thread: where the host has no core beyond one per rank. The reduction is then
 /// memory-bound work on the cores the ranks compute on, and a second thread per rank can only
 /// take turns with them (MultiWorkerMirrored<Mpi>, MLP, 2 ranks on 2 cores: 5 % more
 /// examples/s on the replica's thread; docs/gradient_engine.md). STRATA_COMM_THREAD=1 keeps
 /// the communication thread, =0 never uses it where the buckets are shared.
-inline bool reduce_on_replica_thread(bool buckets_shared, int ranks) {
-  if (!buckets_shared) return false;
+inline bool shared_buckets_reduce_on_replica_thread(int ranks) {
   if (const char* v = runtime::detail::env("STRATA_COMM_THREAD"))
     return runtime::detail::env_int("STRATA_COMM_THREAD", v, 0, 1) == 0;
   const unsigned cores = std::thread::hardware_concurrency();
@@ -144,11 +144,10 @@ class GradientEngine {
       bk.pending = bk.members.size();
       for (std::size_t k : bk.members) bind_grad(k);
     }
-    if constexpr (!detail::reduces_on_replica_thread<C>) {
-      bool shared = !buckets_.empty();
-      for (const Bucket& bk : buckets_) shared = shared && bk.shared;
-      reduce_here_ = detail::reduce_on_replica_thread(shared, comm_.size());
-    }
+    if constexpr (!detail::reduces_on_replica_thread<C>)
+      reduce_here_ = !buckets_.empty() &&
+                     std::all_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.shared; }) &&
+                     detail::shared_buckets_reduce_on_replica_thread(comm_.size());
     for (std::size_t k = 0; k < params_.size(); ++k)
       params_[k].register_hook([st = state_, k](const Tensor&) {
         if (st->engine) st->engine->ready(k);
@@ -311,7 +310,7 @@ class GradientEngine {
     while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
       Bucket& bk = buckets_[next_++];
       if (optim::detail::local_nonfinite_checks().load(std::memory_order_relaxed)) note_nonfinite(bk);
-      if (detail::reduces_on_replica_thread<C> || reduce_here_) {
+      if (reduce_here_) {
         reduce_here(bk, next_ - 1);
       } else if constexpr (!detail::reduces_on_replica_thread<C>) {
         // One State per bucket, re-armed, and a job small enough for std::function to hold
@@ -374,7 +373,7 @@ class GradientEngine {
   std::size_t next_ = 0;
   std::int64_t local_nonfinite_ = -1;
   bool sync_ = true;
-  bool reduce_here_ = false;  // a multi-process policy's buckets reduced on the replica's thread
+  bool reduce_here_ = detail::reduces_on_replica_thread<C>;  // all-reduces on the replica's thread
   std::shared_ptr<HookState> state_;
   GradientStats stats_;
   collective::detail::AsyncWorker worker_;
