@@ -99,6 +99,32 @@ TEST_CASE("Tensor.Allocator.ReusesFreedBlocks") {
   }
 }
 
+TEST_CASE("Tensor.Allocator.LargeBlocksAreWholeHugePages") {
+  using strata::detail::HostBacking;
+  auto& alloc = strata::CachingHostAllocator::instance();
+  const auto aligned_to = [](const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; };
+  const std::int64_t n = static_cast<std::int64_t>(HostBacking::kHugeFrom / sizeof(float)) + 12345;  // past 16 MiB
+  const void* first = nullptr;
+  {
+    Tensor big = Tensor::empty({n});
+    first = big.raw_data();
+    CHECK(aligned_to(first, HostBacking::kHugePage));
+    float* x = big.data<float>();
+    for (std::int64_t i = 0; i < n; i += 4093) x[i] = static_cast<float>(i);  // every page writable
+    x[n - 1] = -1.0f;
+    for (std::int64_t i = 0; i < n; i += 4093) REQUIRE(x[i] == static_cast<float>(i));
+    CHECK(x[n - 1] == -1.0f);
+  }
+  // Freed to the cache and handed out again like any block: no new system allocation.
+  const auto before = alloc.stats().system_allocations;
+  Tensor again = Tensor::empty({n});
+  CHECK(again.raw_data() == first);
+  CHECK(alloc.stats().system_allocations == before);
+  // Below the threshold: cache-line alignment.
+  Tensor small = Tensor::empty({1000, 37});
+  CHECK(aligned_to(small.raw_data(), HostBacking::kAlignment));
+}
+
 TEST_CASE("a cuda tensor in a program without CUDA kernels is an error that says what to add") {
   REQUIRE_FALSE(strata::has_cuda_backend());  // this program includes no .cuh
   CHECK_THROWS_WITH_AS(strata::Tensor::empty({2, 2}, strata::DType::f32, strata::Device::cuda(0)),
