@@ -13,15 +13,9 @@
 #include <utility>
 #include <vector>
 
-namespace strata::collective {
+#include <strata/collective/detail/wait_policy.hpp>  // cpu_relax, on_background_thread
 
-namespace detail {
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-}  // namespace detail
+namespace strata::collective {
 
 /// Completion state of an asynchronous collective.
 class Work {
@@ -113,6 +107,7 @@ class AsyncWorker {
     std::size_t pending = 0;
     bool stop = false;
     void loop() {
+      detail::on_background_thread = true;
       std::unique_lock lock(mu);
       for (;;) {
         cv.wait(lock, [&] { return stop || !jobs.empty(); });

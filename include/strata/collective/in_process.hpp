@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <strata/collective/async.hpp>
+#include <strata/collective/detail/wait_policy.hpp>
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/collective/options.hpp>
@@ -260,20 +261,25 @@ class InProcess : public TypedFrontEnd<InProcess> {
         fail_aborted(fp);
       return;
     }
+    // Spin (a hand-off costs ~0.2 us): up to detail::kLongSpin where every rank has a core
+    // (wait_policy.hpp), else briefly, for on a machine with fewer cores than ranks a spinning
+    // rank would starve the one it waits for. Then give the core away.
+    auto settled = [&] {
+      const std::uint64_t c = group_->committed.load(std::memory_order_acquire);
+      return c >= phase || group_->aborted();  // kDead is above every phase
+    };
+    if (detail::may_spin_long(size()))
+      detail::spin_for(detail::kLongSpin, settled);
+    else
+      for (int i = 0; i < 4096 && !settled(); ++i) detail::cpu_relax();
     Clock::time_point deadline{};
-    for (std::uint32_t spins = 0;; ++spins) {
+    for (std::uint32_t polls = 0;; ++polls) {
       const std::uint64_t c = group_->committed.load(std::memory_order_acquire);
       if (c == kDead) fail_aborted(fp);
       if (c >= phase) return;
       if (group_->aborted() && try_cancel(phase, group_->reason())) fail_aborted(fp);
-      if (spins < 4096) {
-        detail::cpu_relax();
-        continue;
-      }
-      // Spin briefly (a hand-off costs ~0.2 us), then give the core away: on a machine with
-      // fewer cores than ranks a spinning rank would starve the one it waits for.
       if (deadline == Clock::time_point{}) deadline = Clock::now() + group_->options().timeout;
-      if (spins < 4096 + 64)
+      if (polls < 64)
         std::this_thread::yield();
       else
         std::this_thread::sleep_for(std::chrono::microseconds(50));

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include <strata/collective/async.hpp>   // cpu_relax
+#include <strata/collective/detail/wait_policy.hpp>  // cpu_relax
 #include <strata/collective/options.hpp>
 #include <strata/data/pipeline.hpp>    // RowParallelism, split_begin
 #include <strata/strategy/replicated.hpp>  // ReplicaScope

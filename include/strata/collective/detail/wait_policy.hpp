@@ -1,0 +1,47 @@
+/// \file
+/// How long a rank that waits for its peers at a barrier spins before it gives its core away.
+/// Spinning costs nothing where the core has no other work, and a sleep costs far more than
+/// its length: a 50 µs sleep_for took 120 µs on average here, and a futex wake-up of a halted
+/// virtual CPU tens of µs. So a replica's own thread on a host with a core for each rank spins
+/// up to kLongSpin (well past a step's usual skew between replicas: 100–300 µs on a busy host);
+/// everywhere else — more ranks than cores, or a background thread whose rank computes on the
+/// same core — a waiter spins briefly and sleeps soon (docs/performance.md).
+#pragma once
+
+#include <chrono>
+#include <thread>  // hardware_concurrency
+
+namespace strata::collective::detail {
+
+inline constexpr std::chrono::microseconds kLongSpin{2000};
+
+/// One turn of a spin loop: tells the core (and an SMT sibling) that this thread is waiting.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/// True on the threads that run collectives in the background (AsyncWorker, the gradient
+/// engine's communication thread): their rank computes meanwhile, so they never spin long.
+inline thread_local bool on_background_thread = false;
+
+/// Whether a waiter on this thread may spin for kLongSpin when `ranks` ranks share this host.
+inline bool may_spin_long(int ranks) noexcept {
+  static const unsigned cores = std::thread::hardware_concurrency();
+  return !on_background_thread && ranks > 0 && cores >= static_cast<unsigned>(ranks);
+}
+
+/// Spins until ready() or `budget` has passed, reading the clock every 64 spins; returns
+/// ready().
+template <class Ready>
+bool spin_for(std::chrono::microseconds budget, Ready&& ready) {
+  const auto until = std::chrono::steady_clock::now() + budget;
+  for (unsigned i = 1;; ++i) {
+    if (ready()) return true;
+    cpu_relax();
+    if ((i & 63) == 0 && std::chrono::steady_clock::now() >= until) return ready();
+  }
+}
+
+}  // namespace strata::collective::detail

@@ -1,0 +1,69 @@
+// The wait policy of barriers (wait_policy.hpp): who may spin long, the bounded spin, and
+// in-process all-reduces whose late rank arrives within the spin and past it.
+#include "doctest.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include <strata/collective/async.hpp>
+#include <strata/collective/detail/wait_policy.hpp>
+#include <strata/collective/in_process.hpp>
+
+namespace detail = strata::collective::detail;
+using Clock = std::chrono::steady_clock;
+
+TEST_CASE("Collective.WaitPolicy.OnlyAReplicaThreadWithACoreEachSpinsLong") {
+  const unsigned cores = std::thread::hardware_concurrency();
+  REQUIRE(cores > 0);
+  CHECK(detail::may_spin_long(1));
+  CHECK(detail::may_spin_long(static_cast<int>(cores)));
+  CHECK_FALSE(detail::may_spin_long(static_cast<int>(cores) + 1));  // more ranks than cores
+  CHECK_FALSE(detail::may_spin_long(0));
+  // A communication thread (AsyncWorker) never spins long: its rank computes on the same core.
+  bool on_worker = true;
+  detail::AsyncWorker worker;
+  worker.enqueue([&] { on_worker = detail::may_spin_long(1); });
+  worker.drain();
+  CHECK_FALSE(on_worker);
+  CHECK(detail::may_spin_long(1));  // the flag is the worker thread's own
+}
+
+TEST_CASE("Collective.WaitPolicy.SpinForEndsWhenReadyOrAfterItsBudget") {
+  std::atomic<bool> flag{false};
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    flag.store(true);
+  });
+  CHECK(detail::spin_for(std::chrono::seconds(5), [&] { return flag.load(); }));
+  setter.join();
+  const auto t0 = Clock::now();
+  CHECK_FALSE(detail::spin_for(std::chrono::microseconds(3000), [] { return false; }));
+  CHECK(Clock::now() - t0 >= std::chrono::microseconds(3000));
+}
+
+TEST_CASE("Collective.WaitPolicy.LateRankWithinAndPastTheSpin" * doctest::timeout(60)) {
+  // Rank 1 arrives 0.3 ms late (within a long spin) or 20 ms late (past it: the others sleep),
+  // with 2 ranks (a core each on most machines) and 5 (more ranks than cores here).
+  for (int n : {2, 5})
+    for (int late_us : {300, 20000}) {
+      CAPTURE(n);
+      CAPTURE(late_us);
+      std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
+      strata::collective::InProcess::launch(n, [&](strata::collective::InProcess& c) {
+        std::vector<float> x(1000);
+        for (int step = 0; step < 3; ++step) {
+          for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((c.rank() + 1) * (step + 1)) + 0.5f * static_cast<float>(i);
+          if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::microseconds(late_us));
+          c.allreduce(std::span(x), strata::ReduceOp::Sum);
+        }
+        got[static_cast<std::size_t>(c.rank())] = x;
+      });
+      const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
+      for (int r = 0; r < n; ++r)
+        for (std::size_t i = 0; i < 1000; i += 111)
+          REQUIRE(got[static_cast<std::size_t>(r)][i] == doctest::Approx(3.0f * ranks_sum + 0.5f * static_cast<float>(n * i)));
+    }
+}
