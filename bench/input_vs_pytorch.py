@@ -12,15 +12,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 
+from paired import ratio_summary, run_pairs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run(cmd, env):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def main():
@@ -32,17 +28,13 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     strata_bin = os.path.join(a.build, "bench", "bench_input")
     for batch in a.batches.split(","):
-        s_runs, p_runs = [], []
-        for _ in range(a.pairs):
-            s_runs.append(run([strata_bin, "--batch", batch], env))
-            p_runs.append(run([sys.executable, os.path.join(HERE, "pytorch_input.py"), "--batch", batch], env))
-        ratios = [s["examples_per_s"] / p["examples_per_s"] for s, p in zip(s_runs, p_runs)]
+        s_runs, p_runs = run_pairs([strata_bin, "--batch", batch],
+                                   [sys.executable, os.path.join(HERE, "pytorch_input.py"), "--batch", batch], a.pairs, env)
         print(json.dumps({
             "bench": "input", "batch": int(batch), "pairs": a.pairs,
             "strata_batch_us": statistics.median(r["median_batch_us"] for r in s_runs),
             "peer": p_runs[0]["impl"], "peer_batch_us": statistics.median(r["median_batch_us"] for r in p_runs),
-            "ratio": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
-            "ratio_max": round(max(ratios), 3),
+            **ratio_summary(s_runs, p_runs),
         }), flush=True)
 
 

@@ -3,8 +3,9 @@
 /// buffer pointers in a shared slot; after a barrier, rank r reduces chunk r of every
 /// rank's buffer and writes the result into every rank's buffer (a fused reduce-scatter and
 /// all-gather, no copy through a staging buffer, no lock on the data path); a second
-/// barrier keeps buffers alive until all ranks are done. Barriers spin briefly, then back
-/// off to sleeping, and honour the group's deadline and abort flag.
+/// barrier keeps buffers alive until all ranks are done. Barriers spin (long where every rank
+/// has a core: detail/wait_policy.hpp), then back off to sleeping, and honour the group's
+/// deadline and abort flag.
 ///
 /// @code
 /// strata::collective::InProcess::launch(4, [](strata::collective::InProcess& c) {
@@ -34,9 +35,9 @@
 #include <vector>
 
 #include <strata/collective/async.hpp>
-#include <strata/collective/detail/wait_policy.hpp>
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/reduce.hpp>
+#include <strata/collective/detail/wait_policy.hpp>
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
 #include <strata/support/error.hpp>
@@ -261,9 +262,9 @@ class InProcess : public TypedFrontEnd<InProcess> {
         fail_aborted(fp);
       return;
     }
-    // Spin (a hand-off costs ~0.2 us): up to detail::kLongSpin where every rank has a core
-    // (wait_policy.hpp), else briefly, for on a machine with fewer cores than ranks a spinning
-    // rank would starve the one it waits for. Then give the core away.
+    // Spin first (a hand-off costs ~0.2 us): up to detail::kLongSpin where every rank has a
+    // core (wait_policy.hpp), else briefly, since with fewer cores than ranks a spinning rank
+    // starves the one it waits for. Then yield, then sleep.
     auto settled = [&] {
       const std::uint64_t c = group_->committed.load(std::memory_order_acquire);
       return c >= phase || group_->aborted();  // kDead is above every phase
