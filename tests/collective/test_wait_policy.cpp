@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <span>
 #include <thread>
 #include <vector>
@@ -18,8 +19,9 @@ using Clock = std::chrono::steady_clock;
 TEST_CASE("Collective.WaitPolicy.OnlyAReplicaThreadWithACoreEachSpinsLong") {
   const unsigned cores = std::thread::hardware_concurrency();
   REQUIRE(cores > 0);
-  CHECK(detail::may_spin_long(1));
-  CHECK(detail::may_spin_long(static_cast<int>(cores)));
+  const bool on = detail::long_spin_budget().count() > 0;  // STRATA_SPIN_US=0 turns it off
+  CHECK(detail::may_spin_long(1) == on);
+  CHECK(detail::may_spin_long(static_cast<int>(cores)) == on);
   CHECK_FALSE(detail::may_spin_long(static_cast<int>(cores) + 1));  // more ranks than cores
   CHECK_FALSE(detail::may_spin_long(0));
   // A communication thread (AsyncWorker) never spins long: its rank computes on the same core.
@@ -28,7 +30,15 @@ TEST_CASE("Collective.WaitPolicy.OnlyAReplicaThreadWithACoreEachSpinsLong") {
   worker.enqueue([&] { on_worker = detail::may_spin_long(1); });
   worker.drain();
   CHECK_FALSE(on_worker);
-  CHECK(detail::may_spin_long(1));  // the flag is the worker thread's own
+  CHECK(detail::may_spin_long(1) == on);  // the flag is the worker thread's own
+}
+
+TEST_CASE("Collective.WaitPolicy.BudgetIsTwoMillisecondsUnlessSet") {
+  if (std::getenv("STRATA_SPIN_US") == nullptr)
+    CHECK(detail::long_spin_budget() == detail::kLongSpin);
+  else
+    CHECK(detail::long_spin_budget().count() == std::atol(std::getenv("STRATA_SPIN_US")));
+  CHECK(detail::kLongSpin == std::chrono::microseconds(2000));
 }
 
 TEST_CASE("Collective.WaitPolicy.SpinForEndsWhenReadyOrAfterItsBudget") {

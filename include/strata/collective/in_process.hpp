@@ -262,15 +262,15 @@ class InProcess : public TypedFrontEnd<InProcess> {
         fail_aborted(fp);
       return;
     }
-    // Spin first (a hand-off costs ~0.2 us): up to detail::kLongSpin where every rank has a
-    // core (wait_policy.hpp), else briefly, since with fewer cores than ranks a spinning rank
-    // starves the one it waits for. Then yield, then sleep.
+    // Spin first (a hand-off costs ~0.2 us): up to detail::long_spin_budget() where every rank
+    // has a core (wait_policy.hpp), else briefly, since with fewer cores than ranks a spinning
+    // rank starves the one it waits for. Then yield, then sleep.
     auto settled = [&] {
       const std::uint64_t c = group_->committed.load(std::memory_order_acquire);
       return c >= phase || group_->aborted();  // kDead is above every phase
     };
     if (detail::may_spin_long(size()))
-      detail::spin_for(detail::kLongSpin, settled);
+      detail::spin_for(detail::long_spin_budget(), settled);
     else
       for (int i = 0; i < 4096 && !settled(); ++i) detail::cpu_relax();
     Clock::time_point deadline{};

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include <strata/collective/detail/wait_policy.hpp>  // long_spin_budget
 #include <strata/collective/reduce_op.hpp>
 #include <strata/support/check.hpp>
 #include <strata/tensor/dtype.hpp>
@@ -32,6 +33,7 @@ struct Options {
       o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0));
     }
     if (const char* d = std::getenv("STRATA_COLLECTIVE_DEBUG"); d && *d) o.check_fingerprints = std::string(d) != "0";
+    (void)detail::long_spin_budget();  // a bad STRATA_SPIN_US fails here, not inside a barrier
     return o;
   }
 };

@@ -3,7 +3,7 @@
 /// Spinning costs nothing where the core has no other work, and a sleep costs far more than
 /// its length: a 50 µs sleep_for took 120 µs on average here, and a futex wake-up of a halted
 /// virtual CPU tens of µs. So a replica's own thread on a host with a core for each rank spins
-/// up to kLongSpin (well past a step's usual skew between replicas: 100–300 µs on a busy host);
+/// up to kLongSpin (STRATA_SPIN_US; well past a step's usual skew between replicas: 100–300 µs on a busy host);
 /// everywhere else — more ranks than cores, or a background thread whose rank computes on the
 /// same core — a waiter spins briefly and sleeps soon (docs/performance.md).
 #pragma once
@@ -11,9 +11,21 @@
 #include <chrono>
 #include <thread>  // hardware_concurrency
 
+#include <strata/runtime/process.hpp>  // env, env_int
+
 namespace strata::collective::detail {
 
 inline constexpr std::chrono::microseconds kLongSpin{2000};
+
+/// STRATA_SPIN_US if set (0 .. 1,000,000 µs; 0: never spin long, e.g. where other jobs share
+/// the cores), else kLongSpin. Read once; a bad value is an error naming the variable.
+inline std::chrono::microseconds long_spin_budget() {
+  static const std::chrono::microseconds budget = [] {
+    const char* v = runtime::detail::env("STRATA_SPIN_US");
+    return v ? std::chrono::microseconds(runtime::detail::env_int("STRATA_SPIN_US", v, 0, 1'000'000)) : kLongSpin;
+  }();
+  return budget;
+}
 
 /// One turn of a spin loop: tells the core (and an SMT sibling) that this thread is waiting.
 inline void cpu_relax() noexcept {
@@ -26,10 +38,12 @@ inline void cpu_relax() noexcept {
 /// engine's communication thread): their rank computes meanwhile, so they never spin long.
 inline thread_local bool on_background_thread = false;
 
-/// Whether a waiter on this thread may spin for kLongSpin when `ranks` ranks share this host.
-inline bool may_spin_long(int ranks) noexcept {
+/// Whether a waiter on this thread may spin for long_spin_budget() when `ranks` ranks share
+/// this host.
+inline bool may_spin_long(int ranks) {
   static const unsigned cores = std::thread::hardware_concurrency();
-  return !on_background_thread && ranks > 0 && cores >= static_cast<unsigned>(ranks);
+  return !on_background_thread && ranks > 0 && cores >= static_cast<unsigned>(ranks) &&
+         long_spin_budget().count() > 0;
 }
 
 /// Spins until ready() or `budget` has passed, reading the clock every 64 spins; returns
