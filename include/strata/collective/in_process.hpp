@@ -269,10 +269,7 @@ class InProcess : public TypedFrontEnd<InProcess> {
       const std::uint64_t c = group_->committed.load(std::memory_order_acquire);
       return c >= phase || group_->aborted();  // kDead is above every phase
     };
-    if (detail::may_spin_long(size()))
-      detail::spin_for(detail::long_spin_budget(), settled);
-    else
-      for (int i = 0; i < 4096 && !settled(); ++i) detail::cpu_relax();
+    detail::spin_wait(size(), 4096, settled);
     Clock::time_point deadline{};
     for (std::uint32_t polls = 0;; ++polls) {
       const std::uint64_t c = group_->committed.load(std::memory_order_acquire);

@@ -144,7 +144,7 @@ class HostSharedBuffer {
   // and leave the core to compute. The other barriers wait only for the others' equal share
   // of the work, and a staged call's caller has nothing else to do: spin through them rather
   // than pay a sleep and a wake-up. A replica's own thread with a core for each rank spins
-  // up to long_spin_budget() at every barrier (wait_policy.hpp).
+  // longer at every barrier (spin_wait, wait_policy.hpp).
   static constexpr int kSpinArrival = 256, kSpinShares = 1 << 14;
   struct Control {
     std::atomic<std::uint32_t> aborted;  // 0, 1 while the reason is written, 2 after
@@ -220,14 +220,10 @@ class HostSharedBuffer {
     Peer& me = peer(rank_);
     me.arrived.store(target, std::memory_order_release);
     ::syscall(SYS_futex, &me.arrived, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-    const bool long_spin = may_spin_long(size_);
     for (int k = 0; k < size_; ++k) {
       Peer& p = peer(k);
       auto behind = [&] { return static_cast<std::int32_t>(p.arrived.load(std::memory_order_acquire) - target) < 0; };
-      if (long_spin)
-        spin_for(long_spin_budget(), [&] { return !behind(); });
-      else
-        for (int i = 0; i < spins && behind(); ++i) cpu_relax();
+      spin_wait(size_, spins, [&] { return !behind(); });
       while (behind()) {
         const std::uint32_t seen = p.arrived.load(std::memory_order_acquire);
         if (static_cast<std::int32_t>(seen - target) >= 0) break;

@@ -3,9 +3,10 @@
 /// Spinning costs nothing where the core has no other work, and a sleep costs far more than
 /// its length: a 50 µs sleep_for took 120 µs on average here, and a futex wake-up of a halted
 /// virtual CPU tens of µs. So a replica's own thread on a host with a core for each rank spins
-/// up to kLongSpin (STRATA_SPIN_US; well past a step's usual skew between replicas: 100–300 µs on a busy host);
-/// everywhere else — more ranks than cores, or a background thread whose rank computes on the
-/// same core — a waiter spins briefly and sleeps soon (docs/performance.md).
+/// up to kLongSpin (STRATA_SPIN_US; well past a step's usual skew between replicas, 100–300
+/// µs on a busy host); everywhere else — more ranks than cores, or a background thread whose
+/// rank computes on the same core — a waiter spins briefly and sleeps soon
+/// (docs/performance.md). Barriers call spin_wait, then yield or sleep as they see fit.
 #pragma once
 
 #include <chrono>
@@ -56,6 +57,18 @@ bool spin_for(std::chrono::microseconds budget, Ready&& ready) {
     cpu_relax();
     if ((i & 63) == 0 && std::chrono::steady_clock::now() >= until) return ready();
   }
+}
+
+/// The spin before a barrier gives its core away, for `ranks` ranks on this host: up to
+/// long_spin_budget() where may_spin_long, else `brief_spins` turns. Returns ready().
+template <class Ready>
+bool spin_wait(int ranks, int brief_spins, Ready&& ready) {
+  if (may_spin_long(ranks)) return spin_for(long_spin_budget(), ready);
+  for (int i = 0; i < brief_spins; ++i) {
+    if (ready()) return true;
+    cpu_relax();
+  }
+  return ready();
 }
 
 }  // namespace strata::collective::detail
