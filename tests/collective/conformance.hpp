@@ -265,6 +265,24 @@ TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.SharedBufferAllreduce", P, sha
       check_shared_allreduce<P, std::int64_t, std::int64_t>(n, count);
     }
   for (int n : {2, 3, 4}) check_shared_allreduce<P, float, float>(n, (1u << 20) + 3);
+  // Peers and barriers: rank r writes r + 1 into its copy; after shared_sync every rank reads
+  // every rank's copy through shared_peer, and writes into the next rank's; a buffer asked for
+  // with sizes that differ between ranks is an error on every rank, naming the sizes.
+  for (int n : {2, 3, 4})
+    World<P>::run(n, [](P& c) {
+      strata::Tensor mine = c.shared_buffer(5, strata::DType::f32, /*reduced_in_place=*/false);
+      REQUIRE(mine.defined());
+      mine.fill_(c.rank() + 1.0);
+      c.shared_sync(mine);
+      for (int k = 0; k < c.size(); ++k)
+        CHECK(c.shared_peer(mine, k).template to_vector<float>() == std::vector<float>(5, static_cast<float>(k + 1)));
+      c.shared_sync(mine);  // every read done before any write
+      c.shared_peer(mine, (c.rank() + 1) % c.size()).fill_(-c.rank());
+      c.shared_sync(mine);
+      const int from = (c.rank() + c.size() - 1) % c.size();
+      CHECK(mine.template to_vector<float>() == std::vector<float>(5, static_cast<float>(-from)));
+      CHECK_THROWS_WITH(c.shared_buffer(3 + c.rank(), strata::DType::f32), doctest::Contains("bytes, rank"));
+    });
   // STRATA_SHM=0 on every rank: no shared buffers, the plain path carries the buckets.
   World<P>::run(2, [](P& c) {
     ::setenv("STRATA_SHM", "0", 1);

@@ -5,6 +5,7 @@
 //   multi_worker_equivalence mpi|gloo        exit status 0: every check held on this rank
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <unistd.h>
 #include <string>
 #include <tuple>
@@ -29,6 +30,8 @@ template <class C>
 int check_nonfinite(strata::MultiWorkerMirroredStrategy<C>& strategy);
 template <class C>
 int check_shared_saves(strata::MultiWorkerMirroredStrategy<C>& strategy);
+template <class C>
+int check_split_update(int n, int rank);
 
 template <class C>
 int check_all() {
@@ -68,7 +71,102 @@ int check_all() {
     std::printf("%s rank %d of %d: gather of uneven rows\n", ok ? "ok  " : "FAIL", rank, n);
   }
   return failures + check_uneven(strategy) + check_compression<C>(n, rank) + check_nonfinite(strategy) +
-         check_shared_saves(strategy);
+         check_shared_saves(strategy) + check_split_update<C>(n, rank);
+}
+
+// A strategy of its own (Gloo: under a fresh rendezvous prefix, `tag`).
+template <class C>
+std::unique_ptr<strata::MultiWorkerMirroredStrategy<C>> fresh_strategy(strata::MultiWorkerOptions o,
+                                                                       const std::string& tag) {
+  if constexpr (std::is_constructible_v<C, const std::string&>)
+    return std::make_unique<strata::MultiWorkerMirroredStrategy<C>>(o, tag);
+  else
+    return std::make_unique<strata::MultiWorkerMirroredStrategy<C>>(o);
+}
+
+// What one rank ends a run_split with: its parameters, its optimizer's state, and whether its
+// parameters live in the memory the ranks share.
+struct SplitRun {
+  std::vector<std::vector<float>> params;
+  std::vector<std::pair<std::string, std::vector<float>>> state;
+  bool shared = false;
+  bool host_shares = false;  // the ranks can share memory at all (one host, STRATA_SHM not 0)
+};
+
+// `steps` steps of the MLP with the update split across the ranks or not; or, with `resume`,
+// from its parameters and state (every rank loads them, as a restore does) at batch
+// `resume_steps` on.
+template <class C, class MakeOpt>
+SplitRun run_split(bool split, int steps, MakeOpt make_opt, const std::string& tag, const SplitRun* resume = nullptr,
+                   std::int64_t resume_steps = 0) {
+  auto strategy = fresh_strategy<C>({.bucket_bytes = 2048, .split_update = split}, tag);
+  strata::manual_seed(5);
+  auto net = strategy->scope([] { return equivalence::model(false); });
+  auto opt = strategy->scope([&] { return make_opt(net.parameters()); });
+  if (resume) {
+    strata::NoGradGuard no_grad;
+    std::vector<std::pair<std::string, strata::Tensor>> st;
+    for (std::size_t k = 0; k < net.parameters().size(); ++k) {
+      strata::Tensor p = net.parameters()[k];
+      p.copy_(strata::from_vector<float>(p.shape(), resume->params[k]));
+    }
+    for (const auto& [name, v] : resume->state) {
+      const std::size_t i = std::stoul(name.substr(name.rfind('.') + 1));
+      st.emplace_back(name, strata::from_vector<float>(net.parameters()[i].shape(), v));
+    }
+    opt.load_state(st, resume_steps);
+  }
+  equivalence::Setup s;
+  auto pipeline = strata::data::Pipeline(equivalence::dataset(s)).batch(26).take(resume_steps + steps);
+  pipeline.set_position(0, resume_steps);
+  auto data = strategy->distribute(pipeline);
+  for (auto& batch : data)
+    strategy->run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      auto loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
+      opt.apply_gradients(ctx, strata::grad(loss, net.parameters()));
+    }, batch);
+  SplitRun out;
+  for (const strata::Tensor& p : net.parameters()) out.params.push_back(p.to_vector<float>());
+  for (const auto& [name, t] : opt.state()) out.state.emplace_back(name, t.template to_vector<float>());
+  try {  // only a tensor in a shared buffer has a peer's copy
+    (void)strategy->collective().shared_peer(net.parameters()[0], 0);
+    out.shared = true;
+  } catch (const std::exception&) {
+  }
+  out.host_shares = strategy->collective().shared_buffer(1, strata::DType::u8).defined();  // collective
+  return out;
+}
+
+// The update split across the ranks of one host (each updates its share in its copy, in
+// shared memory, and reads the others'): every rank ends with the bits every rank gets by
+// updating all of its copy, and its optimizer's state is whole (the tensors the ranks share),
+// so the chief's checkpoint holds all of it. After load_state on every rank (a resume) the
+// run goes on as an uninterrupted one does. SGD with Nesterov momentum, and Adam.
+template <class C>
+int check_split_update(int n, int rank) {
+  int failures = 0;
+  auto sgd = [](const std::vector<strata::Tensor>& p) {
+    return strata::optim::Sgd(p, 0.1, {.momentum = 0.9, .nesterov = true});
+  };
+  auto adam = [](const std::vector<strata::Tensor>& p) { return strata::optim::Adam(p, 0.01); };
+  auto check = [&](auto make_opt, const std::string& name) {
+    const SplitRun whole = run_split<C>(false, 6, make_opt, "whole_" + name);
+    const SplitRun split = run_split<C>(true, 6, make_opt, "split_" + name);
+    const bool same = !whole.state.empty() && split.params == whole.params && split.state == whole.state &&
+                      split.shared == split.host_shares && !whole.shared;
+    const SplitRun ten = run_split<C>(true, 10, make_opt, "ten_" + name);
+    const SplitRun resumed = run_split<C>(true, 4, make_opt, "resumed_" + name, &split, 6);
+    const double diff = equivalence::max_relative_difference(resumed.params, ten.params);
+    const bool ok = same && diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: split update, %s: %s the unsplit bits (parameters and state%s), resumed "
+                "differs by %.3g\n",
+                ok ? "ok  " : "FAIL", rank, n, name.c_str(), same ? "equals" : "DIFFERS FROM",
+                split.shared ? ", in shared memory" : ", NOT in shared memory", diff);
+  };
+  check(sgd, "sgd");
+  check(adam, "adam");
+  return failures;
 }
 
 // A worker's own dataset of `n` examples.

@@ -461,7 +461,21 @@ class Gloo : public TypedFrontEnd<Gloo> {
   /// `count` elements of `dtype` in memory that every rank of this group maps, or an undefined
   /// tensor when the ranks span hosts (or STRATA_SHM=0): an in-place allreduce of it reduces
   /// straight across the ranks' copies (detail::HostSharedBuffers), not through TCP. Collective.
-  Tensor shared_buffer(std::int64_t count, DType dtype) { return shared_.make(*this, count, dtype); }
+  /// `reduced_in_place` false: a buffer whose tensors a rank may hold in another rank's
+  /// region (shared_peer), which an in-place all-reduce then leaves to the transport.
+  Tensor shared_buffer(std::int64_t count, DType dtype, bool reduced_in_place = true) {
+    return shared_.make(*this, count, dtype, reduced_in_place);
+  }
+  /// Rank `rank`'s copy of `mine`, a tensor in a shared_buffer of this rank (the same place
+  /// in that rank's buffer), readable and writable here.
+  Tensor shared_peer(const Tensor& mine, int rank) const { return shared_.peer(mine, rank); }
+  /// A barrier of the group through the shared buffer that holds `mine` (not through TCP):
+  /// every rank calls it with its own copy.
+  void shared_sync(const Tensor& mine) {
+    before_blocking();
+    const Fingerprint fp = next(OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0);
+    on_host(fp, [&] { shared_.sync(mine, options_.timeout, fp.str()); });
+  }
 
   /// Fails this rank's pending and later collectives with `reason`; callable from any thread.
   /// Its connections close, so a wait in progress here ends now, and the peers' next wait on

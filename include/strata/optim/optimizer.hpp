@@ -90,14 +90,13 @@ class Optimizer {
     ++steps_;
   }
 
-  /// Makes this optimizer's state the very tensors `owner` holds (not copies), after copying
-  /// into them what this optimizer holds in `mine` (its ranges of each parameter): replicas
-  /// that update disjoint ranges then keep one complete state between them, which state()
-  /// of any of them returns. `owner` must be an optimizer of the same kind over parameters
-  /// of the same shapes.
-  void share_state_from(Optimizer& owner, std::span<const ElementRange> mine) {
+  /// Makes this optimizer's state the very tensors `theirs` names (not copies; named as
+  /// state() names them, each with its slot's shape and dtype), after copying into them what
+  /// this optimizer holds in `mine` (its ranges of each parameter): replicas that update
+  /// disjoint ranges then keep one complete state between them, which state() of any of them
+  /// returns (detail::SplitUpdate's state home).
+  void share_state_from(std::vector<std::pair<std::string, Tensor>> theirs, std::span<const ElementRange> mine) {
     STRATA_CHECK_EQ(mine.size(), params_.size(), "share_state_from: one range per parameter");
-    auto theirs = owner.state();
     const auto where = resolve_slots(theirs, "share_state_from");
     NoGradGuard no_grad;
     for (std::size_t k = 0; k < theirs.size(); ++k) {

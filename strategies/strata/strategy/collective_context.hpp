@@ -2,7 +2,7 @@
 /// CollectiveReplicaContext<C>: the replica context of the mirrored strategies — every
 /// replica holds its own copy of the variables, so gradients are all-reduced (summed) over a
 /// collective C and every replica applies the same update to its copy (or, where the
-/// strategy splits it, its share of the update, then pulls the others'). Gradients of a model
+/// strategy splits it, its share of the update, written into the other copies too). Gradients of a model
 /// created under the strategy's scope go through that model's GradientEngine (bucketed,
 /// overlapped with backward); any other gradient list is all-reduced here, tensor by tensor.
 #pragma once
@@ -67,12 +67,8 @@ class CollectiveReplicaContext final : public ReplicaContext {
   void finish_update() override {
     if (!pending_) return;
     SplitUpdate* split = std::exchange(pending_, nullptr);
-    comm_.barrier();  // every replica has updated its ranges
-    split->pull(id_);
-    split->share_state(id_);
-    // Every pull done before any replica goes on: code after apply_gradients may change its
-    // own copy (a constraint on the weights), and another replica may still be reading it.
-    comm_.barrier();
+    split->publish(id_);
+    if (!split->barrier()) comm_.barrier();  // every copy whole before any replica goes on
   }
 
   void set_gradient_sync(bool on) override {

@@ -4,7 +4,7 @@
 /// replica, identical at creation — and inside run() resolves to the current replica's copy;
 /// each replica has its own tape. apply_gradients all-reduces the gradients (bucketed,
 /// overlapped with backward by a GradientEngine per replica and model); each replica then
-/// updates its share of every variable and pulls the others' shares into its copy
+/// updates its share of every variable and writes it into the other copies
 /// (detail::SplitUpdate), so the copies stay equal.
 #pragma once
 
@@ -87,7 +87,8 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
       }
       detail::SplitUpdate* split = nullptr;
       if (options_.split_update && this->n_ > 1) {
-        splits_owned_.push_back(std::make_unique<detail::SplitUpdate>(std::move(params), std::move(shares)));
+        splits_owned_.push_back(std::make_unique<detail::SplitUpdate>(std::move(params), std::move(shares),
+                                                                      detail::local_state_home()));
         split = splits_owned_.back().get();
       }
       for (auto& s : splits_) s.push_back(split);

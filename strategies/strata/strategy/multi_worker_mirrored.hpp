@@ -4,7 +4,8 @@
 /// (tf.distribute.MultiWorkerMirroredStrategy, Horovod, DDP). Variables are created on every
 /// process and broadcast from rank 0, so all start equal; each process reads only its rows of
 /// every global batch; gradients are all-reduced by a GradientEngine that overlaps the
-/// all-reduce with backward, and every process applies the same update.
+/// all-reduce with backward, and every process applies the same update (ranks on one host
+/// split it: each updates its share, the others read it; detail::split_across_processes).
 #pragma once
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/process_replica.hpp>
 #include <strata/strategy/replicated.hpp>
+#include <strata/strategy/split_across_processes.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/tensor/placement.hpp>  // move_in_place
 
@@ -36,6 +38,11 @@ namespace strata {
 struct MultiWorkerOptions {
   std::size_t bucket_bytes = default_bucket_bytes();  ///< gradient bucket size (see GradientEngine)
   Compression compression = Compression::none;        ///< 16-bit gradients on the wire
+  /// Ranks on one host split the optimizer update: each updates its share of the parameters
+  /// in its copy, kept in memory the ranks share, and reads the others' shares from theirs
+  /// (detail::split_across_processes); the same values as every rank updating all of it.
+  /// STRATA_SPLIT_UPDATE=0 turns it off.
+  bool split_update = default_split_update();
 };
 
 /// One replica per process.
@@ -84,6 +91,11 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
       owned_.push_back(std::make_unique<GradientEngine<C>>(comm_, made.parameters(), options_.bucket_bytes,
                                                            options_.compression));
       engines_.push_back(owned_.back().get());
+      std::unique_ptr<detail::SplitUpdate> split;
+      if constexpr (requires(const Tensor& t) { comm_.shared_peer(t, 0); })
+        if (options_.split_update) split = detail::split_across_processes(comm_, made.parameters(), *owned_.back());
+      splits_.push_back(split.get());
+      splits_owned_.push_back(std::move(split));
     }
     return made;
   }
@@ -194,7 +206,7 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
   auto run_replica(Step&& step) {
     detail::check_cross_replica("run()");
     detail::ReplicaScope scope(0, /*step=*/true);
-    detail::CollectiveReplicaContext<C> ctx(comm_, comm_.rank(), comm_.size(), engines_);
+    detail::CollectiveReplicaContext<C> ctx(comm_, comm_.rank(), comm_.size(), engines_, splits_);
     // A step that fails on this rank alone would leave the others waiting at their next
     // collective until its deadline (under mpirun, this rank's exit waits in MPI_Finalize):
     // abort the group first, so they fail now and name this rank. A collective's own error
@@ -213,6 +225,8 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
   C comm_;
   std::vector<std::unique_ptr<GradientEngine<C>>> owned_;
   std::vector<GradientEngine<C>*> engines_;
+  std::vector<std::unique_ptr<detail::SplitUpdate>> splits_owned_;
+  std::vector<detail::SplitUpdate*> splits_;  // beside engines_ (null: not split)
 };
 
 template <class C>

@@ -1,18 +1,29 @@
 /// \file
-/// SplitUpdate: the optimizer update of one model's mirrored copies in one process
-/// (MirroredStrategy's CPU replica threads), split across the replicas. After the all-reduce
-/// every replica holds the same summed gradients, and would apply the same update to its own
-/// copy: N times the same memory-bound pass. Instead replica r updates only its share of each
-/// parameter (the share of each bucket it reduced, so the summed gradient is still in its
-/// cache), writes the new values of that share into the other copies, and keeps the optimizer
-/// state of that share; a barrier then makes every copy whole before any replica reads it.
-/// The replicas' optimizers share one set of state tensors, each updating its own ranges of
-/// them, so state() of any replica is complete: what a checkpoint saves. Gradients are not
-/// touched: every replica still holds the whole sum (docs/performance.md).
+/// SplitUpdate: the optimizer update of one model's mirrored copies, split across the
+/// replicas. After the all-reduce every replica holds the same summed gradients, and would
+/// apply the same update to its own copy: N times the same memory-bound pass. Instead replica
+/// r updates only its share of each parameter (the share of each bucket it reduced, so the
+/// summed gradient is still in its cache), writes the new values of that share into the other
+/// copies (publish), and keeps the optimizer state of that share; one barrier then makes every
+/// copy whole before any replica goes on. The replicas' optimizers hold one set of state
+/// tensors (a StateHome), each updating its own ranges of them, so state() of any replica is
+/// complete: what a checkpoint saves. Gradients are not touched: every replica still holds
+/// the whole sum (docs/performance.md, "The split optimizer update").
+///
+/// MirroredStrategy's replicas are threads of one process: their copies are plain host
+/// tensors and the state home is one set of host tensors (local_state_home).
+/// MultiWorkerMirroredStrategy's ranks on one host split the update the same way
+/// (detail::split_across_processes): each rank's copy lives in memory the ranks share, the
+/// others' copies are views of theirs, the barrier goes through that memory, and so does the
+/// state home.
 #pragma once
 
 #include <cstddef>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -24,8 +35,9 @@
 
 namespace strata {
 
-/// STRATA_SPLIT_UPDATE (0 or 1) if set, else true: whether MirroredStrategy splits the
-/// optimizer update across its replicas (MirroredOptions::split_update).
+/// STRATA_SPLIT_UPDATE (0 or 1) if set, else true: whether MirroredStrategy and
+/// MultiWorkerMirroredStrategy split the optimizer update across their replicas
+/// (MirroredOptions::split_update, MultiWorkerOptions::split_update).
 inline bool default_split_update() {
   const char* v = runtime::detail::env("STRATA_SPLIT_UPDATE");
   return v == nullptr || runtime::detail::env_int("STRATA_SPLIT_UPDATE", v, 0, 1) == 1;
@@ -37,18 +49,34 @@ namespace strata::detail {
 
 class SplitUpdate {
  public:
+  using NamedState = std::vector<std::pair<std::string, Tensor>>;
+  /// Where the replicas' optimizers keep their one set of state tensors: given a replica's
+  /// state (its names and shapes), the tensors every replica is to hold instead. Every
+  /// replica calls it after its update whenever its state tensors changed (the first update,
+  /// load_state); the first call for a layout makes the tensors. Across processes it is
+  /// collective where it makes them.
+  using StateHome = std::function<NamedState(const NamedState&)>;
+
   /// copies[r]: replica r's parameters; shares[r][k]: the elements of parameter k replica r
-  /// updates (the shares of one parameter are disjoint and cover it).
-  SplitUpdate(std::vector<std::vector<Tensor>> copies, std::vector<std::vector<optim::ElementRange>> shares)
-      : copies_(std::move(copies)), shares_(std::move(shares)), optimizers_(copies_.size(), nullptr),
-        shared_at_(copies_.size(), {~std::uint64_t{0}, ~std::uint64_t{0}}) {
-    STRATA_CHECK(copies_.size() == shares_.size() && !copies_.empty(), "SplitUpdate: one share per copy");
+  /// updates (the shares of one parameter are disjoint and cover it). `only`: the one replica
+  /// this process serves when the replicas are processes (its copies are its parameters, the
+  /// others views of the other ranks' copies), -1 for all of them (threads). `sync`: a barrier
+  /// of the replicas, where the split brings its own.
+  SplitUpdate(std::vector<std::vector<Tensor>> copies, std::vector<std::vector<optim::ElementRange>> shares,
+              StateHome home, int only = -1, std::function<void()> sync = {})
+      : copies_(std::move(copies)), shares_(std::move(shares)), home_(std::move(home)), only_(only),
+        sync_(std::move(sync)), optimizers_(copies_.size(), nullptr), shared_at_(copies_.size(), ~std::uint64_t{0}) {
+    STRATA_CHECK(copies_.size() == shares_.size() && !copies_.empty() && home_, "SplitUpdate: one share per copy, and "
+                 "a state home");
+    STRATA_CHECK(only_ < static_cast<int>(copies_.size()), "SplitUpdate: replica ", only_, " of ", copies_.size());
     for (std::size_t r = 0; r < copies_.size(); ++r) {
       STRATA_CHECK(copies_[r].size() == copies_[0].size() && shares_[r].size() == copies_[0].size(),
                    "SplitUpdate: replica ", r, " has another parameter list");
       for (const Tensor& p : copies_[r])
         STRATA_CHECK(p.device().kind == DeviceKind::cpu && p.is_contiguous(), "SplitUpdate: parameters on the host");
     }
+    if (only_ >= 0)
+      for (const Tensor& p : copies_[static_cast<std::size_t>(only_)]) placed_.push_back(p.raw_data());
   }
 
   /// Replica r's ranges, for `opt`, its optimizer over its copy.
@@ -57,50 +85,89 @@ class SplitUpdate {
     return shares_[index(r)];
   }
 
-  /// After every replica has updated its ranges (a barrier): copies the other replicas'
-  /// ranges into replica r's copy. Reading them (pulling) rather than writing them into the
-  /// other copies leaves each copy's lines in the cache of the replica that reads it next.
-  /// The caller waits for every replica's pull (a second barrier) before it goes on.
-  void pull(int r) {
-    observe::ScopedEvent ev("pull update", "communication");
+  /// After replica r has updated its ranges: writes them into the other copies, and hands its
+  /// optimizer the state home's tensors (copying its ranges into them) if its own state
+  /// tensors changed. The caller then waits for every replica's publish (barrier()) before it
+  /// goes on; nothing reads another copy after that, so code after apply_gradients may change
+  /// its own.
+  void publish(int r) {
     const std::size_t me = index(r);
-    for (std::size_t s = 0; s < copies_.size(); ++s) {
-      if (s == me) continue;
-      for (std::size_t k = 0; k < copies_[me].size(); ++k) {
-        const optim::ElementRange range = shares_[s][k];
-        if (range.end <= range.begin) continue;
-        const std::size_t es = size_of(copies_[me][k].dtype());
-        const std::size_t offset = static_cast<std::size_t>(range.begin) * es;
-        std::memcpy(static_cast<char*>(copies_[me][k].raw_data()) + offset,
-                    static_cast<const char*>(copies_[s][k].raw_data()) + offset,
-                    static_cast<std::size_t>(range.end - range.begin) * es);
+    for (std::size_t k = 0; k < placed_.size(); ++k)  // the others write into this copy where it was placed
+      STRATA_CHECK(copies_[me][k].raw_data() == placed_[k], "split update: parameter ", k, " of rank ", r,
+                   " no longer lives in the memory the ranks share (its storage was replaced after scope())");
+    {
+      observe::ScopedEvent ev("publish update", "communication");
+      for (std::size_t s = 0; s < copies_.size(); ++s) {
+        if (s == me) continue;
+        for (std::size_t k = 0; k < copies_[me].size(); ++k) {
+          const optim::ElementRange range = shares_[me][k];
+          if (range.end <= range.begin) continue;
+          const std::size_t es = size_of(copies_[me][k].dtype());
+          const std::size_t offset = static_cast<std::size_t>(range.begin) * es;
+          std::memcpy(static_cast<char*>(copies_[s][k].raw_data()) + offset,
+                      static_cast<const char*>(copies_[me][k].raw_data()) + offset,
+                      static_cast<std::size_t>(range.end - range.begin) * es);
+        }
       }
+    }
+    optim::Optimizer* mine = optimizers_[me];
+    if (mine != nullptr && shared_at_[me] != mine->state_version()) {
+      mine->share_state_from(home_(mine->state()), shares_[me]);
+      shared_at_[me] = mine->state_version();
     }
   }
 
-  /// After every replica has updated its ranges (a barrier): replica r's optimizer takes replica 0's
-  /// state tensors, copying its ranges into them — once, and again whenever either side's
-  /// state tensors were replaced (first use of a slot, load_state).
-  void share_state(int r) {
-    const std::size_t me = index(r);
-    optim::Optimizer *mine = optimizers_[me], *owner = optimizers_[0];
-    if (me == 0 || mine == nullptr || owner == nullptr) return;
-    if (shared_at_[me] == std::pair(mine->state_version(), owner->state_version())) return;
-    mine->share_state_from(*owner, shares_[me]);
-    shared_at_[me] = {mine->state_version(), owner->state_version()};
+  /// A barrier of the replicas, where the split brings its own (across processes); false if
+  /// the caller's group barrier is the one to use.
+  bool barrier() const {
+    if (!sync_) return false;
+    sync_();
+    return true;
   }
 
  private:
   std::size_t index(int r) const {
-    STRATA_CHECK(r >= 0 && static_cast<std::size_t>(r) < copies_.size(), "SplitUpdate: replica ", r, " of ",
-                 copies_.size());
+    STRATA_CHECK(r >= 0 && static_cast<std::size_t>(r) < copies_.size() && (only_ < 0 || r == only_),
+                 "SplitUpdate: replica ", r, " of ", copies_.size());
     return static_cast<std::size_t>(r);
   }
 
   std::vector<std::vector<Tensor>> copies_;
   std::vector<std::vector<optim::ElementRange>> shares_;
+  StateHome home_;
+  int only_;
+  std::function<void()> sync_;
   std::vector<optim::Optimizer*> optimizers_;  // each replica's, set by ranges() every step
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> shared_at_;  // state versions (own, replica 0's) last shared
+  std::vector<std::uint64_t> shared_at_;       // each replica's state version when it last took the home's tensors
+  std::vector<const void*> placed_;            // across processes: where this rank's copy was placed
 };
+
+/// Whether `like` names the same tensors, with the same shapes and dtypes, as `home`.
+inline bool same_layout(const SplitUpdate::NamedState& home, const SplitUpdate::NamedState& like) {
+  if (like.size() != home.size()) return false;
+  for (std::size_t k = 0; k < like.size(); ++k)
+    if (like[k].first != home[k].first || like[k].second.shape() != home[k].second.shape() ||
+        like[k].second.dtype() != home[k].second.dtype())
+      return false;
+  return true;
+}
+
+/// The state home of replicas that are threads of one process: host tensors, made by the
+/// first replica that asks for a layout (zero-filled: each replica copies its ranges in).
+inline SplitUpdate::StateHome local_state_home() {
+  struct Home {
+    std::mutex mu;
+    SplitUpdate::NamedState tensors;
+  };
+  return [home = std::make_shared<Home>()](const SplitUpdate::NamedState& like) {
+    std::lock_guard lock(home->mu);
+    if (!same_layout(home->tensors, like)) {
+      home->tensors.clear();
+      for (const auto& [name, t] : like)
+        home->tensors.emplace_back(name, Tensor::empty(t.shape(), t.dtype(), t.device()).fill_(0.0));
+    }
+    return home->tensors;
+  };
+}
 
 }  // namespace strata::detail

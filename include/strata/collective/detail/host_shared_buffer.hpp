@@ -21,6 +21,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -41,6 +42,7 @@
 #include <strata/collective/reduce_op.hpp>
 #include <strata/runtime/process.hpp>        // env
 #include <strata/runtime/process_state.hpp>  // process_state
+#include <strata/support/check.hpp>
 #include <strata/support/error.hpp>
 #include <strata/tensor/tensor.hpp>
 
@@ -60,6 +62,7 @@ class HostSharedBuffer {
   static std::size_t region_stride(std::size_t bytes) { return round_up(std::max<std::size_t>(bytes, 1), 4096); }
 
   void* mine() const noexcept { return region(rank_); }
+  int ranks() const noexcept { return size_; }
   std::size_t bytes() const noexcept { return region_; }
   /// True if [p, p + bytes) lies in this rank's region.
   bool holds(const void* p, std::size_t bytes) const noexcept {
@@ -128,6 +131,20 @@ class HostSharedBuffer {
     barrier(deadline, timeout, what, kSpinShares);
   }
 
+  /// Waits until every rank has called it (a barrier of this buffer's group), spinning then
+  /// sleeping like the collectives; `what` names it in errors. Every rank must call the same
+  /// sequence of operations on a buffer: a barrier that meets another rank's all-reduce is an
+  /// error naming both.
+  void sync(std::chrono::milliseconds timeout, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    meet(0, kind_of(OpKind::barrier, DType::u8, ReduceOp::Sum), deadline, timeout, what);
+  }
+
+  /// Rank k's region, as this rank maps it.
+  char* region(int k) const noexcept {
+    return base_ + control_bytes(size_) + region_stride(region_) * static_cast<std::size_t>(k);
+  }
+
   /// Fails the group's current and later waits with `reason` (the first reason stays).
   void abort(const std::string& reason) noexcept {
     std::uint32_t expected = 0;
@@ -164,6 +181,7 @@ class HostSharedBuffer {
   }
   static std::string describe(std::uint64_t count, std::uint64_t kind) {
     const auto k = static_cast<OpKind>(kind >> 16 & 255);
+    if (k == OpKind::barrier) return "barrier";
     std::string d = std::string(name_of(k)) + " of " + std::to_string(count);
     if (k == OpKind::allreduce)
       d += " x " + std::string(name_of(static_cast<DType>(kind >> 8 & 255))) + ", " +
@@ -203,9 +221,6 @@ class HostSharedBuffer {
   }
   Control& control() const noexcept { return *reinterpret_cast<Control*>(base_); }
   Peer& peer(int k) const noexcept { return *reinterpret_cast<Peer*>(base_ + kPeersAt + kLine * static_cast<std::size_t>(k)); }
-  char* region(int k) const noexcept {
-    return base_ + control_bytes(size_) + region_stride(region_) * static_cast<std::size_t>(k);
-  }
 
   template <class E>
   [[noreturn]] void fail(const std::string& msg) {
@@ -278,13 +293,17 @@ class HostSharedBuffer {
 class HostSharedBuffers {
  public:
   /// Collective over `comm` (Mpi or Gloo): every rank calls it with the same count and dtype.
+  /// `reduced_in_place`: an in-place all-reduce of a tensor in it reduces across the ranks'
+  /// regions (find); false for a buffer whose tensors a rank may hold in another rank's
+  /// region (peer), where that would not be the same call on every rank.
   template <class Comm>
-  Tensor make(Comm& comm, std::int64_t count, DType dtype) {
+  Tensor make(Comm& comm, std::int64_t count, DType dtype, bool reduced_in_place = true) {
     if (count <= 0) return {};
     auto buf = create(comm, static_cast<std::size_t>(count) * size_of(dtype));
     if (!buf) return {};
     std::lock_guard lock(mu_);
     buffers_.push_back(buf);
+    if (!reduced_in_place) not_reduced_.push_back(buf.get());
     return strata::detail::tensor_over(buf->mine(), Shape{count}, dtype, buf);
   }
 
@@ -305,12 +324,29 @@ class HostSharedBuffers {
   /// Per rank: 4 MiB, a few L2s' worth; larger collectives go through it in steps.
   static constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
 
-  /// The buffer whose region on this rank holds [p, p + bytes), or null.
+  /// The buffer reduced in place whose region on this rank holds [p, p + bytes), or null.
   HostSharedBuffer* find(const void* p, std::size_t bytes) const {
+    HostSharedBuffer* b = find_shared(p, bytes).get();
     std::lock_guard lock(mu_);
-    for (const auto& b : buffers_)
-      if (b->holds(p, bytes)) return b.get();
-    return nullptr;
+    return b == nullptr || std::find(not_reduced_.begin(), not_reduced_.end(), b) != not_reduced_.end() ? nullptr : b;
+  }
+  /// A barrier of the group through the buffer that holds `mine` (this rank's region).
+  void sync(const Tensor& mine, std::chrono::milliseconds timeout, const std::string& what) const {
+    auto buf = find_shared(mine.raw_data(), mine.nbytes());
+    STRATA_CHECK(buf != nullptr, "HostSharedBuffers::sync: the tensor is not in this group's shared memory");
+    buf->sync(timeout, what);
+  }
+
+  /// Rank k's copy of `mine` (a tensor in this rank's region of one of these buffers): a
+  /// tensor over the same place in rank k's region, which keeps the buffer mapped.
+  Tensor peer(const Tensor& mine, int k) const {
+    STRATA_CHECK(mine.defined() && mine.is_contiguous(), "HostSharedBuffers::peer of a tensor that is not contiguous");
+    auto buf = find_shared(mine.raw_data(), mine.nbytes());
+    STRATA_CHECK(buf != nullptr, "HostSharedBuffers::peer: the tensor is not in this group's shared memory");
+    STRATA_CHECK(k >= 0 && k < buf->ranks(), "HostSharedBuffers::peer: rank ", k, " of ", buf->ranks());
+    const auto offset = static_cast<std::size_t>(static_cast<const char*>(mine.raw_data()) -
+                                                 static_cast<const char*>(buf->mine()));
+    return strata::detail::tensor_over(buf->region(k) + offset, mine.shape(), mine.dtype(), buf);
   }
 
   /// Fails every rank's waits on these buffers with `reason`.
@@ -325,12 +361,20 @@ class HostSharedBuffers {
   static std::shared_ptr<HostSharedBuffer> create(Comm& comm, std::size_t region) {
     const int n = comm.size(), r = comm.rank();
     if (n < 2) return nullptr;
-    // Everyone's willingness, host and pid: every rank then decides the same.
-    const std::int64_t mine[3] = {willing() ? 1 : 0, static_cast<std::int64_t>(host_id()), static_cast<std::int64_t>(::getpid())};
-    std::vector<std::int64_t> all(3 * static_cast<std::size_t>(n));
-    comm.allgather_raw(mine, all.data(), 3, DType::i64);
-    for (int k = 0; k < n; ++k)
-      if (all[3 * static_cast<std::size_t>(k)] == 0 || all[3 * static_cast<std::size_t>(k) + 1] != all[1]) return nullptr;
+    // Everyone's willingness, host, pid and size: every rank then decides the same.
+    const std::int64_t mine[4] = {willing() ? 1 : 0, static_cast<std::int64_t>(host_id()),
+                                  static_cast<std::int64_t>(::getpid()), static_cast<std::int64_t>(region)};
+    std::vector<std::int64_t> all(4 * static_cast<std::size_t>(n));
+    comm.allgather_raw(mine, all.data(), 4, DType::i64);
+    for (int k = 0; k < n; ++k) {
+      const std::int64_t* theirs = all.data() + 4 * static_cast<std::size_t>(k);
+      STRATA_CHECK(theirs[3] == mine[3], "[strata.collective.mismatch] shared buffer: rank ", r, " asks for ", mine[3],
+                   " bytes, rank ", k, " for ", theirs[3]);
+    }
+    for (int k = 0; k < n; ++k) {
+      const std::int64_t* theirs = all.data() + 4 * static_cast<std::size_t>(k);
+      if (theirs[0] == 0 || theirs[1] != all[1]) return nullptr;
+    }
     const std::size_t total = HostSharedBuffer::control_bytes(n) + HostSharedBuffer::region_stride(region) * static_cast<std::size_t>(n);
     // Rank 0 makes the segment and passes its name on; everyone maps it; rank 0 unlinks it
     // once all have (nothing is left in /dev/shm, however the job ends after that).
@@ -394,8 +438,16 @@ class HostSharedBuffers {
     return fd < 0 ? MAP_FAILED : map(fd, total);
   }
 
+  std::shared_ptr<HostSharedBuffer> find_shared(const void* p, std::size_t bytes) const {
+    std::lock_guard lock(mu_);
+    for (const auto& b : buffers_)
+      if (b->holds(p, bytes)) return b;
+    return nullptr;
+  }
+
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<HostSharedBuffer>> buffers_;
+  std::vector<const HostSharedBuffer*> not_reduced_;  // made with reduced_in_place = false
   std::shared_ptr<HostSharedBuffer> staging_;
   bool staging_tried_ = false;
   static inline std::atomic<unsigned> counter_{0};
