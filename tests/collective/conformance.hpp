@@ -266,11 +266,12 @@ TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.SharedBufferAllreduce", P, sha
     }
   for (int n : {2, 3, 4}) check_shared_allreduce<P, float, float>(n, (1u << 20) + 3);
   // Peers and barriers: rank r writes r + 1 into its copy; after shared_sync every rank reads
-  // every rank's copy through shared_peer, and writes into the next rank's; a buffer asked for
-  // with sizes that differ between ranks is an error on every rank, naming the sizes.
+  // every rank's copy through shared_peer, and writes into the next rank's; in a common
+  // buffer every rank's element k is the same memory; a buffer asked for with sizes that
+  // differ between ranks is an error on every rank, naming the sizes.
   for (int n : {2, 3, 4})
     World<P>::run(n, [](P& c) {
-      strata::Tensor mine = c.shared_buffer(5, strata::DType::f32, /*reduced_in_place=*/false);
+      strata::Tensor mine = c.shared_buffer(5, strata::DType::f32);
       REQUIRE(mine.defined());
       mine.fill_(c.rank() + 1.0);
       c.shared_sync(mine);
@@ -281,6 +282,14 @@ TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.SharedBufferAllreduce", P, sha
       c.shared_sync(mine);
       const int from = (c.rank() + c.size() - 1) % c.size();
       CHECK(mine.template to_vector<float>() == std::vector<float>(5, static_cast<float>(-from)));
+      strata::Tensor common = c.shared_buffer(c.size(), strata::DType::f32, /*common=*/true);
+      REQUIRE(common.defined());
+      common.template data<float>()[c.rank()] = static_cast<float>(10 * (c.rank() + 1));
+      c.shared_sync(common);
+      std::vector<float> all;
+      for (int k = 0; k < c.size(); ++k) all.push_back(static_cast<float>(10 * (k + 1)));
+      CHECK(common.template to_vector<float>() == all);
+      c.shared_sync(common);  // every read done before the buffer goes
       CHECK_THROWS_WITH(c.shared_buffer(3 + c.rank(), strata::DType::f32), doctest::Contains("bytes, rank"));
     });
   // STRATA_SHM=0 on every rank: no shared buffers, the plain path carries the buckets.

@@ -348,10 +348,10 @@ class Mpi : public TypedFrontEnd<Mpi> {
   /// `count` elements of `dtype` in memory that every rank of this group maps, or an undefined
   /// tensor when the ranks span hosts (or STRATA_SHM=0): an in-place allreduce of it reduces
   /// straight across the ranks' copies (detail::HostSharedBuffers). Collective.
-  /// `reduced_in_place` false: a buffer whose tensors a rank may hold in another rank's
-  /// region (shared_peer), which an in-place all-reduce then leaves to the transport.
-  Tensor shared_buffer(std::int64_t count, DType dtype, bool reduced_in_place = true) {
-    return shared_.make(*this, count, dtype, reduced_in_place);
+  /// `common`: one region that every rank maps, so the tensor is the same memory on every
+  /// rank (an in-place all-reduce of it goes through the transport).
+  Tensor shared_buffer(std::int64_t count, DType dtype, bool common = false) {
+    return shared_.make(*this, count, dtype, common);
   }
   /// Rank `rank`'s copy of `mine`, a tensor in a shared_buffer of this rank (the same place
   /// in that rank's buffer), readable and writable here.

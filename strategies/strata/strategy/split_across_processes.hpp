@@ -3,7 +3,7 @@
 /// MultiWorkerMirroredStrategy: each rank's copy of a model's parameters moves into memory
 /// the ranks share, so that rank r can update its share of every parameter in its own copy
 /// and write it straight into the others' copies, as MirroredStrategy's threads do; the
-/// optimizer state the ranks' optimizers share lives there too (in rank 0's region), so
+/// optimizer state the ranks' optimizers share lives there too (one region for all), so
 /// state() on any rank — the chief's, which a checkpoint saves — is complete.
 /// docs/performance.md, "The split optimizer update".
 #pragma once
@@ -50,8 +50,8 @@ std::vector<Tensor> views_over(const Tensor& base, const std::vector<std::size_t
 }
 
 /// The state home of a split across processes (SplitUpdate::StateHome): tensors named and
-/// shaped like an optimizer's state, in rank 0's region of a buffer the ranks share, so that
-/// every rank's optimizer holds the same memory. The buffer is made (collectively) on the
+/// shaped like an optimizer's state, in a common buffer (one region every rank maps), so
+/// that every rank's optimizer holds the same memory. The buffer is made (collectively) on the
 /// first call, and again only if the state's names or shapes change; every rank's optimizer
 /// is of the same kind over the same shapes, so every rank decides the same.
 template <class C>
@@ -61,12 +61,10 @@ SplitUpdate::StateHome shared_state_home(C& comm) {
     if (same_layout(*tensors, like)) return *tensors;
     auto tensor_of = [](const std::pair<std::string, Tensor>& named) -> const Tensor& { return named.second; };
     const std::vector<std::size_t> at = packed_offsets(like, tensor_of);
-    // Rank r>0 holds these tensors in rank 0's region: not a buffer to all-reduce in place.
-    const Tensor mine = comm.shared_buffer(static_cast<std::int64_t>(std::max<std::size_t>(at.back(), 1)), DType::u8,
-                                           /*reduced_in_place=*/false);
-    STRATA_CHECK(mine.defined(), "[strata.strategy] MultiWorkerMirroredStrategy: no shared memory (/dev/shm) for the "
+    const Tensor home = comm.shared_buffer(static_cast<std::int64_t>(std::max<std::size_t>(at.back(), 1)), DType::u8,
+                                           /*common=*/true);
+    STRATA_CHECK(home.defined(), "[strata.strategy] MultiWorkerMirroredStrategy: no shared memory (/dev/shm) for the "
                  "optimizer state of the split update (", at.back(), " bytes); free /dev/shm or set STRATA_SPLIT_UPDATE=0");
-    const Tensor home = comm.rank() == 0 ? mine : comm.shared_peer(mine, 0);
     std::vector<Tensor> views = views_over(home, at, like, tensor_of);
     tensors->clear();
     for (std::size_t k = 0; k < like.size(); ++k) tensors->emplace_back(like[k].first, std::move(views[k]));

@@ -48,11 +48,12 @@
 
 namespace strata::collective::detail {
 
-/// One shared buffer of `bytes` per rank; made collectively by HostSharedBuffers::make.
+/// One shared buffer of `bytes` per rank — or, `common`, one region that every rank maps as
+/// its own (the same memory everywhere); made collectively by HostSharedBuffers::make.
 class HostSharedBuffer {
  public:
-  HostSharedBuffer(void* base, std::size_t total, std::size_t region, int rank, int size)
-      : base_(static_cast<char*>(base)), total_(total), region_(region), rank_(rank), size_(size) {}
+  HostSharedBuffer(void* base, std::size_t total, std::size_t region, int rank, int size, bool common = false)
+      : base_(static_cast<char*>(base)), total_(total), region_(region), rank_(rank), size_(size), common_(common) {}
   ~HostSharedBuffer() { ::munmap(base_, total_); }
   HostSharedBuffer(const HostSharedBuffer&) = delete;
   HostSharedBuffer& operator=(const HostSharedBuffer&) = delete;
@@ -140,10 +141,11 @@ class HostSharedBuffer {
     meet(0, kind_of(OpKind::barrier, DType::u8, ReduceOp::Sum), deadline, timeout, what);
   }
 
-  /// Rank k's region, as this rank maps it.
+  /// Rank k's region, as this rank maps it (a common buffer's one region for every k).
   char* region(int k) const noexcept {
-    return base_ + control_bytes(size_) + region_stride(region_) * static_cast<std::size_t>(k);
+    return base_ + control_bytes(size_) + region_stride(region_) * static_cast<std::size_t>(common_ ? 0 : k);
   }
+  bool common() const noexcept { return common_; }
 
   /// Fails the group's current and later waits with `reason` (the first reason stays).
   void abort(const std::string& reason) noexcept {
@@ -282,6 +284,7 @@ class HostSharedBuffer {
   char* base_;
   std::size_t total_, region_;
   int rank_, size_;
+  bool common_;  // one region, the same memory on every rank
   std::uint32_t passed_ = 0;  // this rank's barriers so far (the same on every rank between calls)
 };
 
@@ -293,17 +296,15 @@ class HostSharedBuffer {
 class HostSharedBuffers {
  public:
   /// Collective over `comm` (Mpi or Gloo): every rank calls it with the same count and dtype.
-  /// `reduced_in_place`: an in-place all-reduce of a tensor in it reduces across the ranks'
-  /// regions (find); false for a buffer whose tensors a rank may hold in another rank's
-  /// region (peer), where that would not be the same call on every rank.
+  /// `common`: one region that every rank maps (the tensor is the same memory on every rank),
+  /// which an in-place all-reduce leaves to the transport; else a region per rank.
   template <class Comm>
-  Tensor make(Comm& comm, std::int64_t count, DType dtype, bool reduced_in_place = true) {
+  Tensor make(Comm& comm, std::int64_t count, DType dtype, bool common = false) {
     if (count <= 0) return {};
-    auto buf = create(comm, static_cast<std::size_t>(count) * size_of(dtype));
+    auto buf = create(comm, static_cast<std::size_t>(count) * size_of(dtype), common);
     if (!buf) return {};
     std::lock_guard lock(mu_);
     buffers_.push_back(buf);
-    if (!reduced_in_place) not_reduced_.push_back(buf.get());
     return strata::detail::tensor_over(buf->mine(), Shape{count}, dtype, buf);
   }
 
@@ -324,11 +325,11 @@ class HostSharedBuffers {
   /// Per rank: 4 MiB, a few L2s' worth; larger collectives go through it in steps.
   static constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
 
-  /// The buffer reduced in place whose region on this rank holds [p, p + bytes), or null.
+  /// The buffer with a region per rank whose region on this rank holds [p, p + bytes) (an
+  /// in-place all-reduce of it reduces across the regions), or null.
   HostSharedBuffer* find(const void* p, std::size_t bytes) const {
     HostSharedBuffer* b = find_shared(p, bytes).get();
-    std::lock_guard lock(mu_);
-    return b == nullptr || std::find(not_reduced_.begin(), not_reduced_.end(), b) != not_reduced_.end() ? nullptr : b;
+    return b == nullptr || b->common() ? nullptr : b;
   }
   /// A barrier of the group through the buffer that holds `mine` (this rank's region).
   void sync(const Tensor& mine, std::chrono::milliseconds timeout, const std::string& what) const {
@@ -338,7 +339,8 @@ class HostSharedBuffers {
   }
 
   /// Rank k's copy of `mine` (a tensor in this rank's region of one of these buffers): a
-  /// tensor over the same place in rank k's region, which keeps the buffer mapped.
+  /// tensor over the same place in rank k's region, which keeps the buffer mapped (`mine`'s
+  /// own memory for a common buffer).
   Tensor peer(const Tensor& mine, int k) const {
     STRATA_CHECK(mine.defined() && mine.is_contiguous(), "HostSharedBuffers::peer of a tensor that is not contiguous");
     auto buf = find_shared(mine.raw_data(), mine.nbytes());
@@ -358,7 +360,7 @@ class HostSharedBuffers {
  private:
   // Makes one buffer of `region` bytes per rank, or null on every rank (see the class comment).
   template <class Comm>
-  static std::shared_ptr<HostSharedBuffer> create(Comm& comm, std::size_t region) {
+  static std::shared_ptr<HostSharedBuffer> create(Comm& comm, std::size_t region, bool common = false) {
     const int n = comm.size(), r = comm.rank();
     if (n < 2) return nullptr;
     // Everyone's willingness, host, pid and size: every rank then decides the same.
@@ -375,7 +377,8 @@ class HostSharedBuffers {
       const std::int64_t* theirs = all.data() + 4 * static_cast<std::size_t>(k);
       if (theirs[0] == 0 || theirs[1] != all[1]) return nullptr;
     }
-    const std::size_t total = HostSharedBuffer::control_bytes(n) + HostSharedBuffer::region_stride(region) * static_cast<std::size_t>(n);
+    const std::size_t regions = common ? 1 : static_cast<std::size_t>(n);
+    const std::size_t total = HostSharedBuffer::control_bytes(n) + HostSharedBuffer::region_stride(region) * regions;
     // Rank 0 makes the segment and passes its name on; everyone maps it; rank 0 unlinks it
     // once all have (nothing is left in /dev/shm, however the job ends after that).
     std::int64_t name_words[8] = {};
@@ -399,7 +402,7 @@ class HostSharedBuffers {
       if (base != MAP_FAILED) ::munmap(base, total);
       return nullptr;
     }
-    auto buf = std::make_shared<HostSharedBuffer>(base, total, region, r, n);
+    auto buf = std::make_shared<HostSharedBuffer>(base, total, region, r, n, common);
     buf->publish_pid();
     comm.barrier();  // every pid is written before anyone waits on a peer
     return buf;
@@ -447,7 +450,6 @@ class HostSharedBuffers {
 
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<HostSharedBuffer>> buffers_;
-  std::vector<const HostSharedBuffer*> not_reduced_;  // made with reduced_in_place = false
   std::shared_ptr<HostSharedBuffer> staging_;
   bool staging_tried_ = false;
   static inline std::atomic<unsigned> counter_{0};
