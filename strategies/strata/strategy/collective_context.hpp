@@ -2,9 +2,10 @@
 /// CollectiveReplicaContext<C>: the replica context of the mirrored strategies — every
 /// replica holds its own copy of the variables, so gradients are all-reduced (summed) over a
 /// collective C and every replica applies the same update to its copy (or, where the
-/// strategy splits it, its share of the update, written into the other copies too). Gradients of a model
-/// created under the strategy's scope go through that model's GradientEngine (bucketed,
-/// overlapped with backward); any other gradient list is all-reduced here, tensor by tensor.
+/// strategy splits it, its share of the update, written into the other copies too).
+/// Gradients of a model created under the strategy's scope go through that model's
+/// GradientEngine (bucketed, overlapped with backward); any other gradient list is
+/// all-reduced here, tensor by tensor.
 #pragma once
 
 #include <cstdint>

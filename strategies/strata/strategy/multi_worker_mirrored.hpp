@@ -5,7 +5,8 @@
 /// process and broadcast from rank 0, so all start equal; each process reads only its rows of
 /// every global batch; gradients are all-reduced by a GradientEngine that overlaps the
 /// all-reduce with backward, and every process applies the same update (ranks on one host
-/// split it: each updates its share, the others read it; detail::split_across_processes).
+/// split it: each updates its share and writes it into the others' copies;
+/// detail::split_across_processes).
 #pragma once
 
 #include <algorithm>
@@ -39,7 +40,7 @@ struct MultiWorkerOptions {
   std::size_t bucket_bytes = default_bucket_bytes();  ///< gradient bucket size (see GradientEngine)
   Compression compression = Compression::none;        ///< 16-bit gradients on the wire
   /// Ranks on one host split the optimizer update: each updates its share of the parameters
-  /// in its copy, kept in memory the ranks share, and reads the others' shares from theirs
+  /// in its copy, kept in memory the ranks share, and writes it into the others' copies
   /// (detail::split_across_processes); the same values as every rank updating all of it.
   /// STRATA_SPLIT_UPDATE=0 turns it off.
   bool split_update = default_split_update();
