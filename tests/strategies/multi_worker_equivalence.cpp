@@ -96,10 +96,15 @@ struct SplitRun {
 // `steps` steps of the MLP with the update split across the ranks or not; or, with `resume`,
 // from its parameters and state (every rank loads them, as a restore does) at batch
 // `resume_steps` on.
+// A measured split that switches at every probe: steps 0 split, 1-4 not, 5-8 split, 9- not.
+constexpr strata::SplitChoiceOptions kSwitchEveryProbe{
+    .warmup = 0, .first_probe = 1, .probe_every = 2, .probe_steps = 2, .margin = -1e9};
+
 template <class C, class MakeOpt>
-SplitRun run_split(bool split, int steps, MakeOpt make_opt, const std::string& tag, const SplitRun* resume = nullptr,
-                   std::int64_t resume_steps = 0) {
-  auto strategy = fresh_strategy<C>({.bucket_bytes = 2048, .split_update = split}, tag);
+SplitRun run_split(strata::UpdateSplit mode, int steps, MakeOpt make_opt, const std::string& tag,
+                   const SplitRun* resume = nullptr, std::int64_t resume_steps = 0) {
+  auto strategy = fresh_strategy<C>({.bucket_bytes = 2048, .split_update = mode, .split_choice = kSwitchEveryProbe},
+                                    tag);
   strata::manual_seed(5);
   auto net = strategy->scope([] { return equivalence::model(false); });
   auto opt = strategy->scope([&] { return make_opt(net.parameters()); });
@@ -138,10 +143,12 @@ SplitRun run_split(bool split, int steps, MakeOpt make_opt, const std::string& t
 }
 
 // The update split across the ranks of one host (each updates its share in its copy, in
-// shared memory, and reads the others'): every rank ends with the bits every rank gets by
-// updating all of its copy, and its optimizer's state is whole (the tensors the ranks share),
-// so the chief's checkpoint holds all of it. After load_state on every rank (a resume) the
-// run goes on as an uninterrupted one does. SGD with Nesterov momentum, and Adam.
+// shared memory, and writes it into the others'): every rank ends with the bits every rank
+// gets by updating all of its copy, and its optimizer's state is whole (the tensors the ranks
+// share), so the chief's checkpoint holds all of it. After load_state on every rank (a resume)
+// the run goes on as an uninterrupted one does. Measured, switching between the two ways at
+// every probe (rank 0 deciding, the others reading its choice in shared memory), the bits are
+// the same too. SGD with Nesterov momentum, and Adam.
 template <class C>
 int check_split_update(int n, int rank) {
   int failures = 0;
@@ -150,19 +157,24 @@ int check_split_update(int n, int rank) {
   };
   auto adam = [](const std::vector<strata::Tensor>& p) { return strata::optim::Adam(p, 0.01); };
   auto check = [&](auto make_opt, const std::string& name) {
-    const SplitRun whole = run_split<C>(false, 6, make_opt, "whole_" + name);
-    const SplitRun split = run_split<C>(true, 6, make_opt, "split_" + name);
-    const bool same = !whole.state.empty() && split.params == whole.params && split.state == whole.state &&
-                      split.shared == split.host_shares && !whole.shared;
-    const SplitRun ten = run_split<C>(true, 10, make_opt, "ten_" + name);
-    const SplitRun resumed = run_split<C>(true, 4, make_opt, "resumed_" + name, &split, 6);
+    using strata::UpdateSplit;
+    const SplitRun whole = run_split<C>(UpdateSplit::off, 10, make_opt, "whole_" + name);
+    const SplitRun split = run_split<C>(UpdateSplit::on, 6, make_opt, "split_" + name);
+    const SplitRun whole6 = run_split<C>(UpdateSplit::off, 6, make_opt, "whole6_" + name);
+    const bool same = !whole6.state.empty() && split.params == whole6.params && split.state == whole6.state &&
+                      split.shared == split.host_shares && !whole6.shared;
+    const SplitRun ten = run_split<C>(UpdateSplit::on, 10, make_opt, "ten_" + name);
+    const SplitRun resumed = run_split<C>(UpdateSplit::on, 4, make_opt, "resumed_" + name, &split, 6);
     const double diff = equivalence::max_relative_difference(resumed.params, ten.params);
-    const bool ok = same && diff < 1e-5;
+    const SplitRun switching = run_split<C>(UpdateSplit::measured, 10, make_opt, "switching_" + name);
+    const bool same_switching = switching.params == whole.params && switching.state == whole.state;
+    const bool ok = same && diff < 1e-5 && same_switching;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: split update, %s: %s the unsplit bits (parameters and state%s), resumed "
-                "differs by %.3g\n",
+                "differs by %.3g; measured, switching: %s\n",
                 ok ? "ok  " : "FAIL", rank, n, name.c_str(), same ? "equals" : "DIFFERS FROM",
-                split.shared ? ", in shared memory" : ", NOT in shared memory", diff);
+                split.shared ? ", in shared memory" : ", NOT in shared memory", diff,
+                same_switching ? "the same bits" : "DIFFERENT BITS");
   };
   check(sgd, "sgd");
   check(adam, "adam");

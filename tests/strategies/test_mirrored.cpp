@@ -374,10 +374,14 @@ struct SplitRun {
   std::vector<std::vector<Tensor>> shared_state;  // [replica]: the state tensors themselves
 };
 
+// A measured split that switches at every probe: steps 0 split, 1-4 not, 5-8 split, 9- not.
+constexpr strata::SplitChoiceOptions kSwitchEveryProbe{
+    .warmup = 0, .first_probe = 1, .probe_every = 2, .probe_steps = 2, .margin = -1e9};
+
 template <class MakeOpt>
-SplitRun run_split(int n, bool split, int steps, MakeOpt make_opt, const SplitRun* resume = nullptr,
-                   std::int64_t resume_steps = 0) {
-  strata::MirroredStrategy strategy(n, {.bucket_bytes = 2048, .split_update = split});
+SplitRun run_split(int n, strata::UpdateSplit mode, int steps, MakeOpt make_opt, const SplitRun* resume = nullptr,
+                   std::int64_t resume_steps = 0, strata::SplitChoiceOptions choice = kSwitchEveryProbe) {
+  strata::MirroredStrategy strategy(n, {.bucket_bytes = 2048, .split_update = mode, .split_choice = choice});
   strata::manual_seed(5);
   auto net = strategy.scope([] { return equivalence::model(false); });
   auto opt = strategy.scope([&] { return make_opt(net.parameters()); });
@@ -422,11 +426,12 @@ SplitRun run_split(int n, bool split, int steps, MakeOpt make_opt, const SplitRu
 
 }  // namespace
 
-// Each replica updates its share and pulls the others' (SplitUpdate): every copy ends with the
-// bits every replica gets by updating all of its copy, and every replica's optimizer state is
-// whole (one set of tensors, shared), so a checkpoint of any replica holds all of it. After
-// load_state on every replica (a resume) the state is shared again and the run goes on as an
-// uninterrupted one does.
+// Each replica updates its share and writes it into the others' copies (SplitUpdate): every
+// copy ends with the bits every replica gets by updating all of its copy, and every replica's
+// optimizer state is whole (one set of tensors, shared), so a checkpoint of any replica holds
+// all of it. After load_state on every replica (a resume) the state is shared again and the
+// run goes on as an uninterrupted one does. Measured (UpdateSplit::measured), switching
+// between the two ways, both in either direction, the bits are the same too.
 TEST_CASE("Strategy.Mirrored.SplitUpdateEqualsEveryReplicaUpdating") {
   auto sgd = [](const std::vector<Tensor>& p) { return strata::optim::Sgd(p, 0.1, {.momentum = 0.9, .nesterov = true}); };
   auto adam = [](const std::vector<Tensor>& p) { return strata::optim::Adam(p, 0.01); };
@@ -434,27 +439,47 @@ TEST_CASE("Strategy.Mirrored.SplitUpdateEqualsEveryReplicaUpdating") {
     for (int n : {2, 3, 4}) {
       CAPTURE(name);
       CAPTURE(n);
-      const SplitRun whole = run_split(n, false, 6, make_opt);
-      const SplitRun split = run_split(n, true, 6, make_opt);
+      using strata::UpdateSplit;
+      const SplitRun whole = run_split(n, UpdateSplit::off, 6, make_opt);
+      const SplitRun split = run_split(n, UpdateSplit::on, 6, make_opt);
+      const SplitRun switching = run_split(n, UpdateSplit::measured, 6, make_opt);
+      const SplitRun switching10 = run_split(n, UpdateSplit::measured, 10, make_opt);  // ways switch 3 times
+      const SplitRun whole10 = run_split(n, UpdateSplit::off, 10, make_opt);
       REQUIRE(!whole.state[0].empty());
       for (int r = 0; r < n; ++r) {
         const auto ur = static_cast<std::size_t>(r);
         CHECK(split.params[ur] == whole.params[0]);
         CHECK(split.state[ur] == whole.state[0]);
+        CHECK(switching.params[ur] == whole.params[0]);
+        CHECK(switching.state[ur] == whole.state[0]);
+        CHECK(switching10.params[ur] == whole10.params[0]);
+        CHECK(switching10.state[ur] == whole10.state[0]);
         // One set of state tensors between the replicas (each its own without the split).
         for (std::size_t k = 0; k < split.shared_state[ur].size(); ++k) {
           CHECK(same_tensor(split.shared_state[ur][k], split.shared_state[0][k]));
+          CHECK(same_tensor(switching.shared_state[ur][k], switching.shared_state[0][k]));  // step 5 split
           if (r > 0) CHECK_FALSE(same_tensor(whole.shared_state[ur][k], whole.shared_state[0][k]));
         }
       }
       // Resumed after 6 steps from replica 0's values and state: 4 more steps end where 10
       // uninterrupted steps end.
-      const SplitRun ten = run_split(n, true, 10, make_opt);
-      const SplitRun resumed = run_split(n, true, 4, make_opt, &split, 6);
+      const SplitRun ten = run_split(n, UpdateSplit::on, 10, make_opt);
+      const SplitRun resumed = run_split(n, UpdateSplit::on, 4, make_opt, &split, 6);
+      // Resumed while switching (steps 6-9: split, then not), and 12 steps measured as the
+      // defaults decide (the first probe at steps 5-8, whatever the timings).
+      const SplitRun resumed_switching = run_split(n, UpdateSplit::measured, 4, make_opt, &split, 6);
+      const SplitRun measured = run_split(n, UpdateSplit::measured, 12, make_opt, nullptr, 0, {});
+      const SplitRun whole12 = run_split(n, UpdateSplit::off, 12, make_opt);
       for (int r = 0; r < n; ++r) {
         const auto ur = static_cast<std::size_t>(r);
         CHECK(equivalence::max_relative_difference(resumed.params[ur], ten.params[0]) < 1e-5);
         CHECK(resumed.params[ur] == resumed.params[0]);
+        CHECK(resumed_switching.params[ur] == resumed.params[0]);
+        CHECK(resumed_switching.state[ur] == resumed.state[0]);
+        for (std::size_t k = 0; r > 0 && k < resumed_switching.shared_state[ur].size(); ++k)  // the last step not
+          CHECK_FALSE(same_tensor(resumed_switching.shared_state[ur][k], resumed_switching.shared_state[0][k]));
+        CHECK(measured.params[ur] == whole12.params[0]);
+        CHECK(measured.state[ur] == whole12.state[0]);
         for (std::size_t k = 0; k < resumed.shared_state[ur].size(); ++k)
           CHECK(same_tensor(resumed.shared_state[ur][k], resumed.shared_state[0][k]));
       }

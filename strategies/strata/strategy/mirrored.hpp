@@ -33,10 +33,13 @@ namespace strata {
 struct MirroredOptions {
   std::size_t bucket_bytes = default_bucket_bytes();  ///< gradient bucket size (see GradientEngine)
   collective::Options collective = collective::Options::from_env();
-  /// Each replica updates its share of the variables and writes it into the other copies,
-  /// instead of every replica updating all of its copy (detail::SplitUpdate): the same
-  /// values, with 1/N of the optimizer's work per replica. STRATA_SPLIT_UPDATE=0 turns it off.
-  bool split_update = default_split_update();
+  /// Whether each replica updates its share of the variables and writes it into the other
+  /// copies, instead of every replica updating all of its copy (detail::SplitUpdate): the
+  /// same values, with 1/N of the optimizer's work per replica. `measured` (the default)
+  /// splits in the steps where that measurably costs less (detail::SplitChoice);
+  /// STRATA_SPLIT_UPDATE=0 / 1 / auto sets the default.
+  UpdateSplit split_update = default_split_update();
+  SplitChoiceOptions split_choice = {};  ///< how `measured` probes
 };
 
 /// One replica per local device; CPU replicas are threads sharing memory through
@@ -86,9 +89,10 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
         shares.push_back(owned_.back()->shares(r, this->n_));
       }
       detail::SplitUpdate* split = nullptr;
-      if (options_.split_update && this->n_ > 1) {
-        splits_owned_.push_back(std::make_unique<detail::SplitUpdate>(std::move(params), std::move(shares),
-                                                                      detail::local_state_home()));
+      if (options_.split_update != UpdateSplit::off && this->n_ > 1) {
+        splits_owned_.push_back(std::make_unique<detail::SplitUpdate>(
+            std::move(params), std::move(shares), detail::local_state_home(), /*only=*/-1, /*sync=*/nullptr,
+            detail::measured_choice(options_.split_update, options_.split_choice)));
         split = splits_owned_.back().get();
       }
       for (auto& s : splits_) s.push_back(split);

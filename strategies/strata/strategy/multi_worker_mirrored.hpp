@@ -39,11 +39,13 @@ namespace strata {
 struct MultiWorkerOptions {
   std::size_t bucket_bytes = default_bucket_bytes();  ///< gradient bucket size (see GradientEngine)
   Compression compression = Compression::none;        ///< 16-bit gradients on the wire
-  /// Ranks on one host split the optimizer update: each updates its share of the parameters
-  /// in its copy, kept in memory the ranks share, and writes it into the others' copies
-  /// (detail::split_across_processes); the same values as every rank updating all of it.
-  /// STRATA_SPLIT_UPDATE=0 turns it off.
-  bool split_update = default_split_update();
+  /// Ranks on one host may split the optimizer update: each updates its share of the
+  /// parameters in its copy, kept in memory the ranks share, and writes it into the others'
+  /// copies (detail::split_across_processes); the same values as every rank updating all of
+  /// it. `measured` (the default) splits in the steps where that measurably costs less;
+  /// STRATA_SPLIT_UPDATE=0 / 1 / auto sets the default.
+  UpdateSplit split_update = default_split_update();
+  SplitChoiceOptions split_choice = {};  ///< how `measured` probes
 };
 
 /// One replica per process.
@@ -94,7 +96,9 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
       engines_.push_back(owned_.back().get());
       std::unique_ptr<detail::SplitUpdate> split;
       if constexpr (requires(const Tensor& t) { comm_.shared_peer(t, 0); })
-        if (options_.split_update) split = detail::split_across_processes(comm_, made.parameters(), *owned_.back());
+        if (options_.split_update != UpdateSplit::off)
+          split = detail::split_across_processes(comm_, made.parameters(), *owned_.back(),
+                                                 detail::measured_choice(options_.split_update, options_.split_choice));
       splits_.push_back(split.get());
       splits_owned_.push_back(std::move(split));
     }

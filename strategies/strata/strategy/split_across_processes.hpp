@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,14 +81,17 @@ SplitUpdate::StateHome shared_state_home(C& comm) {
 /// buffer: the tensors keep their identity, every handle to them sees the new storage.
 template <class C>
 std::unique_ptr<SplitUpdate> split_across_processes(C& comm, const std::vector<Tensor>& params,
-                                                    const GradientEngine<C>& engine) {
+                                                    const GradientEngine<C>& engine,
+                                                    std::optional<SplitChoiceOptions> measured = std::nullopt) {
   const int n = comm.size(), me = comm.rank();
   if (n < 2 || params.empty()) return nullptr;
   for (const Tensor& p : params)  // the same model on every rank: every rank decides the same
     if (p.device().kind != DeviceKind::cpu || !p.is_contiguous()) return nullptr;
   auto tensor_of = [](const Tensor& t) -> const Tensor& { return t; };
   const std::vector<std::size_t> at = packed_offsets(params, tensor_of);
-  const Tensor mine = comm.shared_buffer(static_cast<std::int64_t>(at.back()), DType::u8);
+  // After the copy, one cache line: in rank 0's region, the way rank 0 chose (SplitUpdate::end).
+  const std::size_t ways_at = at.back();
+  const Tensor mine = comm.shared_buffer(static_cast<std::int64_t>(ways_at + 64), DType::u8);
   if (!mine.defined()) return nullptr;
   std::vector<std::vector<Tensor>> copies(static_cast<std::size_t>(n));
   std::vector<std::vector<optim::ElementRange>> shares;
@@ -104,8 +108,12 @@ std::unique_ptr<SplitUpdate> split_across_processes(C& comm, const std::vector<T
     }
     shares.push_back(engine.shares(k, n));
   }
+  if (me == 0) std::memset(static_cast<char*>(mine.raw_data()) + ways_at, 0, 64);  // read after the first all-reduce
+  const Tensor chief = me == 0 ? mine : comm.shared_peer(mine, 0);
+  Tensor ways = tensor_over(static_cast<char*>(chief.raw_data()) + ways_at, Shape{2}, DType::i32,
+                            std::make_shared<Tensor>(chief));
   return std::make_unique<SplitUpdate>(std::move(copies), std::move(shares), shared_state_home(comm), me,
-                                       [&comm, mine] { comm.shared_sync(mine); });
+                                       [&comm, mine] { comm.shared_sync(mine); }, measured, std::move(ways));
 }
 
 }  // namespace strata::detail

@@ -18,34 +18,66 @@
 /// state home.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include <strata/observe/timeline.hpp>
 #include <strata/optim/optimizer.hpp>
-#include <strata/runtime/process.hpp>  // env, env_int
+#include <strata/runtime/process.hpp>  // env
+#include <strata/strategy/split_choice.hpp>
 #include <strata/support/check.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
 
-/// STRATA_SPLIT_UPDATE (0 or 1) if set, else true: whether MirroredStrategy and
-/// MultiWorkerMirroredStrategy split the optimizer update across their replicas
-/// (MirroredOptions::split_update, MultiWorkerOptions::split_update).
-inline bool default_split_update() {
+/// How MirroredStrategy and MultiWorkerMirroredStrategy apply the optimizer's update to
+/// their replicas' copies (MirroredOptions::split_update, MultiWorkerOptions::split_update).
+enum class UpdateSplit {
+  off,       ///< every replica updates all of its copy
+  on,        ///< each replica updates its share and writes it into the other copies (SplitUpdate)
+  measured,  ///< step by step, whichever of the two the update phase measurably costs less
+};
+
+/// STRATA_SPLIT_UPDATE: 0 (off), 1 (on) or auto (measured, the default).
+inline UpdateSplit default_split_update() {
   const char* v = runtime::detail::env("STRATA_SPLIT_UPDATE");
-  return v == nullptr || runtime::detail::env_int("STRATA_SPLIT_UPDATE", v, 0, 1) == 1;
+  if (v == nullptr || std::string_view(v) == "auto") return UpdateSplit::measured;
+  if (std::string_view(v) == "0") return UpdateSplit::off;
+  if (std::string_view(v) == "1") return UpdateSplit::on;
+  STRATA_THROW(::strata::invalid_argument, "strata.strategy", "STRATA_SPLIT_UPDATE='", v,
+               "' is none of 0, 1, auto");
 }
 
 }  // namespace strata
 
 namespace strata::detail {
+
+/// The SplitChoice options a SplitUpdate in `mode` measures with; none where every step splits.
+inline std::optional<SplitChoiceOptions> measured_choice(UpdateSplit mode, const SplitChoiceOptions& o) {
+  return mode == UpdateSplit::measured ? std::optional(o) : std::nullopt;
+}
+
+/// Whether `like` names the same tensors, with the same shapes and dtypes, as `home`.
+inline bool same_layout(const std::vector<std::pair<std::string, Tensor>>& home,
+                        const std::vector<std::pair<std::string, Tensor>>& like) {
+  if (like.size() != home.size()) return false;
+  for (std::size_t k = 0; k < like.size(); ++k)
+    if (like[k].first != home[k].first || like[k].second.shape() != home[k].second.shape() ||
+        like[k].second.dtype() != home[k].second.dtype())
+      return false;
+  return true;
+}
 
 class SplitUpdate {
  public:
@@ -61,14 +93,23 @@ class SplitUpdate {
   /// updates (the shares of one parameter are disjoint and cover it). `only`: the one replica
   /// this process serves when the replicas are processes (its copies are its parameters, the
   /// others views of the other ranks' copies), -1 for all of them (threads). `sync`: a barrier
-  /// of the replicas, where the split brings its own.
+  /// of the replicas, where the split brings its own. `measured`: given, each step splits or
+  /// not as a SplitChoice with these options decides (else every step splits); `ways`: where
+  /// replica 0 leaves that decision for the others, 8 zero bytes every replica sees (across
+  /// processes: memory they share), or undefined to make them here.
   SplitUpdate(std::vector<std::vector<Tensor>> copies, std::vector<std::vector<optim::ElementRange>> shares,
-              StateHome home, int only = -1, std::function<void()> sync = {})
+              StateHome home, int only = -1, std::function<void()> sync = {},
+              std::optional<SplitChoiceOptions> measured = std::nullopt, Tensor ways = {})
       : copies_(std::move(copies)), shares_(std::move(shares)), home_(std::move(home)), only_(only),
-        sync_(std::move(sync)), optimizers_(copies_.size(), nullptr), shared_at_(copies_.size(), ~std::uint64_t{0}) {
+        sync_(std::move(sync)), optimizers_(copies_.size(), nullptr), shared_at_(copies_.size(), ~std::uint64_t{0}),
+        steps_(copies_.size(), 0), splitting_(copies_.size(), 1), own_(copies_.size()),
+        ways_(ways.defined() ? std::move(ways) : Tensor::empty({2}, DType::i32).fill_(0.0)) {
     STRATA_CHECK(copies_.size() == shares_.size() && !copies_.empty() && home_, "SplitUpdate: one share per copy, and "
                  "a state home");
     STRATA_CHECK(only_ < static_cast<int>(copies_.size()), "SplitUpdate: replica ", only_, " of ", copies_.size());
+    STRATA_CHECK(ways_.nbytes() >= 2 * sizeof(std::uint32_t) && ways_.is_contiguous() &&
+                     reinterpret_cast<std::uintptr_t>(ways_.raw_data()) % alignof(std::uint32_t) == 0,
+                 "SplitUpdate: two aligned words for the choice");
     for (std::size_t r = 0; r < copies_.size(); ++r) {
       STRATA_CHECK(copies_[r].size() == copies_[0].size() && shares_[r].size() == copies_[0].size(),
                    "SplitUpdate: replica ", r, " has another parameter list");
@@ -77,7 +118,48 @@ class SplitUpdate {
     }
     if (only_ >= 0)
       for (const Tensor& p : copies_[static_cast<std::size_t>(only_)]) placed_.push_back(p.raw_data());
+    if (measured) choice_ = std::make_unique<SplitChoice>(*measured);
   }
+
+  /// Replica r starts its update with `opt`: whether it updates its share (ranges(), then
+  /// publish()) or all of its copy. Every replica goes the same way in a step: replica 0
+  /// decided it at the end of the last one (end()). A replica that updates all of its copy
+  /// needs state of its own: it takes a copy of the state home's tensors.
+  bool begin(int r, optim::Optimizer& opt) {
+    const std::size_t me = index(r);
+    const bool split = !choice_ || way(steps_[me]).load(std::memory_order_acquire) == kSplit;
+    splitting_[me] = split;
+    if (!split && shared_at_[me] == opt.state_version()) {  // it holds the home's tensors
+      const NamedState home = opt.state();
+      NamedState& own = own_[me];  // kept from the last time: a switch copies, not allocates
+      if (!same_layout(own, home)) {
+        own = home;
+        for (auto& named : own) named.second = named.second.clone();
+      } else {
+        for (std::size_t k = 0; k < own.size(); ++k) std::memcpy(own[k].second.raw_data(), home[k].second.raw_data(),
+                                                                 home[k].second.nbytes());
+      }
+      const std::vector<optim::ElementRange> none(opt.params().size());
+      opt.share_state_from(own, none);
+    }
+    if (r == 0 && choice_) began_ = std::chrono::steady_clock::now();
+    return split;
+  }
+
+  /// After replica r's update (and publish(), when it split): replica 0 hands the others the
+  /// way of the next step. The next step's all-reduce orders that write before their reads,
+  /// and the two words alternate, so a word is not written again before everyone has read it.
+  void end(int r) {
+    const std::size_t me = index(r);
+    const std::uint64_t step = steps_[me]++;
+    if (r != 0 || !choice_) return;
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - began_).count();
+    const bool next = choice_->after(splitting_[me] != 0, us);
+    way(step + 1).store(next ? kSplit : kWhole, std::memory_order_release);
+  }
+
+  /// The choice replica 0 makes (null unless measured; only replica 0's process has figures).
+  const SplitChoice* choice() const noexcept { return choice_.get(); }
 
   /// Replica r's ranges, for `opt`, its optimizer over its copy.
   const std::vector<optim::ElementRange>& ranges(int r, optim::Optimizer& opt) {
@@ -126,6 +208,12 @@ class SplitUpdate {
   }
 
  private:
+  static constexpr std::uint32_t kSplit = 0, kWhole = 1;  // zero bytes: split
+
+  std::atomic_ref<std::uint32_t> way(std::uint64_t step) const {
+    return std::atomic_ref<std::uint32_t>(static_cast<std::uint32_t*>(ways_.raw_data())[step % 2]);
+  }
+
   std::size_t index(int r) const {
     STRATA_CHECK(r >= 0 && static_cast<std::size_t>(r) < copies_.size() && (only_ < 0 || r == only_),
                  "SplitUpdate: replica ", r, " of ", copies_.size());
@@ -140,17 +228,13 @@ class SplitUpdate {
   std::vector<optim::Optimizer*> optimizers_;  // each replica's, set by ranges() every step
   std::vector<std::uint64_t> shared_at_;       // each replica's state version when it last took the home's tensors
   std::vector<const void*> placed_;            // across processes: where this rank's copy was placed
+  std::vector<std::uint64_t> steps_;           // each replica's updates so far
+  std::vector<char> splitting_;                // whether each replica's update in flight splits
+  std::vector<NamedState> own_;                // each replica's state while it updates all of its copy
+  Tensor ways_;                                // the way of even and odd steps (kSplit, kWhole)
+  std::unique_ptr<SplitChoice> choice_;        // replica 0's, when measured
+  std::chrono::steady_clock::time_point began_;
 };
-
-/// Whether `like` names the same tensors, with the same shapes and dtypes, as `home`.
-inline bool same_layout(const SplitUpdate::NamedState& home, const SplitUpdate::NamedState& like) {
-  if (like.size() != home.size()) return false;
-  for (std::size_t k = 0; k < like.size(); ++k)
-    if (like[k].first != home[k].first || like[k].second.shape() != home[k].second.shape() ||
-        like[k].second.dtype() != home[k].second.dtype())
-      return false;
-  return true;
-}
 
 /// The state home of replicas that are threads of one process: host tensors, made by the
 /// first replica that asks for a layout (zero-filled: each replica copies its ranges in).
