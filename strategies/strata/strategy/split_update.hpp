@@ -8,7 +8,10 @@
 /// copy whole before any replica goes on. The replicas' optimizers hold one set of state
 /// tensors (a StateHome), each updating its own ranges of them, so state() of any replica is
 /// complete: what a checkpoint saves. Gradients are not touched: every replica still holds
-/// the whole sum (docs/performance.md, "The split optimizer update").
+/// the whole sum (docs/performance.md, "The split optimizer update"). Where writing into the
+/// other copies costs more than it saves, every replica updates all of its copy instead:
+/// with UpdateSplit::measured, replica 0 times each step's update and a SplitChoice picks the
+/// way of the next one (begin(), end()); the bits are the same either way.
 ///
 /// MirroredStrategy's replicas are threads of one process: their copies are plain host
 /// tensors and the state home is one set of host tensors (local_state_home).
