@@ -147,8 +147,8 @@ SplitRun run_split(strata::UpdateSplit mode, int steps, MakeOpt make_opt, const 
 // gets by updating all of its copy, and its optimizer's state is whole (the tensors the ranks
 // share), so the chief's checkpoint holds all of it. After load_state on every rank (a resume)
 // the run goes on as an uninterrupted one does. Measured, switching between the two ways at
-// every probe (rank 0 deciding, the others reading its choice in shared memory), the bits are
-// the same too. SGD with Nesterov momentum, and Adam.
+// every probe (rank 0 deciding, the others reading its choice in shared memory, whatever
+// their own options say), the bits are the same too. SGD with Nesterov momentum, and Adam.
 template <class C>
 int check_split_update(int n, int rank) {
   int failures = 0;
@@ -167,7 +167,11 @@ int check_split_update(int n, int rank) {
     const SplitRun resumed = run_split<C>(UpdateSplit::on, 4, make_opt, "resumed_" + name, &split, 6);
     const double diff = equivalence::max_relative_difference(resumed.params, ten.params);
     const SplitRun switching = run_split<C>(UpdateSplit::measured, 10, make_opt, "switching_" + name);
-    const bool same_switching = switching.params == whole.params && switching.state == whole.state;
+    // Rank 0 measuring, the others told to split every step: they follow rank 0's choice.
+    const SplitRun mixed = run_split<C>(rank == 0 ? UpdateSplit::measured : UpdateSplit::on, 10, make_opt,
+                                        "mixed_" + name);
+    const bool same_switching = switching.params == whole.params && switching.state == whole.state &&
+                                mixed.params == whole.params && mixed.state == whole.state;
     const bool ok = same && diff < 1e-5 && same_switching;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: split update, %s: %s the unsplit bits (parameters and state%s), resumed "

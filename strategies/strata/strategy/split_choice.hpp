@@ -67,8 +67,7 @@ class SplitChoice {
     ++step_;
     if (probing_ && ++probed_ == o_.probe_steps) {
       end_probe();
-    } else if (!probing_ && step_ >= o_.warmup &&
-               (step_ >= next_probe_ || (chosen_at_ > 0 && cost_[static_cast<std::size_t>(held_)] > kJump * chosen_at_))) {
+    } else if (!probing_ && step_ >= o_.warmup && (step_ >= next_probe_ || dearer())) {
       probing_ = true;  // probe the other way from the next step
       probed_ = probe_n_ = 0;
     }
@@ -89,6 +88,9 @@ class SplitChoice {
   static constexpr double kJump = 1.5;   // the way held costing this much more probes at once
   static constexpr int kMaxProbe = 64;
   static constexpr int kMaxBackoff = 8;
+
+  // Whether the way held costs kJump times what it did when chosen.
+  bool dearer() const noexcept { return chosen_at_ > 0 && cost_[static_cast<std::size_t>(held_)] > kJump * chosen_at_; }
 
   // The probe is over: keep the cheaper way.
   void end_probe() {

@@ -130,7 +130,8 @@ class SplitUpdate {
   /// needs state of its own: it takes a copy of the state home's tensors.
   bool begin(int r, optim::Optimizer& opt) {
     const std::size_t me = index(r);
-    const bool split = !choice_ || way(steps_[me]).load(std::memory_order_acquire) == kSplit;
+    // Every replica reads the word, whatever its own options say: replica 0's choice rules.
+    const bool split = way(steps_[me]).load(std::memory_order_acquire) == kSplit;
     splitting_[me] = split;
     if (!split && shared_at_[me] == opt.state_version()) {  // it holds the home's tensors
       const NamedState home = opt.state();
