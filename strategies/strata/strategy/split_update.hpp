@@ -135,13 +135,13 @@ class SplitUpdate {
     splitting_[me] = split;
     if (!split && shared_at_[me] == opt.state_version()) {  // it holds the home's tensors
       const NamedState home = opt.state();
-      NamedState& own = own_[me];  // kept from the last time: a switch copies, not allocates
+      NamedState& own = own_[me];  // its tensors are kept: a later switch copies into them
       if (!same_layout(own, home)) {
         own = home;
         for (auto& named : own) named.second = named.second.clone();
       } else {
-        for (std::size_t k = 0; k < own.size(); ++k) std::memcpy(own[k].second.raw_data(), home[k].second.raw_data(),
-                                                                 home[k].second.nbytes());
+        for (std::size_t k = 0; k < own.size(); ++k)
+          std::memcpy(own[k].second.raw_data(), home[k].second.raw_data(), home[k].second.nbytes());
       }
       const std::vector<optim::ElementRange> none(opt.params().size());
       opt.share_state_from(own, none);
@@ -161,9 +161,6 @@ class SplitUpdate {
     const bool next = choice_->after(splitting_[me] != 0, us);
     way(step + 1).store(next ? kSplit : kWhole, std::memory_order_release);
   }
-
-  /// The choice replica 0 makes (null unless measured; only replica 0's process has figures).
-  const SplitChoice* choice() const noexcept { return choice_.get(); }
 
   /// Replica r's ranges, for `opt`, its optimizer over its copy.
   const std::vector<optim::ElementRange>& ranges(int r, optim::Optimizer& opt) {
