@@ -14,6 +14,11 @@ namespace equivalence {
 
 using strata::Tensor;
 
+// A measured split update (UpdateSplit::measured) that switches way at every probe, whatever
+// the timings: steps 0 split, 1-4 not, 5-8 split, 9- not.
+constexpr strata::SplitChoiceOptions kSwitchEveryProbe{
+    .warmup = 0, .first_probe = 1, .probe_every = 2, .probe_steps = 2, .margin = -1e9};
+
 struct Setup {
   std::int64_t examples = 530;      // 21 batches of 26, the last one partial (10 examples)
   std::int64_t global_batch = 26;   // uneven over 3 and 4 replicas

@@ -96,14 +96,10 @@ struct SplitRun {
 // `steps` steps of the MLP with the update split across the ranks or not; or, with `resume`,
 // from its parameters and state (every rank loads them, as a restore does) at batch
 // `resume_steps` on.
-// A measured split that switches at every probe: steps 0 split, 1-4 not, 5-8 split, 9- not.
-constexpr strata::SplitChoiceOptions kSwitchEveryProbe{
-    .warmup = 0, .first_probe = 1, .probe_every = 2, .probe_steps = 2, .margin = -1e9};
-
 template <class C, class MakeOpt>
 SplitRun run_split(strata::UpdateSplit mode, int steps, MakeOpt make_opt, const std::string& tag,
                    const SplitRun* resume = nullptr, std::int64_t resume_steps = 0) {
-  auto strategy = fresh_strategy<C>({.bucket_bytes = 2048, .split_update = mode, .split_choice = kSwitchEveryProbe},
+  auto strategy = fresh_strategy<C>({.bucket_bytes = 2048, .split_update = mode, .split_choice = equivalence::kSwitchEveryProbe},
                                     tag);
   strata::manual_seed(5);
   auto net = strategy->scope([] { return equivalence::model(false); });

@@ -374,13 +374,9 @@ struct SplitRun {
   std::vector<std::vector<Tensor>> shared_state;  // [replica]: the state tensors themselves
 };
 
-// A measured split that switches at every probe: steps 0 split, 1-4 not, 5-8 split, 9- not.
-constexpr strata::SplitChoiceOptions kSwitchEveryProbe{
-    .warmup = 0, .first_probe = 1, .probe_every = 2, .probe_steps = 2, .margin = -1e9};
-
 template <class MakeOpt>
 SplitRun run_split(int n, strata::UpdateSplit mode, int steps, MakeOpt make_opt, const SplitRun* resume = nullptr,
-                   std::int64_t resume_steps = 0, strata::SplitChoiceOptions choice = kSwitchEveryProbe) {
+                   std::int64_t resume_steps = 0, strata::SplitChoiceOptions choice = equivalence::kSwitchEveryProbe) {
   strata::MirroredStrategy strategy(n, {.bucket_bytes = 2048, .split_update = mode, .split_choice = choice});
   strata::manual_seed(5);
   auto net = strategy.scope([] { return equivalence::model(false); });

@@ -61,15 +61,14 @@ class CollectiveReplicaContext final : public ReplicaContext {
     for (std::size_t i = 0; i < splits_.size(); ++i)
       if (splits_[i] && engines_[i]->owns(g)) {
         pending_ = splits_[i];
-        splitting_ = pending_->begin(id_, opt);
-        return splitting_ ? &pending_->ranges(id_, opt) : nullptr;
+        return pending_->begin(id_, opt) ? &pending_->ranges(id_, opt) : nullptr;
       }
     return nullptr;
   }
   void finish_update() override {
     if (!pending_) return;
     SplitUpdate* split = std::exchange(pending_, nullptr);
-    if (!splitting_) return split->end(id_);  // this step every replica updated all of its copy
+    if (!split->splitting(id_)) return split->end(id_);  // this step every replica updated all of its copy
     split->publish(id_);
     split->end(id_);
     if (!split->barrier()) comm_.barrier();  // every copy whole before any replica goes on
@@ -86,7 +85,6 @@ class CollectiveReplicaContext final : public ReplicaContext {
   std::span<GradientEngine<C>* const> engines_;
   std::span<SplitUpdate* const> splits_;
   SplitUpdate* pending_ = nullptr;  // the split update this step's apply_gradients runs
-  bool splitting_ = false;          // whether it splits this step (else this replica updates all)
   bool sync_ = true;
   std::int64_t local_nonfinite_ = -1;  // this replica's first non-finite gradient this step
 };

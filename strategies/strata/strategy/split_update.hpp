@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/autograd/grad_mode.hpp>
 #include <strata/observe/timeline.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/runtime/process.hpp>  // env
@@ -140,8 +141,8 @@ class SplitUpdate {
         own = home;
         for (auto& named : own) named.second = named.second.clone();
       } else {
-        for (std::size_t k = 0; k < own.size(); ++k)
-          std::memcpy(own[k].second.raw_data(), home[k].second.raw_data(), home[k].second.nbytes());
+        NoGradGuard no_grad;
+        for (std::size_t k = 0; k < own.size(); ++k) own[k].second.copy_(home[k].second);
       }
       const std::vector<optim::ElementRange> none(opt.params().size());
       opt.share_state_from(own, none);
@@ -149,6 +150,9 @@ class SplitUpdate {
     if (r == 0 && choice_) began_ = std::chrono::steady_clock::now();
     return split;
   }
+
+  /// Whether replica r's update in flight (since begin()) splits.
+  bool splitting(int r) const { return splitting_[index(r)] != 0; }
 
   /// After replica r's update (and publish(), when it split): replica 0 hands the others the
   /// way of the next step. The next step's all-reduce orders that write before their reads,
