@@ -2,7 +2,10 @@
 """Data-parallel training throughput with 2 replicas: strata's MirroredStrategy (2 threads),
 MultiWorkerMirroredStrategy<Mpi> and <Gloo> (2 processes) beside PyTorch DDP (gloo, 2
 processes x 1 thread), on the reference MLP and CNN with batch 64 per replica, in the same run.
-Each round runs every configuration once, in turn; the figures are medians over the rounds.
+Each round runs every configuration once, in an order of its own (a fixed-seed shuffle): on
+this host a 2-replica run that follows a 1-replica one (its second core idle for a second) is
+slower in most pairs, and a fixed order, or a rotation of one, would charge that to the same
+configuration every round. The figures are medians over the rounds.
 Both sides count examples/s the same way: wall time over the steps after the first 20
 (strata's steady_examples_per_s; pytorch_ddp.py's --warmup 20). One JSON line per
 configuration: examples/s, the ratio to DDP, the scaling efficiency (2-replica examples/s /
@@ -15,6 +18,7 @@ hidden behind backward.
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -58,9 +62,12 @@ def main():
             "ddp_2": [sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "2"],
         }
         got = {k: [] for k in configs}
+        shuffle = random.Random(2026)
         for _ in range(a.rounds):
-            for k, cmd in configs.items():
-                got[k].append(last_json(cmd, env))
+            order = list(configs)
+            shuffle.shuffle(order)
+            for k in order:
+                got[k].append(last_json(configs[k], env))
         def rate(r):  # strata's steady-state figure; DDP's already leaves out its warm-up
             return r.get("steady_examples_per_s") or r["examples_per_s"]
         med = {k: statistics.median(rate(r) for r in v) for k, v in got.items()}
