@@ -99,8 +99,8 @@ struct SplitRun {
 template <class C, class MakeOpt>
 SplitRun run_split(strata::UpdateSplit mode, int steps, MakeOpt make_opt, const std::string& tag,
                    const SplitRun* resume = nullptr, std::int64_t resume_steps = 0) {
-  auto strategy = fresh_strategy<C>({.bucket_bytes = 2048, .split_update = mode, .split_choice = equivalence::kSwitchEveryProbe},
-                                    tag);
+  auto strategy = fresh_strategy<C>(
+      {.bucket_bytes = 2048, .split_update = mode, .split_choice = equivalence::kSwitchEveryProbe}, tag);
   strata::manual_seed(5);
   auto net = strategy->scope([] { return equivalence::model(false); });
   auto opt = strategy->scope([&] { return make_opt(net.parameters()); });
