@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Data-parallel training throughput with 2 replicas: strata's MirroredStrategy (2 threads),
-MultiWorkerMirroredStrategy<Mpi> and <Gloo> (2 processes) beside PyTorch DDP (gloo, 2
-processes x 1 thread), on the reference MLP and CNN with batch 64 per replica, in the same run.
+"""Data-parallel training throughput with 2 replicas: strata's MirroredStrategy (2 threads;
+whole gradients, the default, and sharded ones: --gradients sharded), MultiWorkerMirroredStrategy<Mpi>
+and <Gloo> (2 processes) beside PyTorch DDP (gloo, 2 processes x 1 thread), on the reference MLP and CNN with batch 64 per replica, in the same run.
 Each round runs every configuration once, in an order of its own (a fixed-seed shuffle): on
 this host a 2-replica run that follows a 1-replica one (its second core idle for a second) is
 slower in most pairs, and a fixed order, or a rotation of one, would charge that to the same
@@ -54,6 +54,7 @@ def main():
         configs = {
             "one_device": [fm] + common,
             "mirrored": [fm] + common + ["--strategy", "mirrored", "--replicas", "2"],
+            "mirrored_sharded": [fm] + common + ["--strategy", "mirrored", "--replicas", "2", "--gradients", "sharded"],
             "multi_worker_mirrored_mpi": ["mpirun", "-np", "2", fm] + common +
                                          ["--strategy", "multi_worker_mirrored", "--collective", "mpi"],
             "multi_worker_mirrored_gloo": [run, "-np", "2", fm] + common +
@@ -72,7 +73,7 @@ def main():
             return r.get("steady_examples_per_s") or r["examples_per_s"]
         med = {k: statistics.median(rate(r) for r in v) for k, v in got.items()}
         whole = {k: statistics.median(r["examples_per_s"] for r in v) for k, v in got.items()}
-        for k in ("mirrored", "multi_worker_mirrored_mpi", "multi_worker_mirrored_gloo"):
+        for k in ("mirrored", "mirrored_sharded", "multi_worker_mirrored_mpi", "multi_worker_mirrored_gloo"):
             print(json.dumps({
                 "bench": "data_parallel", "model": model, "replicas": 2, "strategy": k, "rounds": a.rounds,
                 "strata_img_s": round(med[k], 1), "peer": "pytorch_ddp_gloo_2x1", "peer_img_s": round(med["ddp_2"], 1),

@@ -47,6 +47,7 @@ void usage() {
       "                     [--momentum M] [--data DIR] [--threads T] [--max-steps N] [--no-eval] [--quiet]\n"
       "                     [--strategy one_device|mirrored|central_storage|multi_worker_mirrored|parameter_server]\n"
       "                     [--replicas N] [--collective mpi|gloo|nccl] [--compression none|fp16|bf16]\n"
+      "                     [--gradients whole|sharded]\n"
       "                     [--device cpu|cuda:N]\n"
       "                     [--servers S] [--mode sync|async] [--staleness N] [--update-on servers|workers]\n"
       "                     [--checkpoint-dir DIR] [--checkpoint-every STEPS]\n"
@@ -56,6 +57,8 @@ void usage() {
       "--metrics writes the chief's per-step figures as CSV (tools/plot_metrics.py draws them); --timeline\n"
       "writes a Chrome trace of every rank (open it in https://ui.perfetto.dev).\n"
       "--batch is per replica: the global batch is B x replicas, and the learning rate applies to it.\n"
+      "--gradients sharded (mirrored): each replica keeps the summed gradients of its share only, which\n"
+      "its part of the update reads; less traffic between the cores (docs/gradient_engine.md).\n"
       "--momentum is 0.9 by default, 0.7 under --strategy parameter_server --mode async (asynchrony adds\n"
       "momentum of its own).\n"
       "--device cuda:N (one_device) needs the trainer built by nvcc: fashion_mnist_cuda.");
@@ -85,7 +88,7 @@ strata::Device parse_device(const std::string& s) {
 
 int main(int argc, char** argv) try {
   fmnist::Config cfg;
-  std::string strategy_name = "one_device", collective, compression = "none", device_name = "cpu";
+  std::string strategy_name = "one_device", collective, compression = "none", device_name = "cpu", gradients;
   int threads = 1, replicas = 2, servers = 0;
   long long staleness = -1;
   std::string mode, update_on;
@@ -108,6 +111,7 @@ int main(int argc, char** argv) try {
     else if (a == "--replicas") replicas = static_cast<int>(parse_int(a, value()));
     else if (a == "--collective") collective = value();
     else if (a == "--compression") compression = value();
+    else if (a == "--gradients") gradients = value();
     else if (a == "--servers") servers = static_cast<int>(parse_int(a, value()));
     else if (a == "--mode") mode = value();
     else if (a == "--staleness") staleness = parse_int(a, value());
@@ -172,6 +176,13 @@ int main(int argc, char** argv) try {
       .compression = compression == "fp16"   ? strata::Compression::fp16
                      : compression == "bf16" ? strata::Compression::bf16
                                              : strata::Compression::none};
+  if (!gradients.empty() && gradients != "whole" && gradients != "sharded")
+    throw strata::invalid_argument("[strata.example] --gradients expects whole or sharded, got '" + gradients + "'");
+  if (strategy_name != "mirrored" && !gradients.empty())
+    throw strata::invalid_argument("[strata.example] --gradients applies to --strategy mirrored only");
+  strata::MirroredOptions mirrored;
+  if (!gradients.empty())
+    mirrored.gradients = gradients == "sharded" ? strata::GradientLayout::sharded : strata::GradientLayout::whole;
   if (strategy_name != "parameter_server" && (servers != 0 || !mode.empty() || staleness != -1 || !update_on.empty()))
     throw strata::invalid_argument("[strata.example] --servers, --mode, --staleness and --update-on apply to --strategy "
                                    "parameter_server only");
@@ -186,7 +197,7 @@ int main(int argc, char** argv) try {
     strata::OneDeviceStrategy s(device);
     train_and_report(s);
   } else if (strategy_name == "mirrored") {
-    strata::MirroredStrategy s(replicas);
+    strata::MirroredStrategy s(replicas, mirrored);
     train_and_report(s);
   } else if (strategy_name == "central_storage") {
     strata::CentralStorageStrategy s(replicas);

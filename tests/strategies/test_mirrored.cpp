@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -39,19 +40,88 @@ TEST_CASE("Strategy.Mirrored.EquivalentToOneDevice") {
       s.accumulation = k;
       std::vector<double> ref_losses;
       const auto ref = reference(s, &ref_losses);
-      for (int n : {2, 3, 4}) {
-        CAPTURE(conv);
-        CAPTURE(k);
-        CAPTURE(n);
-        // Small buckets, so the MLP spreads over several and their order matters.
-        strata::MirroredStrategy strategy(n, {.bucket_bytes = 2048});
-        std::vector<double> losses;
-        const auto got = equivalence::train_steps(strategy, s, &losses);
-        CHECK(equivalence::max_relative_difference(got, ref) < 1e-5);
-        REQUIRE(losses.size() == ref_losses.size());
-        for (std::size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == doctest::Approx(ref_losses[i]).epsilon(1e-5));
-      }
+      // Small buckets, so the MLP spreads over several and their order matters. Whole
+      // gradients (the default), and sharded ones (each replica reduces only its share) with
+      // the update split in every step and switching between split and whole.
+      using strata::GradientLayout, strata::UpdateSplit;
+      const strata::MirroredOptions whole{.bucket_bytes = 2048};
+      const strata::MirroredOptions sharded{.bucket_bytes = 2048, .split_update = UpdateSplit::on,
+                                            .gradients = GradientLayout::sharded};
+      const strata::MirroredOptions sharded_switching{.bucket_bytes = 2048,
+                                                      .split_update = UpdateSplit::measured,
+                                                      .split_choice = equivalence::kSwitchEveryProbe,
+                                                      .gradients = GradientLayout::sharded};
+      for (const auto& [layout, options] : {std::pair{"whole", whole}, std::pair{"sharded", sharded},
+                                            std::pair{"sharded, switching", sharded_switching}})
+        for (int n : {2, 3, 4}) {
+          CAPTURE(conv);
+          CAPTURE(k);
+          CAPTURE(n);
+          CAPTURE(layout);
+          strata::MirroredStrategy strategy(n, options);
+          std::vector<double> losses;
+          const auto got = equivalence::train_steps(strategy, s, &losses);
+          CHECK(equivalence::max_relative_difference(got, ref) < 1e-5);
+          REQUIRE(losses.size() == ref_losses.size());
+          for (std::size_t i = 0; i < losses.size(); ++i)
+            CHECK(losses[i] == doctest::Approx(ref_losses[i]).epsilon(1e-5));
+        }
     }
+}
+
+// Read through Gradients before apply_gradients, sharded gradients are whole: the bits the
+// whole layout gives every replica, and they stay whole after it. Not read before it,
+// apply_gradients consumes them, and a read after it is an error that says so. The sharded
+// layout without the split update is refused.
+TEST_CASE("Strategy.Mirrored.ShardedGradientsWholeWhenRead") {
+  using strata::GradientLayout;
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    // `before`: read the gradients before apply_gradients; `after`: replica 0's read after it
+    // (its first gradient, or the error).
+    auto read = [&](GradientLayout layout, bool before, std::vector<std::string>* after) {
+      strata::MirroredStrategy strategy(n, {.bucket_bytes = 2048, .gradients = layout});
+      strata::manual_seed(5);
+      auto net = strategy.scope([] { return equivalence::model(false); });
+      auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.1, {.momentum = 0.9}); });
+      equivalence::Setup s;
+      auto data = strategy.distribute(strata::data::Pipeline(equivalence::dataset(s)).batch(26).take(3));
+      std::vector<std::vector<std::vector<float>>> seen(static_cast<std::size_t>(n));  // [replica][step * params]
+      for (auto& batch : data)
+        strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+          auto grads = strata::grad(equivalence::replica_loss(net, b.x, b.y, b.global_size), net.parameters());
+          auto& mine = seen[static_cast<std::size_t>(ctx.replica_id_in_sync_group())];
+          if (before)
+            for (std::size_t i = 0; i < grads.size(); ++i) mine.push_back(grads[i].to_vector<float>());
+          opt.apply_gradients(ctx, grads);
+          if (after && ctx.replica_id_in_sync_group() == 0) {
+            try {
+              const std::vector<float> g = grads[0].to_vector<float>();
+              after->push_back(g == mine.at(mine.size() - grads.size()) ? "the same" : "changed");
+            } catch (const strata::invalid_argument& e) {
+              after->push_back(e.what());
+            }
+          }
+        }, batch);
+      return seen;
+    };
+    const auto whole = read(GradientLayout::whole, true, nullptr);
+    std::vector<std::string> after_read, after_unread;
+    const auto sharded = read(GradientLayout::sharded, true, &after_read);
+    (void)read(GradientLayout::sharded, false, &after_unread);
+    for (int r = 0; r < n; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      REQUIRE(whole[ur].size() == 3 * 6);
+      CHECK(whole[ur] == whole[0]);  // every replica holds the whole sum
+      CHECK(sharded[ur] == whole[0]);
+    }
+    CHECK(after_read == std::vector<std::string>(3, "the same"));
+    REQUIRE(after_unread.size() == 3);
+    for (const std::string& what : after_unread) CHECK(what.find("read after apply_gradients") != std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(strata::MirroredStrategy(2, {.split_update = strata::UpdateSplit::off,
+                                                    .gradients = GradientLayout::sharded}),
+                       doctest::Contains("needs the split update"), strata::invalid_argument);
 }
 
 // The last batch padded to full size (10 examples + 16 padding rows: some replicas get only
@@ -201,9 +271,11 @@ TEST_CASE("Strategy.Mirrored.EmptyReplicaBatch") {
 // replica skips that step together — parameters bitwise unchanged and equal everywhere, the
 // skip counted alike — and training goes on. Error: every replica stops naming the parameter.
 TEST_CASE("Strategy.Mirrored.NonFiniteGradientsSkippedTogether") {
+  for (auto layout : {strata::GradientLayout::whole, strata::GradientLayout::sharded})
   for (double poison : {std::nan(""), static_cast<double>(INFINITY)}) {
     CAPTURE(poison);
-    strata::MirroredStrategy strategy(2);
+    CAPTURE(static_cast<int>(layout));
+    strata::MirroredStrategy strategy(2, {.gradients = layout});
     strata::manual_seed(3);
     auto net = strategy.scope([] { return equivalence::model(false); });
     auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.1, {.momentum = 0.9}); });
@@ -376,8 +448,10 @@ struct SplitRun {
 
 template <class MakeOpt>
 SplitRun run_split(int n, strata::UpdateSplit mode, int steps, MakeOpt make_opt, const SplitRun* resume = nullptr,
-                   std::int64_t resume_steps = 0, strata::SplitChoiceOptions choice = equivalence::kSwitchEveryProbe) {
-  strata::MirroredStrategy strategy(n, {.bucket_bytes = 2048, .split_update = mode, .split_choice = choice});
+                   std::int64_t resume_steps = 0, strata::SplitChoiceOptions choice = equivalence::kSwitchEveryProbe,
+                   strata::GradientLayout layout = strata::GradientLayout::whole) {
+  strata::MirroredStrategy strategy(
+      n, {.bucket_bytes = 2048, .split_update = mode, .split_choice = choice, .gradients = layout});
   strata::manual_seed(5);
   auto net = strategy.scope([] { return equivalence::model(false); });
   auto opt = strategy.scope([&] { return make_opt(net.parameters()); });
@@ -441,6 +515,12 @@ TEST_CASE("Strategy.Mirrored.SplitUpdateEqualsEveryReplicaUpdating") {
       const SplitRun switching = run_split(n, UpdateSplit::measured, 6, make_opt);
       const SplitRun switching10 = run_split(n, UpdateSplit::measured, 10, make_opt);  // ways switch 3 times
       const SplitRun whole10 = run_split(n, UpdateSplit::off, 10, make_opt);
+      // Sharded gradients: each replica reduces only its share; the steps that do not split
+      // (switching) first complete the gradients from the other replicas.
+      const auto sharded = strata::GradientLayout::sharded;
+      const SplitRun split_sharded = run_split(n, UpdateSplit::on, 6, make_opt, nullptr, 0, {}, sharded);
+      const SplitRun switching10_sharded =
+          run_split(n, UpdateSplit::measured, 10, make_opt, nullptr, 0, equivalence::kSwitchEveryProbe, sharded);
       REQUIRE(!whole.state[0].empty());
       for (int r = 0; r < n; ++r) {
         const auto ur = static_cast<std::size_t>(r);
@@ -450,6 +530,10 @@ TEST_CASE("Strategy.Mirrored.SplitUpdateEqualsEveryReplicaUpdating") {
         CHECK(switching.state[ur] == whole.state[0]);
         CHECK(switching10.params[ur] == whole10.params[0]);
         CHECK(switching10.state[ur] == whole10.state[0]);
+        CHECK(split_sharded.params[ur] == whole.params[0]);
+        CHECK(split_sharded.state[ur] == whole.state[0]);
+        CHECK(switching10_sharded.params[ur] == whole10.params[0]);
+        CHECK(switching10_sharded.state[ur] == whole10.state[0]);
         // One set of state tensors between the replicas (each its own without the split).
         for (std::size_t k = 0; k < split.shared_state[ur].size(); ++k) {
           CHECK(same_tensor(split.shared_state[ur][k], split.shared_state[0][k]));

@@ -86,12 +86,17 @@ TEST_CASE("Tensor.Allocator.SteadyStateCnnStepAllocatesNothing") {
 // Nothing is allocated per step; but the pools grow to the most blocks the threads hold at
 // once, and how two replica threads and the prefetch thread interleave can set that peak a
 // block higher late in a run (1 allocation in about 1 run of 5 here). So: at most 2 in 30
-// counted steps — any per-step allocation would show as 30 or more. The update split held:
+// counted steps — any per-step allocation would show as 30 or more (with whole and with
+// sharded gradients). The update split held:
 // under UpdateSplit::measured a switch between the two ways (a probe now and then, none per
 // step) hands the optimizer other state tensors, and that bookkeeping allocates a few vectors.
 TEST_CASE("Tensor.Allocator.SteadyStateMirroredStepAllocatesNothingPerStep") {
   strata::MirroredStrategy mirrored(2, {.bucket_bytes = 256 * 1024, .split_update = strata::UpdateSplit::on});
   CHECK(steady_state_allocations(mirrored, fmnist::make_mlp, {1, 28, 28}) <= 2);
+  strata::MirroredStrategy sharded(2, {.bucket_bytes = 256 * 1024,
+                                       .split_update = strata::UpdateSplit::on,
+                                       .gradients = strata::GradientLayout::sharded});
+  CHECK(steady_state_allocations(sharded, fmnist::make_mlp, {1, 28, 28}) <= 2);
   strata::CentralStorageStrategy central(2);
   CHECK(steady_state_allocations(central, fmnist::make_mlp, {1, 28, 28}) <= 2);
 }

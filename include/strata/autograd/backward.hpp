@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <span>
+#include <utility>
 
 #include <strata/autograd/tape.hpp>    // Tape, Node, grad_slot
 #include <strata/tensor/factory.hpp>   // ones
@@ -94,12 +95,49 @@ inline std::uint64_t backward(const Tensor& root, const Tensor& seed = {},
   return epoch;
 }
 
+namespace autograd {
+/// Gradients a strategy keeps in parts after backward (MirroredStrategy with
+/// GradientLayout::sharded: each replica holds the sum in its own share only) and completes
+/// when they are read through Gradients.
+class GradientCompletion {
+ public:
+  /// Makes every gradient of the parameter list whole; throws where it no longer can.
+  virtual void make_whole() = 0;
+
+ protected:
+  ~GradientCompletion() = default;
+};
+
+namespace detail {
+/// Where a strategy leaves, on the replica's thread during backward, the completion of the
+/// parameter list whose first tensor is `first`; grad() hands it to the Gradients it returns.
+struct PendingCompletion {
+  const ::strata::detail::TensorImpl* first = nullptr;
+  GradientCompletion* completion = nullptr;
+};
+inline PendingCompletion& pending_completion() {
+  thread_local PendingCompletion pending;
+  return pending;
+}
+}  // namespace detail
+}  // namespace autograd
+
 /// The parameters whose gradients a backward pass produced; each gradient is params[i].grad().
-/// A view over the caller's parameter list: no copy, no allocation.
+/// A view over the caller's parameter list: no copy, no allocation. Where a strategy keeps
+/// the summed gradients in parts (GradientLayout::sharded), reading one through operator[]
+/// first makes them whole.
 struct Gradients {
   std::span<const Tensor> params;
+  autograd::GradientCompletion* completion = nullptr;
   std::size_t size() const noexcept { return params.size(); }
-  Tensor operator[](std::size_t i) const noexcept { return params[i].grad(); }
+  Tensor operator[](std::size_t i) const {
+    make_whole();
+    return params[i].grad();
+  }
+  /// Every gradient whole (a no-op unless a strategy keeps them in parts).
+  void make_whole() const {
+    if (completion) completion->make_whole();
+  }
 };
 
 /// Differentiates `loss` with respect to `params` (every one gets a gradient; those `loss`
@@ -124,7 +162,11 @@ inline Gradients grad(const Tensor& loss, std::span<const Tensor> params,
     ag.grad.fill_(0.0);
     ag.grad_epoch = epoch;
   }
-  return Gradients{params};
+  autograd::GradientCompletion* completion = nullptr;
+  auto& pending = autograd::detail::pending_completion();
+  if (pending.completion && !params.empty() && pending.first == params[0].impl())
+    completion = std::exchange(pending, {}).completion;
+  return Gradients{params, completion};
 }
 
 }  // namespace strata

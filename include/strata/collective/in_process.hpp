@@ -46,12 +46,15 @@ namespace strata::collective {
 
 namespace detail {
 
-/// One rank's published state; a cache line each, so ranks do not false-share.
+/// One rank's published state; a cache line each, so ranks do not false-share. The buffers
+/// and fingerprint of consecutive collectives alternate between two entries, so a collective
+/// that returns before the others are done reading (reduce_share_raw) cannot overwrite what
+/// they read: a rank is at most one collective ahead of the slowest.
 struct alignas(64) RankSlot {
   std::atomic<std::uint64_t> arrived{0};  ///< the last barrier phase this rank reached
-  const void* send = nullptr;
-  void* recv = nullptr;
-  Fingerprint fp;
+  const void* send_[2] = {nullptr, nullptr};
+  void* recv_[2] = {nullptr, nullptr};
+  Fingerprint fp_[2];
 };
 
 /// The state the threads of one group share.
@@ -167,21 +170,28 @@ class InProcess : public TypedFrontEnd<InProcess> {
   void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
     const Fingerprint fp{OpKind::allreduce, op, dtype, count, 0, 0};
     begin(fp, in, out);
-    const int n = size();
-    const std::size_t lo = detail::share_begin(count, rank_, n), hi = detail::share_begin(count, rank_ + 1, n);
-    detail::visit_collective_dtype(dtype, [&](auto s, auto a) {
-      using S = decltype(s);
-      using A = decltype(a);
-      detail::reduce_across<S, A>(lo, hi, op, [&](int k) { return static_cast<const S*>(group_->slot(k).send); },
-                         [&](int k) { return static_cast<S*>(group_->slot(k).recv); }, n);
-    });
+    reduce_own_share(count, dtype, op, [&](int k) { return group_->slot(k).recv_[cur_]; });
     end(fp);
   }
+  /// Like allreduce_raw in place, but rank r's `x` ends holding the reduction only in its
+  /// share, elements [share_begin(count, r, n), share_begin(count, r + 1, n)), and no rank
+  /// writes into another's buffer. It returns without waiting for the others to finish
+  /// reading `x`: the caller must not write `x` again before every rank has passed a later
+  /// barrier or collective of the group that follows its own call (the split update's
+  /// barrier does, in GradientLayout::sharded).
+  void reduce_share_raw(void* x, std::size_t count, DType dtype, ReduceOp op) {
+    const Fingerprint fp{OpKind::reduce_share, op, dtype, count, 0, 0};
+    begin(fp, x, x);
+    reduce_own_share(count, dtype, op, [&](int k) { return k == rank_ ? x : nullptr; });
+  }
+  /// Whether the group was aborted (a rank failed, or a collective timed out).
+  bool aborted() const noexcept { return group_->aborted(); }
+  const Options& options() const noexcept { return group_->options(); }
   void broadcast_raw(void* x, std::size_t count, DType dtype, int root) {
     STRATA_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " outside [0, ", size(), ")");
     const Fingerprint fp{OpKind::broadcast, ReduceOp::Sum, dtype, count, root, 0};
     begin(fp, x, x);
-    if (rank_ != root && count != 0) std::memcpy(x, group_->slot(root).recv, count * size_of(dtype));
+    if (rank_ != root && count != 0) std::memcpy(x, group_->slot(root).recv_[cur_], count * size_of(dtype));
     end(fp);
   }
   void allgather_raw(const void* in, void* out, std::size_t count, DType dtype) {
@@ -189,7 +199,7 @@ class InProcess : public TypedFrontEnd<InProcess> {
     begin(fp, in, out);
     const std::size_t bytes = count * size_of(dtype);
     for (int k = 0; k < size(); ++k)
-      if (bytes) std::memcpy(static_cast<char*>(out) + static_cast<std::size_t>(k) * bytes, group_->slot(k).send, bytes);
+      if (bytes) std::memcpy(static_cast<char*>(out) + static_cast<std::size_t>(k) * bytes, group_->slot(k).send_[cur_], bytes);
     end(fp);
   }
   void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
@@ -201,22 +211,36 @@ class InProcess : public TypedFrontEnd<InProcess> {
       using A = decltype(a);
       const std::size_t off = static_cast<std::size_t>(rank_) * count;
       S* mine = static_cast<S*>(out) - off;  // so that index off..off+count lands in `out`
-      detail::reduce_across<S, A>(off, off + count, op, [&](int k) { return static_cast<const S*>(group_->slot(k).send); },
+      detail::reduce_across<S, A>(off, off + count, op, [&](int k) { return static_cast<const S*>(group_->slot(k).send_[cur_]); },
                          [&](int k) { return k == rank_ ? mine : nullptr; }, n);
     });
     end(fp);
   }
 
  private:
+  /// This rank's share of the reduction over every rank's send buffer, written into recv(k)
+  /// of each rank k where that is not null.
+  template <class Recv>
+  void reduce_own_share(std::size_t count, DType dtype, ReduceOp op, Recv&& recv) {
+    const int n = size();
+    const std::size_t lo = detail::share_begin(count, rank_, n), hi = detail::share_begin(count, rank_ + 1, n);
+    detail::visit_collective_dtype(dtype, [&](auto s, auto a) {
+      using S = decltype(s);
+      using A = decltype(a);
+      detail::reduce_across<S, A>(lo, hi, op, [&](int k) { return static_cast<const S*>(group_->slot(k).send_[cur_]); },
+                         [&](int k) { return static_cast<S*>(recv(k)); }, n);
+    });
+  }
 
 
   /// Publishes this rank's buffers and waits for every rank to do the same.
   void begin(Fingerprint fp, const void* send, void* recv) {
     fp.seq = seq_++;
+    cur_ = fp.seq & 1;
     auto& me = group_->slot(rank_);
-    me.send = send;
-    me.recv = recv;
-    me.fp = fp;
+    me.send_[cur_] = send;
+    me.recv_[cur_] = recv;
+    me.fp_[cur_] = fp;
     // The fingerprints are compared on every call, debug mode or not: in shared memory it is
     // a few compares by the last rank in, and a count or dtype that differs would otherwise
     // read past another rank's buffer.
@@ -227,9 +251,9 @@ class InProcess : public TypedFrontEnd<InProcess> {
 
   /// The first mismatch between rank 0's fingerprint and another rank's, or "".
   std::string fingerprint_mismatch() const {
-    const Fingerprint& first = group_->slot(0).fp;
+    const Fingerprint& first = group_->slot(0).fp_[cur_];
     for (int k = 1; k < size(); ++k) {
-      const Fingerprint& theirs = group_->slot(k).fp;
+      const Fingerprint& theirs = group_->slot(k).fp_[cur_];
       if (!(theirs == first)) return collective::mismatch_message(0, first, k, theirs);
     }
     return {};
@@ -312,6 +336,7 @@ class InProcess : public TypedFrontEnd<InProcess> {
   std::shared_ptr<detail::InProcessGroup> group_;
   int rank_ = 0;
   std::uint64_t seq_ = 0, phase_ = 0;
+  unsigned cur_ = 0;  // the slot entries of the collective in progress (its sequence number's parity)
   // Jobs hold `this`: a communicator is not moved while it has asynchronous work in flight.
   detail::AsyncWorker worker_;
 };

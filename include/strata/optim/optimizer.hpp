@@ -135,10 +135,12 @@ class Optimizer {
         const std::vector<ElementRange>* mine = nullptr;
         if constexpr (requires { ctx.update_ranges(grads, *this); })
           if (updates_ranges()) mine = ctx.update_ranges(grads, *this);
-        if (mine)
+        if (mine) {
           step_ranges(*mine);
-        else
+        } else {
+          grads.make_whole();  // a strategy may keep them in shares (GradientLayout::sharded)
           step();
+        }
       }
     } else {
       ++steps_;  // the update happened on the variables this replica shares (or on servers)

@@ -61,17 +61,33 @@ class CollectiveReplicaContext final : public ReplicaContext {
     for (std::size_t i = 0; i < splits_.size(); ++i)
       if (splits_[i] && engines_[i]->owns(g)) {
         pending_ = splits_[i];
-        return pending_->begin(id_, opt) ? &pending_->ranges(id_, opt) : nullptr;
+        if (pending_->begin(id_, opt)) return &pending_->ranges(id_, opt);
+        engines_[i]->make_whole();  // sharded gradients: this step every replica updates all of its copy
+        return nullptr;
       }
     return nullptr;
   }
   void finish_update() override {
-    if (!pending_) return;
-    SplitUpdate* split = std::exchange(pending_, nullptr);
-    if (!split->splitting(id_)) return split->end(id_);  // this step every replica updated all of its copy
-    split->publish(id_);
-    split->end(id_);
-    if (!split->barrier()) comm_.barrier();  // every copy whole before any replica goes on
+    bool published = false;
+    if (SplitUpdate* split = std::exchange(pending_, nullptr)) {
+      if (split->splitting(id_)) {
+        split->publish(id_);
+        split->end(id_);
+        if (!split->barrier()) comm_.barrier();  // every copy whole before any replica goes on
+        published = true;
+      } else {
+        split->end(id_);  // this step every replica updated all of its copy
+      }
+    }
+    // Sharded gradients: a replica writes its buffers again in its next backward, so none goes
+    // on before all are done reading them; the split's barrier above does that where it ran.
+    bool sharded = false;
+    for (GradientEngine<C>* e : engines_)
+      if (e->sharded_step()) {
+        sharded = true;
+        e->consume();
+      }
+    if (sharded && !published) comm_.barrier();
   }
 
   void set_gradient_sync(bool on) override {

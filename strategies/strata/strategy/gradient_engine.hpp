@@ -19,6 +19,11 @@
 /// bucket after bucket, while backward computes (Horovod's background thread): measured
 /// faster than MPI_Iallreduce, which progresses only inside MPI calls and runs a slower
 /// schedule (docs/gradient_engine.md).
+///
+/// Sharded (GradientLayout::sharded, InProcess replicas that split the update): each bucket's
+/// reduction leaves the sum in this replica's share only (reduce_share_raw), and the engine
+/// completes the rest from the other replicas (ShardedGradients) when the gradients are read
+/// through Gradients or the update does not split; apply_gradients consumes them.
 #pragma once
 
 #include <algorithm>
@@ -39,6 +44,7 @@
 #include <strata/optim/nonfinite.hpp>
 #include <strata/optim/optimizer.hpp>  // ElementRange
 #include <strata/runtime/process.hpp>  // env, env_int
+#include <strata/strategy/sharded_gradients.hpp>
 #include <strata/support/check.hpp>
 #include <strata/tensor/factory.hpp>
 #include <strata/tensor/half.hpp>
@@ -101,7 +107,7 @@ inline bool shared_buckets_reduce_on_replica_thread(int ranks) {
 }  // namespace detail
 
 template <class C>
-class GradientEngine {
+class GradientEngine final : public autograd::GradientCompletion {
  public:
   GradientEngine(C& comm, const std::vector<Tensor>& params, std::size_t bucket_bytes = default_bucket_bytes(),
                  Compression compression = Compression::none)
@@ -153,7 +159,11 @@ class GradientEngine {
         if (st->engine) st->engine->ready(k);
       });
   }
-  ~GradientEngine() { state_->engine = nullptr; }
+  ~GradientEngine() {
+    state_->engine = nullptr;
+    auto& pending = autograd::detail::pending_completion();
+    if (pending.completion == this) pending = {};
+  }
   GradientEngine(const GradientEngine&) = delete;
   GradientEngine& operator=(const GradientEngine&) = delete;
 
@@ -180,6 +190,47 @@ class GradientEngine {
     return out;
   }
 
+  /// The bucket buffers, in bucket order (every gradient is a view of one).
+  std::vector<Tensor> bucket_buffers() const {
+    std::vector<Tensor> out;
+    for (const Bucket& b : buckets_) out.push_back(b.buffer);
+    return out;
+  }
+
+  /// From now on, replica `r` of `group` reduces only its share of each bucket and completes
+  /// the rest on demand (GradientLayout::sharded); `group` holds every replica's buffers.
+  void shard(std::shared_ptr<detail::ShardedGradients> group, int r)
+    requires detail::reduces_on_replica_thread<C>
+  {
+    STRATA_CHECK(group && r == comm_.rank() && group->replicas() == comm_.size(), "GradientEngine::shard: replica ",
+                 r, " of a group of ", group ? group->replicas() : 0, ", rank ", comm_.rank(), " of ", comm_.size());
+    sharded_ = std::move(group);
+  }
+  bool sharded() const noexcept { return sharded_ != nullptr; }
+  /// Whether this step's buckets were reduced to shares (gathered since, or not).
+  bool sharded_step() const noexcept { return step_sharded_; }
+
+  /// Every gradient whole: under the sharded layout, waits for the buckets and copies in the
+  /// other replicas' shares; else nothing to do. After apply_gradients (consume()) the other
+  /// replicas may already be overwriting their buffers, so it is an error then.
+  void make_whole() override {
+    if (whole_) return;
+    STRATA_CHECK(!consumed_, "gradients read after apply_gradients under GradientLayout::sharded: each replica "
+                 "now holds the summed gradients only in its own share; read them before apply_gradients, or use "
+                 "GradientLayout::whole");
+    if constexpr (detail::reduces_on_replica_thread<C>) {
+      if (open_) settle();  // read before apply_gradients: the buckets not started yet start now
+      for (std::size_t b = 0; b < buckets_.size(); ++b)
+        sharded_->gather(comm_.rank(), b, shard_step_, comm_.options().timeout, [this] { return comm_.aborted(); });
+    }
+    whole_ = true;
+  }
+  /// The end of apply_gradients: gradients still in shares stay so, and reading them is an error.
+  void consume() noexcept {
+    if (!whole_) consumed_ = true;
+    step_sharded_ = false;
+  }
+
   /// Off: backward passes leave gradients local (NoSync).
   void set_sync(bool on) noexcept { sync_ = on; }
   bool sync() const noexcept { return sync_; }
@@ -201,19 +252,10 @@ class GradientEngine {
   void finish() {
     STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica; leave "
                  "the NoSync scope for the last micro-batch");
-    for (std::size_t k = 0; k < params_.size(); ++k)
-      if (!fired(k)) {  // no gradient flowed in this pass: grad() has left zeros (or the accumulation)
-        bind_grad(k);
-        mark(k);
-      }
-    launch_ready();
-    const auto t0 = Clock::now();
-    for (auto& bk : buckets_) {
-      bk.done.wait();
-      bk.done = collective::Work();
-    }
-    stats_.exposed_seconds += seconds_since(t0);
+    settle();
+    for (auto& bk : buckets_) bk.done = collective::Work();
     ++stats_.steps;
+    open_ = false;
     for (auto& bk : buckets_) {
       stats_.reduce_seconds += bk.seconds;  // written by the thread that ran it, before `done`
       bk.seconds = 0;
@@ -277,6 +319,32 @@ class GradientEngine {
 
   bool fired(std::size_t k) const noexcept { return fired_[k]; }
 
+  // Starts the buckets not started yet (parameters that got no gradient in this pass: grad()
+  // has left zeros, or the accumulation) and waits for all.
+  void settle() {
+    for (std::size_t k = 0; k < params_.size(); ++k)
+      if (!fired(k)) {
+        bind_grad(k);
+        mark(k);
+      }
+    launch_ready();
+    const auto t0 = Clock::now();
+    for (auto& bk : buckets_) bk.done.wait();
+    stats_.exposed_seconds += seconds_since(t0);
+  }
+
+  // The first bucket of a step: under the sharded layout, the gradients are in shares from
+  // now on, and grad() on this thread hands the Gradients it returns this engine to complete them.
+  void open_step() {
+    open_ = true;
+    local_nonfinite_ = -1;
+    if (!sharded_) return;
+    ++shard_step_;
+    whole_ = consumed_ = false;
+    step_sharded_ = true;
+    autograd::detail::pending_completion() = {params_.empty() ? nullptr : params_[0].impl(), this};
+  }
+
   void mark(std::size_t k) {
     fired_[k] = true;
     Bucket& bk = buckets_[slot_of_[k].bucket];
@@ -306,7 +374,7 @@ class GradientEngine {
 
   // Starts the buckets that are complete, in index order.
   void launch_ready() {
-    if (next_ == 0) local_nonfinite_ = -1;  // a new step
+    if (!open_) open_step();
     while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
       Bucket& bk = buckets_[next_++];
       if (optim::detail::local_nonfinite_checks().load(std::memory_order_relaxed)) note_nonfinite(bk);
@@ -329,7 +397,16 @@ class GradientEngine {
     const auto t0 = Clock::now();
     observe::ScopedEvent ev("allreduce", "communication", static_cast<std::int64_t>(b),
                             static_cast<std::int64_t>(bk.count * size_of(bk.dtype)));
-    comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
+    if constexpr (detail::reduces_on_replica_thread<C>) {
+      if (sharded_) {
+        comm_.reduce_share_raw(p, bk.count, bk.dtype, ReduceOp::Sum);
+        sharded_->reduced(comm_.rank(), b, shard_step_);
+      } else {
+        comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
+      }
+    } else {
+      comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
+    }
     bk.seconds = seconds_since(t0);
     stats_.exposed_seconds += bk.seconds;
   }
@@ -373,6 +450,10 @@ class GradientEngine {
   std::size_t next_ = 0;
   std::int64_t local_nonfinite_ = -1;
   bool sync_ = true;
+  bool open_ = false;  // a step's first bucket has started, and finish() has not come yet
+  std::shared_ptr<detail::ShardedGradients> sharded_;  // GradientLayout::sharded: every replica's buffers
+  std::uint64_t shard_step_ = 0;  // steps whose buckets were reduced to shares
+  bool whole_ = true, consumed_ = false, step_sharded_ = false;
   bool reduce_here_ = detail::reduces_on_replica_thread<C>;  // all-reduces on the replica's thread
   std::shared_ptr<HookState> state_;
   GradientStats stats_;

@@ -22,6 +22,7 @@
 #include <strata/strategy/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replicated.hpp>
+#include <strata/strategy/sharded_gradients.hpp>
 #include <strata/strategy/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/strategy/thread_replicas.hpp>
@@ -40,6 +41,11 @@ struct MirroredOptions {
   /// STRATA_SPLIT_UPDATE=0 / 1 / auto sets the default.
   UpdateSplit split_update = default_split_update();
   SplitChoiceOptions split_choice = {};  ///< how `measured` probes
+  /// Where the summed gradients are after backward: every replica all of them (`whole`), or
+  /// each replica its share, completed when read through Gradients before apply_gradients
+  /// (`sharded`: less traffic between the cores; needs the split update;
+  /// docs/gradient_engine.md). STRATA_GRADIENTS=whole / sharded sets the default.
+  GradientLayout gradients = default_gradient_layout();
 };
 
 /// One replica per local device; CPU replicas are threads sharing memory through
@@ -64,7 +70,11 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
 
   explicit MirroredStrategy(int replicas = 2, MirroredOptions o = {})
       : detail::ThreadReplicas<MirroredStrategy>(replicas, "MirroredStrategy", o.collective), options_(o),
-        engines_(static_cast<std::size_t>(this->n_)), splits_(static_cast<std::size_t>(this->n_)) {}
+        engines_(static_cast<std::size_t>(this->n_)), splits_(static_cast<std::size_t>(this->n_)) {
+    STRATA_CHECK(o.gradients != GradientLayout::sharded || o.split_update != UpdateSplit::off,
+                 "MirroredStrategy: GradientLayout::sharded needs the split update (split_update on or measured): "
+                 "with split_update off every replica updates all of its copy from whole gradients");
+  }
   /// One replica per device (CPU devices: one thread each).
   explicit MirroredStrategy(const std::vector<Device>& devices, MirroredOptions o = {})
       : MirroredStrategy(cpu_replicas(devices), o) {}
@@ -78,6 +88,8 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
     auto copies = detail::make_replicas(factory, this->n_);
     using T = std::invoke_result_t<F&>;
     if constexpr (detail::HasParameters<T>) {
+      const bool sharded = options_.gradients == GradientLayout::sharded && this->n_ > 1;
+      auto shards = sharded ? std::make_shared<detail::ShardedGradients>(this->n_) : nullptr;
       std::vector<std::vector<Tensor>> params;
       std::vector<std::vector<optim::ElementRange>> shares;
       for (int r = 0; r < this->n_; ++r) {
@@ -85,6 +97,10 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
         owned_.push_back(std::make_unique<GradientEngine<Comm>>(this->comm(r), copies[ur]->parameters(),
                                                                 options_.bucket_bytes));
         engines_[ur].push_back(owned_.back().get());
+        if (shards) {
+          owned_.back()->shard(shards, r);
+          shards->attach(r, owned_.back()->bucket_buffers());
+        }
         params.push_back(copies[ur]->parameters());
         shares.push_back(owned_.back()->shares(r, this->n_));
       }
