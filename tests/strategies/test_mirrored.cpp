@@ -51,9 +51,11 @@ TEST_CASE("Strategy.Mirrored.EquivalentToOneDevice") {
                                                       .split_update = UpdateSplit::measured,
                                                       .split_choice = equivalence::kSwitchEveryProbe,
                                                       .gradients = GradientLayout::sharded};
-      for (const auto& [layout, options] : {std::pair{"whole", whole}, std::pair{"sharded", sharded},
-                                            std::pair{"sharded, switching", sharded_switching}})
+      for (const auto& layout_options : {std::pair{"whole", whole}, std::pair{"sharded", sharded},
+                                         std::pair{"sharded, switching", sharded_switching}})
         for (int n : {2, 3, 4}) {
+          const char* layout = layout_options.first;
+          const strata::MirroredOptions& options = layout_options.second;
           CAPTURE(conv);
           CAPTURE(k);
           CAPTURE(n);

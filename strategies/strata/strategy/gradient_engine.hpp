@@ -206,7 +206,6 @@ class GradientEngine final : public autograd::GradientCompletion {
                  r, " of a group of ", group ? group->replicas() : 0, ", rank ", comm_.rank(), " of ", comm_.size());
     sharded_ = std::move(group);
   }
-  bool sharded() const noexcept { return sharded_ != nullptr; }
   /// Whether this step's buckets were reduced to shares (gathered since, or not).
   bool sharded_step() const noexcept { return step_sharded_; }
 
