@@ -48,7 +48,7 @@ namespace detail {
 
 /// One rank's published state; a cache line each, so ranks do not false-share. The buffers
 /// and fingerprint of consecutive collectives alternate between two entries, so a collective
-/// that returns before the others are done reading (reduce_share_raw) cannot overwrite what
+/// that returns before the others are done reading (allreduce_or_share_raw) cannot overwrite what
 /// they read: a rank is at most one collective ahead of the slowest.
 struct alignas(64) RankSlot {
   std::atomic<std::uint64_t> arrived{0};  ///< the last barrier phase this rank reached
@@ -173,16 +173,23 @@ class InProcess : public TypedFrontEnd<InProcess> {
     reduce_own_share(count, dtype, op, [&](int k) { return group_->slot(k).recv_[cur_]; });
     end(fp);
   }
-  /// Like allreduce_raw in place, but rank r's `x` ends holding the reduction only in its
-  /// share, elements [share_begin(count, r, n), share_begin(count, r + 1, n)), and no rank
-  /// writes into another's buffer. It returns without waiting for the others to finish
-  /// reading `x`: the caller must not write `x` again before every rank has passed a later
-  /// barrier or collective of the group that follows its own call (the split update's
-  /// barrier does, in GradientLayout::sharded).
-  void reduce_share_raw(void* x, std::size_t count, DType dtype, ReduceOp op) {
-    const Fingerprint fp{OpKind::reduce_share, op, dtype, count, 0, 0};
+  /// An in-place all-reduce that, where `share()` says so, leaves rank r's `x` holding the
+  /// reduction only in its share, elements [share_begin(count, r, n), share_begin(count, r + 1,
+  /// n)), writes into no other rank's buffer, and returns without waiting for the others to
+  /// finish reading `x`: the caller must then not write `x` again before every rank has passed
+  /// a later barrier or collective of the group that follows its own call (the split update's
+  /// barrier does, in GradientLayout::sharded). `share()` runs once every rank has arrived, so
+  /// what it reads there (a word one rank wrote before arriving) is the same on every rank.
+  /// Returns what it did.
+  template <class Share>
+  bool allreduce_or_share_raw(void* x, std::size_t count, DType dtype, ReduceOp op, Share&& share) {
+    const Fingerprint fp{OpKind::allreduce, op, dtype, count, 0, 0};
     begin(fp, x, x);
-    reduce_own_share(count, dtype, op, [&](int k) { return k == rank_ ? x : nullptr; });
+    const bool shared = share();
+    reduce_own_share(count, dtype, op,
+                     [&](int k) -> void* { return shared ? (k == rank_ ? x : nullptr) : group_->slot(k).recv_[cur_]; });
+    if (!shared) end(fp);
+    return shared;
   }
   /// Whether the group was aborted (a rank failed, or a collective timed out).
   bool aborted() const noexcept { return group_->aborted(); }

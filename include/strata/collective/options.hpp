@@ -39,8 +39,7 @@ struct Options {
 };
 
 /// The kinds of collective, for fingerprints and messages.
-/// reduce_share: an in-place all-reduce that leaves each rank its share only (InProcess).
-enum class OpKind : std::uint8_t { allreduce, broadcast, allgather, reduce_scatter, barrier, reduce_share };
+enum class OpKind : std::uint8_t { allreduce, broadcast, allgather, reduce_scatter, barrier };
 
 constexpr const char* name_of(OpKind k) noexcept {
   switch (k) {
@@ -49,7 +48,6 @@ constexpr const char* name_of(OpKind k) noexcept {
     case OpKind::allgather: return "allgather";
     case OpKind::reduce_scatter: return "reduce_scatter";
     case OpKind::barrier: return "barrier";
-    case OpKind::reduce_share: return "reduce_share";
   }
   return "?";
 }
@@ -67,7 +65,7 @@ struct Fingerprint {
   std::string str() const {
     std::ostringstream os;
     os << name_of(kind) << " #" << seq << " (";
-    if (kind == OpKind::allreduce || kind == OpKind::reduce_scatter || kind == OpKind::reduce_share) os << "op " << name_of(op) << ", ";
+    if (kind == OpKind::allreduce || kind == OpKind::reduce_scatter) os << "op " << name_of(op) << ", ";
     if (kind == OpKind::broadcast) os << "root " << root << ", ";
     os << name_of(dtype) << " x " << count << ")";
     return os.str();

@@ -20,10 +20,11 @@
 /// faster than MPI_Iallreduce, which progresses only inside MPI calls and runs a slower
 /// schedule (docs/gradient_engine.md).
 ///
-/// Sharded (GradientLayout::sharded, InProcess replicas that split the update): each bucket's
-/// reduction leaves the sum in this replica's share only (reduce_share_raw), and the engine
-/// completes the rest from the other replicas (ShardedGradients) when the gradients are read
-/// through Gradients or the update does not split; apply_gradients consumes them.
+/// Sharded (GradientLayout::sharded, InProcess replicas that split the update): in a step
+/// whose update splits, each bucket's reduction leaves the sum in this replica's share only
+/// (allreduce_or_share_raw), and the engine completes the rest from the other replicas
+/// (ShardedGradients) when the gradients are read through Gradients; apply_gradients
+/// consumes them. A step whose update does not split reduces whole, as without sharding.
 #pragma once
 
 #include <algorithm>
@@ -45,6 +46,7 @@
 #include <strata/optim/optimizer.hpp>  // ElementRange
 #include <strata/runtime/process.hpp>  // env, env_int
 #include <strata/strategy/sharded_gradients.hpp>
+#include <strata/strategy/split_update.hpp>
 #include <strata/support/check.hpp>
 #include <strata/tensor/factory.hpp>
 #include <strata/tensor/half.hpp>
@@ -197,14 +199,16 @@ class GradientEngine final : public autograd::GradientCompletion {
     return out;
   }
 
-  /// From now on, replica `r` of `group` reduces only its share of each bucket and completes
-  /// the rest on demand (GradientLayout::sharded); `group` holds every replica's buffers.
-  void shard(std::shared_ptr<detail::ShardedGradients> group, int r)
+  /// From now on, in the steps whose update `split` splits, replica `r` of `group` reduces
+  /// only its share of each bucket and completes the rest on demand (GradientLayout::sharded);
+  /// `group` holds every replica's buffers.
+  void shard(std::shared_ptr<detail::ShardedGradients> group, int r, const detail::SplitUpdate& split)
     requires detail::reduces_on_replica_thread<C>
   {
     STRATA_CHECK(group && r == comm_.rank() && group->replicas() == comm_.size(), "GradientEngine::shard: replica ",
                  r, " of a group of ", group ? group->replicas() : 0, ", rank ", comm_.rank(), " of ", comm_.size());
     sharded_ = std::move(group);
+    split_ = &split;
   }
   /// Whether this step's buckets were reduced to shares (gathered since, or not).
   bool sharded_step() const noexcept { return step_sharded_; }
@@ -219,6 +223,10 @@ class GradientEngine final : public autograd::GradientCompletion {
                  "GradientLayout::whole");
     if constexpr (detail::reduces_on_replica_thread<C>) {
       if (open_) settle();  // read before apply_gradients: the buckets not started yet start now
+      if (!step_sharded_) {  // this step reduced whole
+        whole_ = true;
+        return;
+      }
       for (std::size_t b = 0; b < buckets_.size(); ++b)
         sharded_->gather(comm_.rank(), b, shard_step_, comm_.options().timeout, [this] { return comm_.aborted(); });
     }
@@ -340,7 +348,7 @@ class GradientEngine final : public autograd::GradientCompletion {
     if (!sharded_) return;
     ++shard_step_;
     whole_ = consumed_ = false;
-    step_sharded_ = true;
+    decided_ = false;
     autograd::detail::pending_completion() = {params_.empty() ? nullptr : params_[0].impl(), this};
   }
 
@@ -398,8 +406,18 @@ class GradientEngine final : public autograd::GradientCompletion {
                             static_cast<std::int64_t>(bk.count * size_of(bk.dtype)));
     if constexpr (detail::reduces_on_replica_thread<C>) {
       if (sharded_) {
-        comm_.reduce_share_raw(p, bk.count, bk.dtype, ReduceOp::Sum);
-        sharded_->reduced(comm_.rank(), b, shard_step_);
+        // The step's first bucket decides, inside the collective, whether this step's update
+        // splits (every replica reads replica 0's word there); the others follow it.
+        const int r = comm_.rank();
+        if (!decided_) {
+          step_sharded_ = comm_.allreduce_or_share_raw(p, bk.count, bk.dtype, ReduceOp::Sum,
+                                                       [&] { return split_->will_split(r); });
+          decided_ = true;
+          whole_ = !step_sharded_;
+        } else {
+          comm_.allreduce_or_share_raw(p, bk.count, bk.dtype, ReduceOp::Sum, [&] { return step_sharded_; });
+        }
+        if (step_sharded_) sharded_->reduced(r, b, shard_step_);
       } else {
         comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
       }
@@ -452,7 +470,8 @@ class GradientEngine final : public autograd::GradientCompletion {
   bool open_ = false;  // a step's first bucket has started, and finish() has not come yet
   std::shared_ptr<detail::ShardedGradients> sharded_;  // GradientLayout::sharded: every replica's buffers
   std::uint64_t shard_step_ = 0;  // steps whose buckets were reduced to shares
-  bool whole_ = true, consumed_ = false, step_sharded_ = false;
+  const detail::SplitUpdate* split_ = nullptr;  // whose way decides whether a step is sharded
+  bool whole_ = true, consumed_ = false, step_sharded_ = false, decided_ = false;
   bool reduce_here_ = detail::reduces_on_replica_thread<C>;  // all-reduces on the replica's thread
   std::shared_ptr<HookState> state_;
   GradientStats stats_;

@@ -97,10 +97,6 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
         owned_.push_back(std::make_unique<GradientEngine<Comm>>(this->comm(r), copies[ur]->parameters(),
                                                                 options_.bucket_bytes));
         engines_[ur].push_back(owned_.back().get());
-        if (shards) {
-          owned_.back()->shard(shards, r);
-          shards->attach(r, owned_.back()->bucket_buffers());
-        }
         params.push_back(copies[ur]->parameters());
         shares.push_back(owned_.back()->shares(r, this->n_));
       }
@@ -111,6 +107,12 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
             detail::measured_choice(options_.split_update, options_.split_choice)));
         split = splits_owned_.back().get();
       }
+      if (shards)
+        for (int r = 0; r < this->n_; ++r) {
+          GradientEngine<Comm>& engine = *engines_[static_cast<std::size_t>(r)].back();
+          engine.shard(shards, r, *split);
+          shards->attach(r, engine.bucket_buffers());
+        }
       for (auto& s : splits_) s.push_back(split);
     }
     return Replicated<T>(std::move(copies));

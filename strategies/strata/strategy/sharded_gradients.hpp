@@ -3,12 +3,13 @@
 /// gradients after backward.
 ///
 /// With the split update each replica updates only its share of every bucket, so it needs the
-/// sum only there. GradientLayout::sharded has each replica's gradient engine reduce its share
-/// into its own buffer alone (InProcess::reduce_share_raw): no replica writes into another's
-/// buckets, the writes that cost most between cores (docs/gradient_engine.md, "Sharded
-/// gradients"). The rest of a replica's buffer keeps its own gradient until someone reads it
-/// through Gradients (or the update does not split this step): then ShardedGradients copies
-/// the other replicas' shares in, each as soon as its replica has reduced it.
+/// sum only there. GradientLayout::sharded has each replica's gradient engine, in the steps
+/// whose update splits, reduce its share into its own buffer alone
+/// (InProcess::allreduce_or_share_raw): no replica writes into another's buckets, the writes
+/// that cost most between cores (docs/gradient_engine.md, "Sharded gradients"). The rest of a
+/// replica's buffer keeps its own gradient until someone reads it through Gradients: then
+/// ShardedGradients copies the other replicas' shares in, each as soon as its replica has
+/// reduced it.
 #pragma once
 
 #include <atomic>

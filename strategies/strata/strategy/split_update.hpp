@@ -153,6 +153,9 @@ class SplitUpdate {
 
   /// Whether replica r's update in flight (since begin()) splits.
   bool splitting(int r) const { return splitting_[index(r)] != 0; }
+  /// Whether replica r's next update will split, as replica 0 left it; the same on every
+  /// replica once the step's first collective has ordered replica 0's write (end()) before it.
+  bool will_split(int r) const { return way(steps_[index(r)]).load(std::memory_order_acquire) == kSplit; }
 
   /// After replica r's update (and publish(), when it split): replica 0 hands the others the
   /// way of the next step. The next step's all-reduce orders that write before their reads,
