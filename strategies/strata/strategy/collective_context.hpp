@@ -61,9 +61,7 @@ class CollectiveReplicaContext final : public ReplicaContext {
     for (std::size_t i = 0; i < splits_.size(); ++i)
       if (splits_[i] && engines_[i]->owns(g)) {
         pending_ = splits_[i];
-        if (pending_->begin(id_, opt)) return &pending_->ranges(id_, opt);
-        engines_[i]->make_whole();  // sharded gradients: this step every replica updates all of its copy
-        return nullptr;
+        return pending_->begin(id_, opt) ? &pending_->ranges(id_, opt) : nullptr;
       }
     return nullptr;
   }

@@ -222,13 +222,10 @@ class GradientEngine final : public autograd::GradientCompletion {
                  "now holds the summed gradients only in its own share; read them before apply_gradients, or use "
                  "GradientLayout::whole");
     if constexpr (detail::reduces_on_replica_thread<C>) {
-      if (open_) settle();  // read before apply_gradients: the buckets not started yet start now
-      if (!step_sharded_) {  // this step reduced whole
-        whole_ = true;
-        return;
-      }
-      for (std::size_t b = 0; b < buckets_.size(); ++b)
-        sharded_->gather(comm_.rank(), b, shard_step_, comm_.options().timeout, [this] { return comm_.aborted(); });
+      if (open_) settle();  // read before apply_gradients: the buckets not started yet start now (and decide)
+      if (step_sharded_)
+        for (std::size_t b = 0; b < buckets_.size(); ++b)
+          sharded_->gather(comm_.rank(), b, shard_step_, comm_.options().timeout, [this] { return comm_.aborted(); });
     }
     whole_ = true;
   }
@@ -347,8 +344,7 @@ class GradientEngine final : public autograd::GradientCompletion {
     local_nonfinite_ = -1;
     if (!sharded_) return;
     ++shard_step_;
-    whole_ = consumed_ = false;
-    decided_ = false;
+    whole_ = consumed_ = decided_ = false;
     autograd::detail::pending_completion() = {params_.empty() ? nullptr : params_[0].impl(), this};
   }
 
@@ -404,28 +400,29 @@ class GradientEngine final : public autograd::GradientCompletion {
     const auto t0 = Clock::now();
     observe::ScopedEvent ev("allreduce", "communication", static_cast<std::int64_t>(b),
                             static_cast<std::int64_t>(bk.count * size_of(bk.dtype)));
-    if constexpr (detail::reduces_on_replica_thread<C>) {
-      if (sharded_) {
-        // The step's first bucket decides, inside the collective, whether this step's update
-        // splits (every replica reads replica 0's word there); the others follow it.
-        const int r = comm_.rank();
-        if (!decided_) {
-          step_sharded_ = comm_.allreduce_or_share_raw(p, bk.count, bk.dtype, ReduceOp::Sum,
-                                                       [&] { return split_->will_split(r); });
-          decided_ = true;
-          whole_ = !step_sharded_;
-        } else {
-          comm_.allreduce_or_share_raw(p, bk.count, bk.dtype, ReduceOp::Sum, [&] { return step_sharded_; });
-        }
-        if (step_sharded_) sharded_->reduced(r, b, shard_step_);
-      } else {
-        comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
-      }
-    } else {
-      comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
-    }
+    if (!reduce_sharded(p, bk, b)) comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
     bk.seconds = seconds_since(t0);
     stats_.exposed_seconds += bk.seconds;
+  }
+
+  // Under the sharded layout, bucket b's reduction: to this replica's share where the step's
+  // update splits, else whole. The step's first bucket decides, inside the collective (every
+  // replica reads replica 0's word there), and the others follow it. False where not sharded.
+  bool reduce_sharded(void* p, Bucket& bk, std::size_t b) {
+    if constexpr (detail::reduces_on_replica_thread<C>) {
+      if (!sharded_) return false;
+      const int r = comm_.rank();
+      const bool first = !decided_;
+      step_sharded_ = comm_.allreduce_or_share_raw(p, bk.count, bk.dtype, ReduceOp::Sum,
+                                                   [&] { return first ? split_->will_split(r) : step_sharded_; });
+      decided_ = true;
+      whole_ = !step_sharded_;
+      if (step_sharded_) sharded_->reduced(r, b, shard_step_);
+      return true;
+    } else {
+      (void)p, (void)bk, (void)b;
+      return false;
+    }
   }
 
   // NonFinite::error: this replica's own gradients in `bk`, before the sum; keeps the lowest

@@ -132,7 +132,7 @@ class SplitUpdate {
   bool begin(int r, optim::Optimizer& opt) {
     const std::size_t me = index(r);
     // Every replica reads the word, whatever its own options say: replica 0's choice rules.
-    const bool split = way(steps_[me]).load(std::memory_order_acquire) == kSplit;
+    const bool split = will_split(r);
     splitting_[me] = split;
     if (!split && shared_at_[me] == opt.state_version()) {  // it holds the home's tensors
       const NamedState home = opt.state();
