@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Data-parallel training throughput with 2 replicas: strata's MirroredStrategy (2 threads;
-whole gradients, the default, and sharded ones: --gradients sharded), MultiWorkerMirroredStrategy<Mpi>
+whole gradients, the default, sharded ones: --gradients sharded, and sharded ones with the
+rows divided by measured speed: --rows measured), MultiWorkerMirroredStrategy<Mpi>
 and <Gloo> (2 processes) beside PyTorch DDP (gloo, 2 processes x 1 thread), on the reference MLP and CNN with batch 64 per replica, in the same run.
 Each round runs every configuration once, in an order of its own (a fixed-seed shuffle): on
 this host a 2-replica run that follows a 1-replica one (its second core idle for a second) is
@@ -12,6 +13,11 @@ configuration: examples/s, the ratio to DDP, the scaling efficiency (2-replica e
 (2 x the 1-replica examples/s of the same implementation)), the scaling over whole runs
 (warm-up steps included), and the gradient all-reduce time per step with the share of it
 hidden behind backward.
+The host's own ceiling is measured beside them: two independent one-device runs at once (no
+communication at all), `ceiling_scaling` = their summed examples/s / (2 x one run alone).
+On a host whose two cores slow each other down (shared caches, memory bandwidth, a busy
+hypervisor), no data-parallel run can scale better than that; `scaling_vs_ceiling` is a
+configuration's scaling efficiency over it.
 
     /usr/bin/python3 bench/data_parallel.py --build build [--rounds 3] [--models mlp,cnn]
 """
@@ -26,10 +32,23 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def last_json(cmd, env):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+def parse_last_json(out):
     line = [l for l in out.strip().splitlines() if "{" in l][-1]
     return json.loads(line[line.index("{"):])
+
+
+def last_json(cmd, env):
+    return parse_last_json(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
+
+
+def pair_json(cmd, env):
+    """Two copies of a one-replica run at once, with different seeds; their summed rates."""
+    procs = [subprocess.Popen(cmd + ["--seed", str(s)], stdout=subprocess.PIPE, text=True, env=env) for s in (1, 2)]
+    outs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise subprocess.CalledProcessError(max(p.returncode for p in procs), cmd)
+    got = [parse_last_json(o) for o in outs]
+    return {k: sum(g[k] for g in got) for k in ("examples_per_s", "steady_examples_per_s")}
 
 
 def median_of(runs, key):
@@ -53,8 +72,11 @@ def main():
         common = ["--model", model, "--max-steps", steps, "--no-eval", "--quiet"]
         configs = {
             "one_device": [fm] + common,
+            "one_device_pair": [fm] + common,  # run twice at once by pair_json: the ceiling
             "mirrored": [fm] + common + ["--strategy", "mirrored", "--replicas", "2"],
             "mirrored_sharded": [fm] + common + ["--strategy", "mirrored", "--replicas", "2", "--gradients", "sharded"],
+            "mirrored_sharded_measured_rows": [fm] + common + ["--strategy", "mirrored", "--replicas", "2",
+                                                               "--gradients", "sharded", "--rows", "measured"],
             "multi_worker_mirrored_mpi": ["mpirun", "-np", "2", fm] + common +
                                          ["--strategy", "multi_worker_mirrored", "--collective", "mpi"],
             "multi_worker_mirrored_gloo": [run, "-np", "2", fm] + common +
@@ -68,18 +90,22 @@ def main():
             order = list(configs)
             shuffle.shuffle(order)
             for k in order:
-                got[k].append(last_json(configs[k], env))
+                got[k].append((pair_json if k == "one_device_pair" else last_json)(configs[k], env))
         def rate(r):  # strata's steady-state figure; DDP's already leaves out its warm-up
             return r.get("steady_examples_per_s") or r["examples_per_s"]
         med = {k: statistics.median(rate(r) for r in v) for k, v in got.items()}
         whole = {k: statistics.median(r["examples_per_s"] for r in v) for k, v in got.items()}
-        for k in ("mirrored", "mirrored_sharded", "multi_worker_mirrored_mpi", "multi_worker_mirrored_gloo"):
+        ceiling = med["one_device_pair"] / (2 * med["one_device"])
+        for k in ("mirrored", "mirrored_sharded", "mirrored_sharded_measured_rows", "multi_worker_mirrored_mpi",
+                  "multi_worker_mirrored_gloo"):
             print(json.dumps({
                 "bench": "data_parallel", "model": model, "replicas": 2, "strategy": k, "rounds": a.rounds,
                 "strata_img_s": round(med[k], 1), "peer": "pytorch_ddp_gloo_2x1", "peer_img_s": round(med["ddp_2"], 1),
                 "ratio": round(med[k] / med["ddp_2"], 3),
                 "scaling_efficiency": round(med[k] / (2 * med["one_device"]), 3),
                 "scaling_whole_run": round(whole[k] / (2 * whole["one_device"]), 3),
+                "ceiling_scaling": round(ceiling, 3),
+                "scaling_vs_ceiling": round(med[k] / med["one_device_pair"], 3),
                 "peer_scaling_efficiency": round(med["ddp_2"] / (2 * med["ddp_1"]), 3),
                 "one_replica_img_s": round(med["one_device"], 1),
                 "allreduce_ms_per_step": median_of(got[k], "allreduce_ms_per_step"),

@@ -47,7 +47,7 @@ void usage() {
       "                     [--momentum M] [--data DIR] [--threads T] [--max-steps N] [--no-eval] [--quiet]\n"
       "                     [--strategy one_device|mirrored|central_storage|multi_worker_mirrored|parameter_server]\n"
       "                     [--replicas N] [--collective mpi|gloo|nccl] [--compression none|fp16|bf16]\n"
-      "                     [--gradients whole|sharded]\n"
+      "                     [--gradients whole|sharded] [--rows even|measured]\n"
       "                     [--device cpu|cuda:N]\n"
       "                     [--servers S] [--mode sync|async] [--staleness N] [--update-on servers|workers]\n"
       "                     [--checkpoint-dir DIR] [--checkpoint-every STEPS]\n"
@@ -59,6 +59,8 @@ void usage() {
       "--batch is per replica: the global batch is B x replicas, and the learning rate applies to it.\n"
       "--gradients sharded (mirrored): each replica keeps the summed gradients of its share only, which\n"
       "its part of the update reads; less traffic between the cores (docs/gradient_engine.md).\n"
+      "--rows measured (mirrored): each replica takes a share of the global batch in proportion to its\n"
+      "measured speed, so that faster cores do not wait for a slower one (docs/performance.md).\n"
       "--momentum is 0.9 by default, 0.7 under --strategy parameter_server --mode async (asynchrony adds\n"
       "momentum of its own).\n"
       "--device cuda:N (one_device) needs the trainer built by nvcc: fashion_mnist_cuda.");
@@ -88,7 +90,7 @@ strata::Device parse_device(const std::string& s) {
 
 int main(int argc, char** argv) try {
   fmnist::Config cfg;
-  std::string strategy_name = "one_device", collective, compression = "none", device_name = "cpu", gradients;
+  std::string strategy_name = "one_device", collective, compression = "none", device_name = "cpu", gradients, rows;
   int threads = 1, replicas = 2, servers = 0;
   long long staleness = -1;
   std::string mode, update_on;
@@ -112,6 +114,7 @@ int main(int argc, char** argv) try {
     else if (a == "--collective") collective = value();
     else if (a == "--compression") compression = value();
     else if (a == "--gradients") gradients = value();
+    else if (a == "--rows") rows = value();
     else if (a == "--servers") servers = static_cast<int>(parse_int(a, value()));
     else if (a == "--mode") mode = value();
     else if (a == "--staleness") staleness = parse_int(a, value());
@@ -180,9 +183,14 @@ int main(int argc, char** argv) try {
     throw strata::invalid_argument("[strata.example] --gradients expects whole or sharded, got '" + gradients + "'");
   if (strategy_name != "mirrored" && !gradients.empty())
     throw strata::invalid_argument("[strata.example] --gradients applies to --strategy mirrored only");
+  if (!rows.empty() && rows != "even" && rows != "measured")
+    throw strata::invalid_argument("[strata.example] --rows expects even or measured, got '" + rows + "'");
+  if (strategy_name != "mirrored" && !rows.empty())
+    throw strata::invalid_argument("[strata.example] --rows applies to --strategy mirrored only");
   strata::MirroredOptions mirrored;
   if (!gradients.empty())
     mirrored.gradients = gradients == "sharded" ? strata::GradientLayout::sharded : strata::GradientLayout::whole;
+  if (!rows.empty()) mirrored.rows = rows == "measured" ? strata::RowSplit::measured : strata::RowSplit::even;
   if (strategy_name != "parameter_server" && (servers != 0 || !mode.empty() || staleness != -1 || !update_on.empty()))
     throw strata::invalid_argument("[strata.example] --servers, --mode, --staleness and --update-on apply to --strategy "
                                    "parameter_server only");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <strata/strata.hpp>
@@ -25,6 +26,9 @@ struct Setup {
   int accumulation = 1;             // micro-batches per step (k)
   bool conv = false;                // a small CNN instead of the MLP
   strata::data::Remainder remainder = strata::data::Remainder::keep;  // of the last, partial batch
+  // Called on every replica, with its id and its count of rows, as its step begins (a test
+  // slows a replica down with it).
+  std::function<void(int, std::int64_t)> on_replica_rows;
 };
 
 inline strata::data::TensorDataset dataset(const Setup& s) {
@@ -58,6 +62,7 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
   for (auto& batch : data) {
     auto out = strategy.run(
         [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+          if (s.on_replica_rows) s.on_replica_rows(ctx.replica_id_in_sync_group(), b.size);
           const int k = s.accumulation;
           double total = 0;
           for (int m = 0; m < k; ++m) {  // micro-batch m: rows [lo, hi) of this replica's

@@ -4,6 +4,8 @@
 #include "doctest.hpp"
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -69,6 +71,48 @@ TEST_CASE("Strategy.Mirrored.EquivalentToOneDevice") {
             CHECK(losses[i] == doctest::Approx(ref_losses[i]).epsilon(1e-5));
         }
     }
+}
+
+// RowSplit::measured: a replica slowed down in proportion to its rows is given fewer of them,
+// and the run still ends where one device ends (whole and sharded gradients, accumulation
+// 1 and 2).
+TEST_CASE("Strategy.Mirrored.MeasuredRowsFollowSpeedAndTrainTheSame") {
+  using strata::GradientLayout, strata::RowSplit;
+  for (int k : {1, 2})
+    for (GradientLayout layout : {GradientLayout::whole, GradientLayout::sharded})
+      for (int n : {2, 3}) {
+        CAPTURE(k);
+        CAPTURE(n);
+        CAPTURE(layout == GradientLayout::sharded);
+        equivalence::Setup s;
+        s.accumulation = k;
+        std::vector<double> ref_losses;
+        const auto ref = reference(s, &ref_losses);
+        const int slow = n - 1;
+        std::vector<std::vector<std::int64_t>> rows(static_cast<std::size_t>(n));  // [replica][step]
+        s.on_replica_rows = [&](int r, std::int64_t count) {
+          rows[static_cast<std::size_t>(r)].push_back(count);
+          if (r == slow) std::this_thread::sleep_for(std::chrono::microseconds(300 * count));
+        };
+        strata::MirroredStrategy strategy(n, {.bucket_bytes = 2048, .gradients = layout, .rows = RowSplit::measured});
+        std::vector<double> losses;
+        const auto got = equivalence::train_steps(strategy, s, &losses);
+        CHECK(equivalence::max_relative_difference(got, ref) < 1e-5);
+        REQUIRE(losses.size() == ref_losses.size());
+        for (std::size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == doctest::Approx(ref_losses[i]).epsilon(1e-5));
+        // Steps 0..2 are even (the warm-up); the full batches after step 10 give the slow
+        // replica less than an even share, and never less than half of one.
+        REQUIRE(rows[0].size() == 21);
+        const std::int64_t even = 26 / n;
+        for (std::size_t step = 10; step < 20; ++step) {
+          CAPTURE(step);
+          std::int64_t total = 0;
+          for (const auto& r : rows) total += r[step];
+          CHECK(total == 26);
+          CHECK(rows[static_cast<std::size_t>(slow)][step] < even);
+          CHECK(2 * rows[static_cast<std::size_t>(slow)][step] >= even - 1);
+        }
+      }
 }
 
 // Read through Gradients before apply_gradients, sharded gradients are whole: the bits the

@@ -293,6 +293,7 @@ class InProcess : public TypedFrontEnd<InProcess> {
         fail_aborted(fp);
       return;
     }
+    const detail::WaitTimer waiting;
     // Spin first (a hand-off costs ~0.2 us): up to detail::long_spin_budget() where every rank
     // has a core (wait_policy.hpp), else briefly, since with fewer cores than ranks a spinning
     // rank starves the one it waits for. Then yield, then sleep.

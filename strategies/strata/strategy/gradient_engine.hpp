@@ -40,6 +40,7 @@
 #include <strata/autograd/backward.hpp>
 #include <strata/collective/async.hpp>     // Work
 #include <strata/collective/detail/reduce.hpp>  // share_begin
+#include <strata/collective/detail/wait_policy.hpp>  // WaitTimer
 #include <strata/collective/in_process.hpp>
 #include <strata/observe/timeline.hpp>
 #include <strata/optim/nonfinite.hpp>
@@ -243,6 +244,7 @@ class GradientEngine final : public autograd::GradientCompletion {
   /// ReplicaContext::all_reduce) then follows them in the same order on every rank.
   void drain() {
     const auto t0 = Clock::now();
+    const collective::detail::WaitTimer waiting;
     for (std::size_t b = 0; b < next_; ++b) buckets_[b].done.wait();
     stats_.exposed_seconds += seconds_since(t0);
   }
@@ -333,6 +335,7 @@ class GradientEngine final : public autograd::GradientCompletion {
       }
     launch_ready();
     const auto t0 = Clock::now();
+    const collective::detail::WaitTimer waiting;
     for (auto& bk : buckets_) bk.done.wait();
     stats_.exposed_seconds += seconds_since(t0);
   }

@@ -63,10 +63,8 @@ auto make_replicas(F& factory, int n) {
   return copies;
 }
 
-/// Local replica r's rows of a global batch (views, no copy).
-inline data::Batch replica_rows(const data::Batch& global, int r, int n) {
-  const std::int64_t lo = data::detail::split_begin(global.size, r, n);
-  const std::int64_t hi = data::detail::split_begin(global.size, r + 1, n);
+/// Rows [lo, hi) of a global batch, as one replica's batch (views, no copy).
+inline data::Batch batch_rows(const data::Batch& global, std::int64_t lo, std::int64_t hi) {
   data::Batch b;
   b.x = data::slice_rows(global.x, lo, hi);
   b.y = data::slice_rows(global.y, lo, hi);
@@ -77,6 +75,11 @@ inline data::Batch replica_rows(const data::Batch& global, int r, int n) {
   b.epoch = global.epoch;
   b.index = global.index;
   return b;
+}
+
+/// Local replica r's rows of a global batch split evenly between n replicas.
+inline data::Batch replica_rows(const data::Batch& global, int r, int n) {
+  return batch_rows(global, data::detail::split_begin(global.size, r, n), data::detail::split_begin(global.size, r + 1, n));
 }
 
 /// The replicas' tensors concatenated along axis 0 (every other extent and the dtype equal).

@@ -22,6 +22,7 @@
 #include <strata/strategy/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replicated.hpp>
+#include <strata/strategy/row_split.hpp>
 #include <strata/strategy/sharded_gradients.hpp>
 #include <strata/strategy/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
@@ -46,6 +47,11 @@ struct MirroredOptions {
   /// (`sharded`: less traffic between the cores; needs the split update;
   /// docs/gradient_engine.md). STRATA_GRADIENTS=whole / sharded sets the default.
   GradientLayout gradients = default_gradient_layout();
+  /// How each global batch's rows are divided between the replicas: evenly, or in proportion
+  /// to each replica's measured speed (`measured`: the faster cores take more rows instead of
+  /// waiting for the slowest; the same sum of gradients, but not bit-reproducible;
+  /// detail::RowBalance). STRATA_ROW_SPLIT=even / measured sets the default.
+  RowSplit rows = default_row_split();
 };
 
 /// One replica per local device; CPU replicas are threads sharing memory through
@@ -74,6 +80,7 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
     STRATA_CHECK(o.gradients != GradientLayout::sharded || o.split_update != UpdateSplit::off,
                  "MirroredStrategy: GradientLayout::sharded needs the split update (split_update on or measured): "
                  "with split_update off every replica updates all of its copy from whole gradients");
+    this->set_row_split(o.rows);
   }
   /// One replica per device (CPU devices: one thread each).
   explicit MirroredStrategy(const std::vector<Device>& devices, MirroredOptions o = {})

@@ -106,6 +106,7 @@ class ShardedGradients {
   template <class Abandoned>
   void wait(const std::atomic<std::uint64_t>& flag, std::uint64_t step, int q, std::chrono::milliseconds timeout,
             Abandoned& abandoned) const {
+    const collective::detail::WaitTimer waiting;
     auto ready = [&] { return flag.load(std::memory_order_acquire) >= step; };
     if (collective::detail::spin_wait(replicas(), 4096, ready)) return;
     const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -5,20 +5,25 @@
 /// `with_context(r, f)` builds replica r's context on the stack and calls f(ctx).
 #pragma once
 
+#include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>  // hardware_concurrency
 #include <type_traits>
 #include <vector>
 
+#include <strata/collective/detail/wait_policy.hpp>  // thread_wait_seconds
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
 #include <strata/strategy/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replica_pool.hpp>
+#include <strata/strategy/row_split.hpp>
 
 namespace strata::detail {
 
@@ -44,12 +49,36 @@ class ThreadReplicas : RejectsReplicaValues {
   }
 
   /// Runs fn(ctx, rows) on every replica at once, each with its contiguous share of the
-  /// global batch's rows; returns the replicas' results.
+  /// global batch's rows (even, or by measured speed: RowSplit); returns the replicas' results.
   template <class F>
     requires std::invocable<F&, ReplicaContext&, const data::Batch&>
   auto run(F&& fn, const data::Batch& batch) {
-    return run_replicas<std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>>(
-        [&](ReplicaContext& ctx, int r) { return fn(ctx, replica_rows(batch, r, n_)); });
+    using R = std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>;
+    if (!balance_) return run_replicas<R>([&](ReplicaContext& ctx, int r) { return fn(ctx, replica_rows(batch, r, n_)); });
+    balance_->bounds(batch.size, bounds_);
+    auto timed = [&](ReplicaContext& ctx, int r) {
+      const auto ur = static_cast<std::size_t>(r);
+      const double waited = collective::detail::thread_wait_seconds();
+      const auto from = std::chrono::steady_clock::now();
+      struct Busy {  // a destructor: fn may return a value
+        double& out;
+        double waited;
+        std::chrono::steady_clock::time_point from;
+        ~Busy() {
+          out = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count() -
+                (collective::detail::thread_wait_seconds() - waited);
+        }
+      } busy{busy_[ur], waited, from};
+      return fn(ctx, batch_rows(batch, bounds_[ur], bounds_[ur + 1]));
+    };
+    if constexpr (std::is_void_v<R>) {
+      run_replicas<R>(timed);
+      observe_rows();
+    } else {
+      auto out = run_replicas<R>(timed);
+      observe_rows();
+      return out;
+    }
   }
   /// Runs fn(ctx) on every replica at once.
   template <class F>
@@ -85,6 +114,16 @@ class ThreadReplicas : RejectsReplicaValues {
   ~ThreadReplicas() = default;
 
   collective::InProcess& comm(int r) noexcept { return comms_[static_cast<std::size_t>(r)]; }
+  /// Divides each batch's rows by the replicas' measured speed (RowSplit::measured) or evenly.
+  void set_row_split(RowSplit how) {
+    balance_.reset();
+    if (how == RowSplit::measured && n_ > 1) {
+      balance_.emplace(n_);
+      bounds_.assign(static_cast<std::size_t>(n_) + 1, 0);
+      rows_.assign(static_cast<std::size_t>(n_), 0);
+      busy_.assign(static_cast<std::size_t>(n_), 0.0);
+    }
+  }
 
   int n_;
 
@@ -118,8 +157,16 @@ class ThreadReplicas : RejectsReplicaValues {
     }
   }
 
+  void observe_rows() {
+    for (std::size_t r = 0; r < rows_.size(); ++r) rows_[r] = bounds_[r + 1] - bounds_[r];
+    balance_->observe(rows_, busy_);
+  }
+
   std::vector<collective::InProcess> comms_;
   std::shared_ptr<ReplicaPool> pool_;
+  std::optional<RowBalance> balance_;
+  std::vector<std::int64_t> bounds_, rows_;  // this step's row boundaries, and each replica's count
+  std::vector<double> busy_;                 // each replica's busy seconds in this step
 };
 
 }  // namespace strata::detail

@@ -35,6 +35,26 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
+/// Seconds this thread has spent blocked waiting for other ranks (barriers, flags, the
+/// gradient buckets): a step's wall time less what this grew by is the time the thread was
+/// busy (RowBalance weighs the replicas by it).
+inline double& thread_wait_seconds() noexcept {
+  thread_local double seconds = 0;
+  return seconds;
+}
+
+/// Adds the time from its construction to its destruction to thread_wait_seconds().
+class WaitTimer {
+ public:
+  WaitTimer() noexcept : from_(std::chrono::steady_clock::now()) {}
+  ~WaitTimer() { thread_wait_seconds() += std::chrono::duration<double>(std::chrono::steady_clock::now() - from_).count(); }
+  WaitTimer(const WaitTimer&) = delete;
+  WaitTimer& operator=(const WaitTimer&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point from_;
+};
+
 /// True on the threads that run collectives in the background (AsyncWorker, the gradient
 /// engine's communication thread): their rank computes meanwhile, so they never spin long.
 inline thread_local bool on_background_thread = false;
