@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include <strata/support/check.hpp>
 
@@ -48,6 +49,15 @@ inline long env_int(const char* name, const char* value, long lo, long hi) {
   if (x < lo || x > hi)
     STRATA_THROW(::strata::invalid_argument, "strata.runtime", name, "=", value, " is outside ", lo, "..", hi);
   return x;
+}
+
+/// Variable `name` naming one of two ways: false when unset or `first`, true when `second`;
+/// anything else throws (in `domain`) naming the variable and value.
+inline bool env_either(const char* name, const char* first, const char* second, const char* domain) {
+  const char* v = env(name);
+  if (v == nullptr || std::string_view(v) == first) return false;
+  if (std::string_view(v) == second) return true;
+  STRATA_THROW(::strata::invalid_argument, domain, name, "='", v, "' is neither ", first, " nor ", second);
 }
 
 }  // namespace detail

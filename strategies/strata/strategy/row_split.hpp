@@ -25,7 +25,6 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
-#include <string_view>
 #include <vector>
 
 #include <strata/runtime/process.hpp>  // env
@@ -42,10 +41,8 @@ enum class RowSplit {
 
 /// STRATA_ROW_SPLIT: even (the default) or measured.
 inline RowSplit default_row_split() {
-  const char* v = runtime::detail::env("STRATA_ROW_SPLIT");
-  if (v == nullptr || std::string_view(v) == "even") return RowSplit::even;
-  if (std::string_view(v) == "measured") return RowSplit::measured;
-  STRATA_THROW(::strata::invalid_argument, "strata.strategy", "STRATA_ROW_SPLIT='", v, "' is neither even nor measured");
+  return runtime::detail::env_either("STRATA_ROW_SPLIT", "even", "measured", "strata.strategy") ? RowSplit::measured
+                                                                                                : RowSplit::even;
 }
 
 }  // namespace strata
@@ -65,7 +62,6 @@ class RowBalance {
     STRATA_CHECK(replicas >= 1, "RowBalance: replicas must be at least 1, got ", replicas);
   }
 
-  int replicas() const noexcept { return static_cast<int>(speed_.size()); }
   /// Replica r's share of the rows (the shares sum to 1).
   double share(int r) const { return share_.at(static_cast<std::size_t>(r)); }
 
@@ -82,29 +78,24 @@ class RowBalance {
       for (std::int64_t r = 0; r <= n; ++r) out[static_cast<std::size_t>(r)] = rows * r / n;
       return;
     }
-    if (rows == last_rows_) {
-      bool stay = true;
-      double cum = 0;
-      for (std::size_t r = 1; r < speed_.size() && stay; ++r) {
-        cum += share_[r - 1];
-        stay = std::abs(cum * static_cast<double>(rows) - static_cast<double>(last_[r])) <= kStay;
-      }
-      if (stay) {
-        std::copy(last_.begin(), last_.end(), out.begin());
-        return;
-      }
-    }
+    bool stay = rows == last_rows_;
     double cum = 0;
     out[0] = 0;
     for (std::int64_t r = 1; r < n; ++r) {
-      cum += share_[static_cast<std::size_t>(r - 1)];
-      const auto b = static_cast<std::int64_t>(std::llround(cum * static_cast<double>(rows)));
+      const auto ur = static_cast<std::size_t>(r);
+      cum += share_[ur - 1];
+      const double exact = cum * static_cast<double>(rows);
+      stay = stay && std::abs(exact - static_cast<double>(last_[ur])) <= kStay;
       // at least one row for this replica and for each one after it
-      out[static_cast<std::size_t>(r)] = std::clamp(b, out[static_cast<std::size_t>(r - 1)] + 1, rows - (n - r));
+      out[ur] = std::clamp(static_cast<std::int64_t>(std::llround(exact)), out[ur - 1] + 1, rows - (n - r));
     }
     out[static_cast<std::size_t>(n)] = rows;
-    std::copy(out.begin(), out.end(), last_.begin());
-    last_rows_ = rows;
+    if (stay) {
+      std::copy(last_.begin(), last_.end(), out.begin());
+    } else {
+      std::copy(out.begin(), out.end(), last_.begin());
+      last_rows_ = rows;
+    }
   }
 
   /// After a step in which replica r had rows[r] rows and was busy busy_seconds[r]: updates

@@ -19,7 +19,6 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -42,10 +41,8 @@ enum class GradientLayout {
 
 /// STRATA_GRADIENTS: whole (the default) or sharded.
 inline GradientLayout default_gradient_layout() {
-  const char* v = runtime::detail::env("STRATA_GRADIENTS");
-  if (v == nullptr || std::string_view(v) == "whole") return GradientLayout::whole;
-  if (std::string_view(v) == "sharded") return GradientLayout::sharded;
-  STRATA_THROW(::strata::invalid_argument, "strata.strategy", "STRATA_GRADIENTS='", v, "' is neither whole nor sharded");
+  return runtime::detail::env_either("STRATA_GRADIENTS", "whole", "sharded", "strata.strategy") ? GradientLayout::sharded
+                                                                                                 : GradientLayout::whole;
 }
 
 }  // namespace strata
