@@ -1,5 +1,6 @@
-// The wait policy of barriers (wait_policy.hpp): who may spin long, the bounded spin, and
-// in-process all-reduces whose late rank arrives within the spin and past it.
+// The wait policy of barriers (wait_policy.hpp): who may spin long, the bounded spin, the
+// back-off after a long spin runs out, and in-process all-reduces whose late rank arrives
+// within the spin and past it.
 #include "doctest.hpp"
 
 #include <atomic>
@@ -52,6 +53,49 @@ TEST_CASE("Collective.WaitPolicy.SpinForEndsWhenReadyOrAfterItsBudget") {
   const auto t0 = Clock::now();
   CHECK_FALSE(detail::spin_for(std::chrono::microseconds(3000), [] { return false; }));
   CHECK(Clock::now() - t0 >= std::chrono::microseconds(3000));
+}
+
+TEST_CASE("Collective.WaitPolicy.BackoffAfterALongSpinRunsOut") {
+  detail::SpinBackoff b;
+  auto brief_waits = [&] {  // long_now() false this many times in a row, then true
+    int n = 0;
+    while (!b.long_now()) ++n;
+    return n;
+  };
+  CHECK(brief_waits() == 0);
+  b.ran_out();
+  CHECK(b.brief_left() == detail::SpinBackoff::kFirst);
+  CHECK(brief_waits() == static_cast<int>(detail::SpinBackoff::kFirst));
+  b.ran_out();  // the long spin tried after them ran out too: twice as many
+  CHECK(brief_waits() == static_cast<int>(2 * detail::SpinBackoff::kFirst));
+  for (int i = 0; i < 12; ++i) b.ran_out();  // doubling stops at kMost
+  CHECK(b.brief_left() == detail::SpinBackoff::kMost);
+  CHECK(brief_waits() == static_cast<int>(detail::SpinBackoff::kMost));
+  b.paid();  // a long spin that ended in time: the next run-out backs off kFirst again
+  b.ran_out();
+  CHECK(b.brief_left() == detail::SpinBackoff::kFirst);
+}
+
+TEST_CASE("Collective.WaitPolicy.SpinWaitSpinsBrieflyAfterItsLongSpinRanOut") {
+  if (!detail::may_spin_long(1)) return;  // STRATA_SPIN_US=0: no long spin to run out
+  std::thread([] {  // a fresh thread: its own SpinBackoff
+    long calls = 0;
+    auto never = [&] {
+      ++calls;
+      return false;
+    };
+    const auto t0 = Clock::now();
+    CHECK_FALSE(detail::spin_wait(1, 10, never));  // long: runs the whole budget out
+    CHECK(Clock::now() - t0 >= detail::long_spin_budget());
+    CHECK(detail::spin_backoff().brief_left() == detail::SpinBackoff::kFirst);
+    calls = 0;
+    CHECK_FALSE(detail::spin_wait(1, 10, never));  // brief: 10 turns, and one last look
+    CHECK(calls == 11);
+    CHECK(detail::spin_backoff().brief_left() == detail::SpinBackoff::kFirst - 1);
+    std::atomic<bool> flag{true};
+    CHECK(detail::spin_wait(1, 10, [&] { return flag.load(); }));  // ready at once: still counted as brief
+    CHECK(detail::spin_backoff().brief_left() == detail::SpinBackoff::kFirst - 2);
+  }).join();
 }
 
 TEST_CASE("Collective.WaitPolicy.LateRankWithinAndPastTheSpin" * doctest::timeout(60)) {

@@ -65,7 +65,7 @@ class ReplicaPool {
     execute(0);
     // Wait for the others: spin a little (steps are short), then sleep.
     int seen = done_.load(std::memory_order_acquire);
-    for (int i = 0; i < 20000 && seen != n_ - 1; ++i) {
+    for (int i = 0, spins = handoff_spins(); i < spins && seen != n_ - 1; ++i) {
       collective::detail::cpu_relax();
       seen = done_.load(std::memory_order_acquire);
     }
@@ -78,6 +78,11 @@ class ReplicaPool {
   }
 
  private:
+  // Turns a hand-off spins before it sleeps: a step's skew's worth, unless this thread's long
+  // spins at barriers have lately run out (collective::detail::SpinBackoff), a sign that the
+  // thread it waits for is not running; then a few, so that the core is free to take it.
+  static int handoff_spins() noexcept { return collective::detail::spin_backoff().brief_left() > 0 ? 256 : 20000; }
+
   void execute(int r) {
     ReplicaScope scope(r, /*step=*/true);
     try {
@@ -95,7 +100,7 @@ class ReplicaPool {
     std::uint64_t seen = 0;
     for (;;) {
       std::uint64_t g = generation_.load(std::memory_order_acquire);
-      for (int i = 0; i < 20000 && g == seen; ++i) {
+      for (int i = 0, spins = handoff_spins(); i < spins && g == seen; ++i) {
         collective::detail::cpu_relax();
         g = generation_.load(std::memory_order_acquire);
       }

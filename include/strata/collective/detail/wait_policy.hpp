@@ -6,10 +6,16 @@
 /// up to kLongSpin (STRATA_SPIN_US; well past a step's usual skew between replicas, 100–300
 /// µs on a busy host); everywhere else — more ranks than cores, or a background thread whose
 /// rank computes on the same core — a waiter spins briefly and sleeps soon
-/// (docs/performance.md). Barriers call spin_wait, then yield or sleep as they see fit.
+/// (docs/performance.md). A long spin that runs out is the sign that the peer is not running
+/// (another job holds its core, or the scheduler has put it beside one): spinning on would
+/// keep from it the core it could move to, so the thread then spins briefly for its next waits
+/// (SpinBackoff) and tries the long spin again later. Barriers call spin_wait, then yield or
+/// sleep as they see fit.
 #pragma once
 
+#include <algorithm>  // std::min
 #include <chrono>
+#include <cstdint>
 #include <thread>  // hardware_concurrency
 
 #include <strata/runtime/process.hpp>  // env, env_int
@@ -79,11 +85,51 @@ bool spin_for(std::chrono::microseconds budget, Ready&& ready) {
   }
 }
 
+/// A thread's record of whether its long spins pay. When one runs out, the thread's next
+/// `next` waits spin briefly, and `next` doubles (up to kMost) each time the long spin it tries
+/// after them runs out too; a long spin that ends in time sets it back to kFirst.
+class SpinBackoff {
+ public:
+  static constexpr std::uint32_t kFirst = 16;   ///< brief waits after a first long spin ran out
+  static constexpr std::uint32_t kMost = 1024;  ///< at most this many in a row
+
+  /// Whether this wait may spin long (counts a brief one down otherwise).
+  bool long_now() noexcept {
+    if (brief_left_ == 0) return true;
+    --brief_left_;
+    return false;
+  }
+  void ran_out() noexcept {
+    brief_left_ = next_;
+    next_ = std::min(next_ * 2, kMost);
+  }
+  void paid() noexcept { next_ = kFirst; }
+  std::uint32_t brief_left() const noexcept { return brief_left_; }
+
+ private:
+  std::uint32_t brief_left_ = 0;
+  std::uint32_t next_ = kFirst;
+};
+
+/// The calling thread's SpinBackoff.
+inline SpinBackoff& spin_backoff() noexcept {
+  thread_local SpinBackoff backoff;
+  return backoff;
+}
+
 /// The spin before a barrier gives its core away, for `ranks` ranks on this host: up to
-/// long_spin_budget() where may_spin_long, else `brief_spins` turns. Returns ready().
+/// long_spin_budget() where may_spin_long and the thread's long spins pay (SpinBackoff), else
+/// `brief_spins` turns. Returns ready().
 template <class Ready>
 bool spin_wait(int ranks, int brief_spins, Ready&& ready) {
-  if (may_spin_long(ranks)) return spin_for(long_spin_budget(), ready);
+  if (may_spin_long(ranks) && spin_backoff().long_now()) {
+    if (spin_for(long_spin_budget(), ready)) {
+      spin_backoff().paid();
+      return true;
+    }
+    spin_backoff().ran_out();
+    return false;
+  }
   for (int i = 0; i < brief_spins; ++i) {
     if (ready()) return true;
     cpu_relax();
