@@ -51,6 +51,14 @@ def pair_json(cmd, env):
     return {k: sum(g[k] for g in got) for k in ("examples_per_s", "steady_examples_per_s")}
 
 
+def run_env():
+    """The environment of every measured run: one BLAS/OpenMP thread per process, and mpirun
+    allowed as root and past one process per core."""
+    return dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+                OMPI_MCA_btl_vader_single_copy_mechanism="none")
+
+
 def median_of(runs, key):
     values = [r[key] for r in runs if r.get(key) is not None]
     return round(statistics.median(values), 4) if values else None
@@ -62,9 +70,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="mlp,cnn")
     a = ap.parse_args()
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    env = run_env()
     fm = os.path.join(a.build, "examples", "fashion_mnist")
     run = os.path.join(a.build, "tools", "strata-run")
     for model in a.models.split(","):

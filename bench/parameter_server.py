@@ -14,7 +14,7 @@ import json
 import os
 import statistics
 
-from data_parallel import last_json
+from data_parallel import last_json, run_env
 
 
 def main():
@@ -23,9 +23,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="mlp,cnn")
     a = ap.parse_args()
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    env = run_env()
     fm = os.path.join(a.build, "examples", "fashion_mnist")
     for model in a.models.split(","):
         steps = "300" if model == "mlp" else "60"

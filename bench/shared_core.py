@@ -25,7 +25,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from data_parallel import last_json  # noqa: E402
+from data_parallel import last_json, run_env  # noqa: E402
 
 
 def busy_loop():
@@ -41,9 +41,7 @@ def main():
     a = ap.parse_args()
     if (os.cpu_count() or 1) < 2:
         sys.exit("shared_core.py: needs at least 2 cores (one for the busy loop to share)")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    env = run_env()
     no_spin = dict(env, STRATA_SPIN_US="0")
     fm = os.path.join(a.build, "examples", "fashion_mnist")
     for model in a.models.split(","):

@@ -122,12 +122,12 @@ inline SpinBackoff& spin_backoff() noexcept {
 /// `brief_spins` turns. Returns ready().
 template <class Ready>
 bool spin_wait(int ranks, int brief_spins, Ready&& ready) {
-  if (may_spin_long(ranks) && spin_backoff().long_now()) {
+  if (SpinBackoff& backoff = spin_backoff(); may_spin_long(ranks) && backoff.long_now()) {
     if (spin_for(long_spin_budget(), ready)) {
-      spin_backoff().paid();
+      backoff.paid();
       return true;
     }
-    spin_backoff().ran_out();
+    backoff.ran_out();
     return false;
   }
   for (int i = 0; i < brief_spins; ++i) {
