@@ -490,14 +490,13 @@ struct SplitRun {
   std::vector<std::vector<std::vector<float>>> params;  // [replica][parameter]
   std::vector<std::vector<std::pair<std::string, std::vector<float>>>> state;  // [replica]
   std::vector<std::vector<Tensor>> shared_state;  // [replica]: the state tensors themselves
+  std::vector<std::vector<std::vector<float>>> grads;  // [replica][parameter], after the last step
 };
 
-template <class MakeOpt>
-SplitRun run_split(int n, strata::UpdateSplit mode, int steps, MakeOpt make_opt, const SplitRun* resume = nullptr,
-                   std::int64_t resume_steps = 0, strata::SplitChoiceOptions choice = equivalence::kSwitchEveryProbe,
-                   strata::GradientLayout layout = strata::GradientLayout::whole) {
-  strata::MirroredStrategy strategy(
-      n, {.bucket_bytes = 2048, .split_update = mode, .split_choice = choice, .gradients = layout});
+// `steps` steps of the equivalence model under `strategy` (n replicas), optionally resumed from
+// replica 0's values and state in `resume` after `resume_steps` steps.
+template <class S, class MakeOpt>
+SplitRun run_steps(S& strategy, int n, int steps, MakeOpt make_opt, const SplitRun* resume, std::int64_t resume_steps) {
   strata::manual_seed(5);
   auto net = strategy.scope([] { return equivalence::model(false); });
   auto opt = strategy.scope([&] { return make_opt(net.parameters()); });
@@ -536,8 +535,19 @@ SplitRun run_split(int n, strata::UpdateSplit mode, int steps, MakeOpt make_opt,
       st.emplace_back(name, t.template to_vector<float>());
       tensors.push_back(t);
     }
+    auto& gs = out.grads.emplace_back();
+    for (const Tensor& p : net.replica(ur).parameters()) gs.push_back(p.grad().to_vector<float>());
   }
   return out;
+}
+
+template <class MakeOpt>
+SplitRun run_split(int n, strata::UpdateSplit mode, int steps, MakeOpt make_opt, const SplitRun* resume = nullptr,
+                   std::int64_t resume_steps = 0, strata::SplitChoiceOptions choice = equivalence::kSwitchEveryProbe,
+                   strata::GradientLayout layout = strata::GradientLayout::whole) {
+  strata::MirroredStrategy strategy(
+      n, {.bucket_bytes = 2048, .split_update = mode, .split_choice = choice, .gradients = layout});
+  return run_steps(strategy, n, steps, make_opt, resume, resume_steps);
 }
 
 }  // namespace
@@ -613,6 +623,83 @@ TEST_CASE("Strategy.Mirrored.SplitUpdateEqualsEveryReplicaUpdating") {
   };
   check(sgd, "sgd");
   check(adam, "adam");
+}
+
+// An SGD that cannot update parts of its parameters: under CentralStorageStrategy replica 0
+// applies all of the update, as before the split.
+class WholeSgd final : public strata::optim::Sgd {
+ public:
+  using Sgd::Sgd;
+  bool updates_ranges() const noexcept override { return false; }
+};
+
+// CentralStorageStrategy: every replica updates its share of the one copy; the values, the
+// state and the gradients are those of replica 0 updating all of it, bit for bit.
+TEST_CASE("Strategy.CentralStorage.UpdateSplitAcrossReplicas") {
+  auto run = [](int n, int steps, auto make_opt, const SplitRun* resume = nullptr, std::int64_t resume_steps = 0) {
+    strata::CentralStorageStrategy strategy(n);
+    return run_steps(strategy, n, steps, make_opt, resume, resume_steps);
+  };
+  auto whole_sgd = [](const std::vector<Tensor>& p) { return WholeSgd(p, 0.1, {.momentum = 0.9, .nesterov = true}); };
+  auto sgd = [](const std::vector<Tensor>& p) { return strata::optim::Sgd(p, 0.1, {.momentum = 0.9, .nesterov = true}); };
+  auto adam = [](const std::vector<Tensor>& p) { return strata::optim::Adam(p, 0.01); };
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    const SplitRun whole = run(n, 6, whole_sgd);
+    const SplitRun split = run(n, 6, sgd);
+    REQUIRE(!split.state[0].empty());
+    CHECK(split.params[0] == whole.params[0]);
+    CHECK(split.state[0] == whole.state[0]);  // what a checkpoint saves: complete
+    for (int r = 0; r < n; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      CHECK(split.params[ur] == split.params[0]);  // one storage
+      CHECK(split.grads[ur] == whole.grads[0]);    // every replica holds the sum
+      CHECK(whole.grads[ur] == whole.grads[0]);
+      for (std::size_t k = 0; k < split.shared_state[ur].size(); ++k)
+        CHECK(same_tensor(split.shared_state[ur][k], split.shared_state[0][k]));  // one set of state tensors
+    }
+    // Resumed after 6 steps from replica 0's values and state (Adam: two state tensors per
+    // parameter): 4 more steps end where 10 uninterrupted steps end, on every replica.
+    const SplitRun adam6 = run(n, 6, adam);
+    const SplitRun adam10 = run(n, 10, adam);
+    const SplitRun resumed = run(n, 4, adam, &adam6, 6);
+    CHECK(resumed.params[0] == adam10.params[0]);
+    CHECK(resumed.state[0] == adam10.state[0]);
+  }
+}
+
+// RELIABILITY D3 under CentralStorageStrategy: a NaN in one replica's gradients at one step is
+// skipped by every replica together, and the step counts stay alike.
+TEST_CASE("Strategy.CentralStorage.NonFiniteGradientsSkippedTogether") {
+  strata::CentralStorageStrategy strategy(3);
+  strata::manual_seed(3);
+  auto net = strategy.scope([] { return equivalence::model(false); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.1, {.momentum = 0.9}); });
+  for (std::size_t r = 0; r < 3; ++r) opt.replica(r).set_nonfinite(strata::optim::NonFinite::skip);
+  equivalence::Setup s;
+  auto data = strategy.distribute(strata::data::Pipeline(equivalence::dataset(s)).batch(26));
+  auto values = [&] {
+    std::vector<std::vector<float>> out;
+    for (const Tensor& p : net.replica(0).parameters()) out.push_back(p.to_vector<float>());
+    return out;
+  };
+  int step = 0;
+  std::vector<std::vector<float>> before;
+  for (auto& batch : data) {
+    if (step == 3) before = values();
+    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      Tensor loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
+      if (step == 3 && ctx.replica_id_in_sync_group() == 2) loss = loss * std::nan("");
+      opt.apply_gradients(ctx, strata::grad(loss, net.parameters()));
+    }, batch);
+    if (step == 3) CHECK(values() == before);  // the poisoned step changed nothing
+    if (++step == 6) break;
+  }
+  for (std::size_t r = 0; r < 3; ++r) {
+    CHECK(opt.replica(r).skipped_steps() == 1);
+    CHECK(opt.replica(r).steps() == 5);
+  }
+  CHECK(values() != before);  // the other steps trained
 }
 
 // write_job_timeline in one process (threads as replicas): offset 0, one trace, the events once.

@@ -137,9 +137,11 @@ class Optimizer {
           if (updates_ranges()) mine = ctx.update_ranges(grads, *this);
         if (mine) {
           step_ranges(*mine);
-        } else {
+        } else if (updates_unsplit(ctx)) {
           grads.make_whole();  // a strategy may keep them in shares (GradientLayout::sharded)
           step();
+        } else {
+          ++steps_;  // another replica updates the variables this one shares
         }
       }
     } else {
@@ -217,6 +219,15 @@ class Optimizer {
                    " belongs to another parameter than the optimizer's");
   }
 
+  /// Whether this replica applies an update that does not split (a context without the
+  /// question: yes).
+  template <class Ctx>
+  static bool updates_unsplit(Ctx& ctx) {
+    if constexpr (requires { ctx.updates_unsplit(); })
+      return ctx.updates_unsplit();
+    else
+      return true;
+  }
   /// Where the non-finite gradients came from, for NonFinite::error: every replica takes
   /// part (they all reach this point, since the summed gradients are the same bits
   /// everywhere) in two small all-reduces — the lowest replica whose own gradients held a NaN

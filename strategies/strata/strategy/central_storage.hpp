@@ -4,15 +4,21 @@
 /// update is applied once (tf.distribute.experimental.CentralStorageStrategy).
 ///
 /// On CPU the replicas' views of a variable share the central storage: each replica gets its
-/// own tensor header over it (so its own gradient), no copy. In apply_gradients the replicas
-/// sum their gradients into replica 0's — each replica adding one contiguous share of every
-/// gradient — then replica 0's optimizer, the only one with state, updates the central
-/// values, and a barrier publishes them to every replica before the next step reads them.
+/// own tensor header over it (so its own gradient), no copy. In apply_gradients each replica
+/// sums one contiguous share of every gradient across the replicas and writes the sum into
+/// every replica's gradient, so all of them hold the same sum; then each replica updates its
+/// share of the central values (a detail::SplitUpdate over views of one storage: nothing to
+/// publish, one optimizer state that the replicas' optimizers hold together), and a barrier
+/// makes the update visible before the next step reads it. An optimizer that cannot update
+/// ranges, or gradients of other tensors than the scope's model's, are applied by replica 0.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <strata/collective/in_process.hpp>
@@ -21,6 +27,7 @@
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replicated.hpp>
+#include <strata/strategy/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/strategy/thread_replicas.hpp>
 
@@ -47,7 +54,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
         pending_(static_cast<std::size_t>(this->n_)) {}
 
   /// One object per replica over one set of variables: replica r's parameters are views of
-  /// replica 0's storage.
+  /// replica 0's storage, and replica r updates share r of each of them.
   template <class F>
     requires std::invocable<F&>
   Replicated<std::invoke_result_t<F&>> scope(F&& factory) {
@@ -59,6 +66,16 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
       for (int r = 1; r < this->n_; ++r) {
         const std::vector<Tensor>& mine = copies[static_cast<std::size_t>(r)]->parameters();
         for (std::size_t k = 0; k < mine.size(); ++k) mine[k].impl()->share_storage_of(*central[k].impl());
+      }
+      if (this->n_ > 1) {
+        std::vector<std::vector<Tensor>> views;
+        std::vector<std::vector<optim::ElementRange>> shares;
+        for (int r = 0; r < this->n_; ++r) {
+          views.push_back(copies[static_cast<std::size_t>(r)]->parameters());
+          shares.push_back(shares_of(views.back(), r));
+        }
+        splits_.push_back(std::make_unique<detail::SplitUpdate>(std::move(views), std::move(shares),
+                                                                detail::local_state_home()));
       }
     }
     return Replicated<T>(std::move(copies));
@@ -74,6 +91,8 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
       STRATA_CHECK(t.defined() && t.is_contiguous(), "all_reduce needs a defined, contiguous tensor");
       comm().allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
     }
+    // Replica r sums share r of every gradient in replica order (into replica 0's: the bits do
+    // not depend on which replica sums), then writes that sum into the other replicas'.
     bool aggregate_gradients(Gradients g) override {
       STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica");
       s_.pending_[static_cast<std::size_t>(r_)] = g;
@@ -83,18 +102,35 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
         Tensor dst = g0[i];
         const auto n = dst.numel();
         const std::int64_t lo = data::detail::split_begin(n, r_, s_.n_), hi = data::detail::split_begin(n, r_ + 1, s_.n_);
+        const auto count = static_cast<std::size_t>(hi - lo);
         strata::detail::visit_floating(dst.dtype(), "apply_gradients", [&](auto tag) {
           using T = decltype(tag);
-          T* d = dst.template data<T>();
+          T* d = dst.template data<T>() + lo;
           for (int q = 1; q < s_.n_; ++q)
-            collective::detail::combine<T>(ReduceOp::Sum, static_cast<std::size_t>(hi - lo), d + lo,
-                                           s_.pending_[static_cast<std::size_t>(q)][i].template data<T>() + lo);
+            collective::detail::combine<T>(ReduceOp::Sum, count, d, s_.pending_[static_cast<std::size_t>(q)][i].template data<T>() + lo);
+          for (int q = 1; q < s_.n_; ++q)
+            std::copy_n(d, count, s_.pending_[static_cast<std::size_t>(q)][i].template data<T>() + lo);
         });
       }
-      comm().barrier();  // replica 0's gradients hold the sum
-      return r_ == 0;
+      comm().barrier();  // every replica's gradients hold the sum
+      return true;
     }
-    void finish_update() override { comm().barrier(); }  // the central values are updated
+    const std::vector<optim::ElementRange>* update_ranges(const Gradients& g, optim::Optimizer& opt) override {
+      for (const auto& split : s_.splits_)
+        if (split->covers(r_, g)) {
+          pending_ = split.get();
+          return pending_->begin(r_, opt) ? &pending_->ranges(r_, opt) : nullptr;
+        }
+      return nullptr;
+    }
+    bool updates_unsplit() const override { return r_ == 0; }  // the others share its variables
+    void finish_update() override {
+      if (detail::SplitUpdate* split = std::exchange(pending_, nullptr)) {
+        split->publish(r_);  // the views share one storage: only the optimizer state is shared here
+        split->end(r_);
+      }
+      comm().barrier();  // the central values are updated
+    }
     void set_gradient_sync(bool on) override { sync_ = on; }
 
    private:
@@ -102,7 +138,16 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     CentralStorageStrategy& s_;
     int r_;
     bool sync_ = true;
+    detail::SplitUpdate* pending_ = nullptr;  // the split update this step's apply_gradients runs
   };
+
+  // Replica r's share of each parameter: the elements it sums in aggregate_gradients.
+  std::vector<optim::ElementRange> shares_of(const std::vector<Tensor>& params, int r) const {
+    std::vector<optim::ElementRange> out;
+    for (const Tensor& p : params)
+      out.push_back({data::detail::split_begin(p.numel(), r, this->n_), data::detail::split_begin(p.numel(), r + 1, this->n_)});
+    return out;
+  }
 
   friend class detail::ThreadReplicas<CentralStorageStrategy>;
 
@@ -113,6 +158,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
   }
 
   std::vector<Gradients> pending_;  // each replica's gradients in the step being applied
+  std::vector<std::unique_ptr<detail::SplitUpdate>> splits_;  // one per model made under scope()
 };
 
 template <class C>

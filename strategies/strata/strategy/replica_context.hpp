@@ -30,8 +30,8 @@ class ReplicaContext {
   /// Reduces `t` across all replicas, in place; every replica must call it with the same shape.
   virtual void all_reduce(ReduceOp op, Tensor& t) = 0;
   /// Sums every gradient across all replicas in sync, in place, and says whether this replica
-  /// applies the update (false on replicas that share the variables of one that does, as in
-  /// CentralStorageStrategy). What Optimizer::apply_gradients calls before its update.
+  /// takes part in the update (false where it runs elsewhere, as on parameter servers). What
+  /// Optimizer::apply_gradients calls before its update.
   virtual bool aggregate_gradients(Gradients grads) = 0;
   /// Called by apply_gradients before aggregate_gradients with the learning rate it is about to
   /// apply: a strategy that runs the update elsewhere (on parameter servers) passes it on.
@@ -45,6 +45,10 @@ class ReplicaContext {
     (void)grads, (void)opt;
     return nullptr;
   }
+  /// Whether this replica applies an update that does not split (update_ranges gave null, or
+  /// the optimizer cannot update ranges): yes where each replica updates its own copy; no on
+  /// the replicas that share the variables of one that does (CentralStorageStrategy).
+  virtual bool updates_unsplit() const { return true; }
 
   /// Under NonFinite::error: the index of this replica's first parameter whose own gradient
   /// (before the sum) held a NaN or Inf this step, -1 if none, -2 if this context cannot tell

@@ -15,6 +15,8 @@
 ///
 /// MirroredStrategy's replicas are threads of one process: their copies are plain host
 /// tensors and the state home is one set of host tensors (local_state_home).
+/// CentralStorageStrategy's "copies" are views of one storage: each replica's update lands
+/// where every replica reads, so publishing writes nothing and only shares the state.
 /// MultiWorkerMirroredStrategy's ranks on one host split the update the same way
 /// (detail::split_across_processes): each rank's copy lives in memory the ranks share, the
 /// others' copies are views of theirs, the barrier goes through that memory, and so does the
@@ -169,6 +171,12 @@ class SplitUpdate {
     way(step + 1).store(next ? kSplit : kWhole, std::memory_order_release);
   }
 
+  /// Whether `g` holds the gradients of replica r's copy (its whole parameter list, in order).
+  bool covers(int r, const Gradients& g) const {
+    const std::vector<Tensor>& mine = copies_[index(r)];
+    return g.size() == mine.size() && (mine.empty() || same_tensor(g.params[0], mine[0]));
+  }
+
   /// Replica r's ranges, for `opt`, its optimizer over its copy.
   const std::vector<optim::ElementRange>& ranges(int r, optim::Optimizer& opt) {
     optimizers_[index(r)] = &opt;
@@ -191,7 +199,8 @@ class SplitUpdate {
         if (s == me) continue;
         for (std::size_t k = 0; k < copies_[me].size(); ++k) {
           const optim::ElementRange range = shares_[me][k];
-          if (range.end <= range.begin) continue;
+          // Views of one storage (CentralStorageStrategy) hold the update already.
+          if (range.end <= range.begin || copies_[s][k].raw_data() == copies_[me][k].raw_data()) continue;
           const std::size_t es = size_of(copies_[me][k].dtype());
           const std::size_t offset = static_cast<std::size_t>(range.begin) * es;
           std::memcpy(static_cast<char*>(copies_[s][k].raw_data()) + offset,
