@@ -9,7 +9,7 @@
 //   strata-run -np 2 fashion_mnist --strategy multi_worker_mirrored --collective gloo
 //   mpirun -np 3 fashion_mnist --strategy parameter_server --servers 1 --mode sync|async
 //   strata-run -np 3 fashion_mnist --strategy parameter_server --collective gloo --mode async
-//   fashion_mnist_cuda --device cuda:0                              (the nvcc-built trainer, main_cuda.cu)
+//   fashion_mnist_cuda --device cuda:0                              (with the kernels of cuda_kernels.cu)
 //   mpirun -np 2 fashion_mnist_cuda --strategy multi_worker_mirrored --collective nccl   (one GPU per rank)
 //
 // The strategy is chosen at run time by dispatching to the template's instantiations.
@@ -63,7 +63,7 @@ void usage() {
       "measured speed, so that faster cores do not wait for a slower one (docs/performance.md).\n"
       "--momentum is 0.9 by default, 0.7 under --strategy parameter_server --mode async (asynchrony adds\n"
       "momentum of its own).\n"
-      "--device cuda:N (one_device) needs the trainer built by nvcc: fashion_mnist_cuda.");
+      "--device cuda:N (one_device) needs the trainer built with the CUDA kernels: fashion_mnist_cuda.");
 }
 
 long long parse_int(const std::string& flag, const char* v) {
@@ -230,7 +230,7 @@ int main(int argc, char** argv) try {
       strata::MultiWorkerMirroredStrategy<strata::collective::Nccl> s(multi_worker);  // each rank on its local GPU
       train_and_report(s);
 #else
-      throw strata::invalid_argument("[strata.example] --collective nccl needs the nvcc-built trainer "
+      throw strata::invalid_argument("[strata.example] --collective nccl needs the CUDA trainer "
                                      "(fashion_mnist_cuda) of a build with -Dnccl=enabled");
 #endif
     } else {
