@@ -105,11 +105,10 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
         const auto count = static_cast<std::size_t>(hi - lo);
         strata::detail::visit_floating(dst.dtype(), "apply_gradients", [&](auto tag) {
           using T = decltype(tag);
-          T* d = dst.template data<T>() + lo;
-          for (int q = 1; q < s_.n_; ++q)
-            collective::detail::combine<T>(ReduceOp::Sum, count, d, s_.pending_[static_cast<std::size_t>(q)][i].template data<T>() + lo);
-          for (int q = 1; q < s_.n_; ++q)
-            std::copy_n(d, count, s_.pending_[static_cast<std::size_t>(q)][i].template data<T>() + lo);
+          auto share_of = [&](int q) { return s_.pending_[static_cast<std::size_t>(q)][i].template data<T>() + lo; };
+          T* d = share_of(0);
+          for (int q = 1; q < s_.n_; ++q) collective::detail::combine<T>(ReduceOp::Sum, count, d, share_of(q));
+          for (int q = 1; q < s_.n_; ++q) std::copy_n(d, count, share_of(q));
         });
       }
       comm().barrier();  // every replica's gradients hold the sum
@@ -145,7 +144,8 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
   std::vector<optim::ElementRange> shares_of(const std::vector<Tensor>& params, int r) const {
     std::vector<optim::ElementRange> out;
     for (const Tensor& p : params)
-      out.push_back({data::detail::split_begin(p.numel(), r, this->n_), data::detail::split_begin(p.numel(), r + 1, this->n_)});
+      out.push_back({data::detail::split_begin(p.numel(), r, this->n_),
+                     data::detail::split_begin(p.numel(), r + 1, this->n_)});
     return out;
   }
 
