@@ -138,6 +138,11 @@ struct Gradients {
   void make_whole() const {
     if (completion) completion->make_whole();
   }
+  /// Whether these are the gradients of `list` (the same parameters, in its order): what a
+  /// strategy checks before treating them as a model's it prepared for.
+  bool of(std::span<const Tensor> list) const noexcept {
+    return params.size() == list.size() && (list.empty() || same_tensor(params[0], list[0]));
+  }
 };
 
 /// Differentiates `loss` with respect to `params` (every one gets a gradient; those `loss`

@@ -72,7 +72,8 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
         std::vector<std::vector<optim::ElementRange>> shares;
         for (int r = 0; r < this->n_; ++r) {
           views.push_back(copies[static_cast<std::size_t>(r)]->parameters());
-          shares.push_back(shares_of(views.back(), r));
+          std::vector<optim::ElementRange>& mine = shares.emplace_back();
+          for (const Tensor& p : views.back()) mine.push_back(share(p.numel(), r));
         }
         splits_.push_back(std::make_unique<detail::SplitUpdate>(std::move(views), std::move(shares),
                                                                 detail::local_state_home()));
@@ -99,13 +100,14 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
       comm().barrier();  // every replica's gradients are final
       const Gradients& g0 = s_.pending_[0];
       for (std::size_t i = 0; i < g0.size(); ++i) {
-        Tensor dst = g0[i];
-        const auto n = dst.numel();
-        const std::int64_t lo = data::detail::split_begin(n, r_, s_.n_), hi = data::detail::split_begin(n, r_ + 1, s_.n_);
-        const auto count = static_cast<std::size_t>(hi - lo);
+        const Tensor dst = g0[i];
+        const optim::ElementRange mine = s_.share(dst.numel(), r_);
+        const auto count = static_cast<std::size_t>(mine.end - mine.begin);
         strata::detail::visit_floating(dst.dtype(), "apply_gradients", [&](auto tag) {
           using T = decltype(tag);
-          auto share_of = [&](int q) { return s_.pending_[static_cast<std::size_t>(q)][i].template data<T>() + lo; };
+          auto share_of = [&](int q) {
+            return s_.pending_[static_cast<std::size_t>(q)][i].template data<T>() + mine.begin;
+          };
           T* d = share_of(0);
           for (int q = 1; q < s_.n_; ++q) collective::detail::combine<T>(ReduceOp::Sum, count, d, share_of(q));
           for (int q = 1; q < s_.n_; ++q) std::copy_n(d, count, share_of(q));
@@ -140,13 +142,9 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     detail::SplitUpdate* pending_ = nullptr;  // the split update this step's apply_gradients runs
   };
 
-  // Replica r's share of each parameter: the elements it sums in aggregate_gradients.
-  std::vector<optim::ElementRange> shares_of(const std::vector<Tensor>& params, int r) const {
-    std::vector<optim::ElementRange> out;
-    for (const Tensor& p : params)
-      out.push_back({data::detail::split_begin(p.numel(), r, this->n_),
-                     data::detail::split_begin(p.numel(), r + 1, this->n_)});
-    return out;
+  // Replica r's share of a gradient or parameter of n elements: what it sums and updates.
+  optim::ElementRange share(std::int64_t n, int r) const {
+    return {data::detail::split_begin(n, r, this->n_), data::detail::split_begin(n, r + 1, this->n_)};
   }
 
   friend class detail::ThreadReplicas<CentralStorageStrategy>;

@@ -172,7 +172,7 @@ class GradientEngine final : public autograd::GradientCompletion {
 
   /// True if `g` is the parameter list this engine serves.
   bool owns(const Gradients& g) const noexcept {
-    return g.size() == params_.size() && (params_.empty() || same_tensor(g.params[0], params_[0]));
+    return g.of(params_);
   }
   std::size_t num_buckets() const noexcept { return buckets_.size(); }
   /// Parameters in bucket `b`, in the order they were packed.

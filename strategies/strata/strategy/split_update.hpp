@@ -172,10 +172,7 @@ class SplitUpdate {
   }
 
   /// Whether `g` holds the gradients of replica r's copy (its whole parameter list, in order).
-  bool covers(int r, const Gradients& g) const {
-    const std::vector<Tensor>& mine = copies_[index(r)];
-    return g.size() == mine.size() && (mine.empty() || same_tensor(g.params[0], mine[0]));
-  }
+  bool covers(int r, const Gradients& g) const { return g.of(copies_[index(r)]); }
 
   /// Replica r's ranges, for `opt`, its optimizer over its copy.
   const std::vector<optim::ElementRange>& ranges(int r, optim::Optimizer& opt) {
