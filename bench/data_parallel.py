@@ -13,6 +13,7 @@ configuration: examples/s, the ratio to DDP, the scaling efficiency (2-replica e
 (2 x the 1-replica examples/s of the same implementation)), the scaling over whole runs
 (warm-up steps included), and the gradient all-reduce time per step with the share of it
 hidden behind backward.
+DDP runs the OpenBLAS kernels strata runs (peer_env: OPENBLAS_CORETYPE for its linear layers).
 The host's own ceiling is measured beside them: two independent one-device runs at once (no
 communication at all), `ceiling_scaling` = their summed examples/s / (2 x one run alone).
 On a host whose two cores slow each other down (shared caches, memory bandwidth, a busy
@@ -59,6 +60,26 @@ def run_env():
                 OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
 
+def blas_kernels(build):
+    """The OpenBLAS kernels strata's GEMMs run in this build on this host (strata-info's
+    "blas kernels" line; strata re-selects them where OpenBLAS fell back to kernels older than
+    the CPU, kernels/strata/kernels/cpu/blas_core.hpp), or None without OpenBLAS."""
+    out = subprocess.run([os.path.join(build, "tools", "strata-info")], check=True, capture_output=True,
+                         text=True).stdout
+    for line in out.splitlines():
+        if line.strip().startswith("blas kernels "):
+            return line.split()[2]
+    return None
+
+
+def peer_env(env, build):
+    """The peers' environment: OPENBLAS_CORETYPE names the kernels strata runs, so that PyTorch's
+    BLAS calls (Debian's torch takes its linear layers' GEMMs from the same OpenBLAS) run the
+    same kernels; a peer left on a fallback OpenBLAS chose would flatter the ratio."""
+    kernels = blas_kernels(build)
+    return dict(env, OPENBLAS_CORETYPE=kernels) if kernels else dict(env)
+
+
 def median_of(runs, key):
     values = [r[key] for r in runs if r.get(key) is not None]
     return round(statistics.median(values), 4) if values else None
@@ -71,6 +92,7 @@ def main():
     ap.add_argument("--models", default="mlp,cnn")
     a = ap.parse_args()
     env = run_env()
+    penv = peer_env(env, a.build)
     fm = os.path.join(a.build, "examples", "fashion_mnist")
     run = os.path.join(a.build, "tools", "strata-run")
     for model in a.models.split(","):
@@ -96,7 +118,8 @@ def main():
             order = list(configs)
             shuffle.shuffle(order)
             for k in order:
-                got[k].append((pair_json if k == "one_device_pair" else last_json)(configs[k], env))
+                got[k].append((pair_json if k == "one_device_pair" else last_json)(
+                    configs[k], penv if k.startswith("ddp") else env))
         def rate(r):  # strata's steady-state figure; DDP's already leaves out its warm-up
             return r.get("steady_examples_per_s") or r["examples_per_s"]
         med = {k: statistics.median(rate(r) for r in v) for k, v in got.items()}
@@ -116,6 +139,7 @@ def main():
                 "one_replica_img_s": round(med["one_device"], 1),
                 "allreduce_ms_per_step": median_of(got[k], "allreduce_ms_per_step"),
                 "allreduce_hidden": median_of(got[k], "allreduce_hidden"),
+                "blas_kernels": got[k][0].get("blas_kernels"), "peer_blas_kernels": penv.get("OPENBLAS_CORETYPE"),
             }), flush=True)
 
 

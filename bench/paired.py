@@ -5,12 +5,13 @@ import statistics
 from data_parallel import last_json
 
 
-def run_pairs(strata_cmd, peer_cmd, pairs, env):
-    """The JSON lines of `pairs` alternating runs of each side."""
+def run_pairs(strata_cmd, peer_cmd, pairs, env, peer_env=None):
+    """The JSON lines of `pairs` alternating runs of each side; the peer runs in `peer_env`
+    where given (data_parallel.peer_env), else in `env`."""
     s_runs, p_runs = [], []
     for _ in range(pairs):
         s_runs.append(last_json(strata_cmd, env))
-        p_runs.append(last_json(peer_cmd, env))
+        p_runs.append(last_json(peer_cmd, peer_env or env))
     return s_runs, p_runs
 
 

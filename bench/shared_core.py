@@ -25,7 +25,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from data_parallel import last_json, run_env  # noqa: E402
+from data_parallel import last_json, peer_env, run_env  # noqa: E402
 
 
 def busy_loop():
@@ -43,6 +43,7 @@ def main():
         sys.exit("shared_core.py: needs at least 2 cores (one for the busy loop to share)")
     env = run_env()
     no_spin = dict(env, STRATA_SPIN_US="0")
+    penv = peer_env(env, a.build)
     fm = os.path.join(a.build, "examples", "fashion_mnist")
     for model in a.models.split(","):
         steps = "300" if model == "mlp" else "60"
@@ -53,8 +54,8 @@ def main():
             "mirrored_spin_0": ([fm] + common + ["--strategy", "mirrored", "--replicas", "2"], no_spin),
             "multi_worker_mirrored_mpi": (["mpirun", "-np", "2", fm] + common +
                                           ["--strategy", "multi_worker_mirrored", "--collective", "mpi"], env),
-            "ddp_1": ([sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "1"], env),
-            "ddp_2": ([sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "2"], env),
+            "ddp_1": ([sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "1"], penv),
+            "ddp_2": ([sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "2"], penv),
         }
         got = {k: [] for k in configs}
         shuffle = random.Random(2026)

@@ -28,6 +28,7 @@
 #if STRATA_HAS_NCCL
 #include <strata/collective/nccl.hpp>
 #endif
+#include <strata/kernels/cpu/blas_core.hpp>
 #include <strata/runtime/process.hpp>
 #include <strata/version.hpp>
 #if STRATA_HAS_MPI
@@ -145,6 +146,10 @@ void report_build() {
 #endif
 #if STRATA_HAS_BLAS
   std::printf("  blas        yes (%s, %d threads)\n", first_line(openblas_get_config()).c_str(), openblas_get_num_threads());
+  {
+    const strata::kernels::cpu::BlasCore& core = strata::kernels::cpu::blas_core();
+    std::printf("  blas kernels %s (%s)\n", core.used.c_str(), core.reason.c_str());
+  }
 #else
   std::printf("  blas        no (the built-in blocked GEMM; configure with -Dblas=enabled for OpenBLAS)\n");
 #endif

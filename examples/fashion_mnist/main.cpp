@@ -22,6 +22,7 @@
 
 #include "train.hpp"
 
+#include <strata/kernels/cpu/blas_core.hpp>
 #include <strata/runtime/fail_job.hpp>
 
 #if STRATA_HAS_MPI
@@ -164,12 +165,13 @@ int main(int argc, char** argv) try {
     if (strategy.is_chief())
       std::printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"replicas\":%d,\"epochs\":%d,\"seed\":%llu,"
                   "\"batch\":%lld,\"global_batch\":%lld,\"lr\":%g,\"momentum\":%g,\"steps\":%lld,\"final_loss\":%.6f,"
-                  "\"test_accuracy\":%s,\"examples_per_s\":%.1f,\"steady_examples_per_s\":%s,\"allreduce_ms_per_step\":%s,\"allreduce_hidden\":%s}\n",
+                  "\"test_accuracy\":%s,\"examples_per_s\":%.1f,\"steady_examples_per_s\":%s,\"allreduce_ms_per_step\":%s,\"allreduce_hidden\":%s,"
+                  "\"blas_kernels\":\"%s\"}\n",
                   cfg.model.c_str(), strategy.name, strategy.num_replicas_in_sync(), cfg.epochs,
                   static_cast<unsigned long long>(cfg.seed), static_cast<long long>(cfg.batch),
                   static_cast<long long>(cfg.batch * strategy.num_replicas_in_sync()), cfg.lr, cfg.momentum,
                   static_cast<long long>(r.steps), r.final_loss, accuracy.c_str(), r.examples_per_s, steady.c_str(), comm.c_str(),
-                  hidden.c_str());
+                  hidden.c_str(), strata::kernels::cpu::blas_core().used.c_str());
   };
   if (compression != "none" && compression != "fp16" && compression != "bf16")
     throw strata::invalid_argument("[strata.example] --compression expects none, fp16 or bf16, got '" + compression + "'");

@@ -1,7 +1,8 @@
 /// \file
 /// Row-major GEMM: C = alpha * op(A) * op(B) + beta * C, where op(X) is X or X^T.
 /// gemm() uses CBLAS (OpenBLAS) when the build has it and the built-in blocked kernel
-/// otherwise; both are callable directly so tests can hold them against each other.
+/// otherwise; both are callable directly so tests can hold them against each other. Including
+/// it has OpenBLAS run the kernels of this CPU's vector width (blas_core.hpp).
 #pragma once
 
 #include <algorithm>  // std::min
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include <strata/config.hpp>  // STRATA_HAS_BLAS, STRATA_RESTRICT
+#include <strata/kernels/cpu/blas_core.hpp>
 
 #if STRATA_HAS_BLAS
 #include <cblas.h>
