@@ -2,14 +2,14 @@
 /// Which OpenBLAS kernels run strata's GEMMs, and the fix for a CPU newer than its OpenBLAS.
 /// An OpenBLAS built for many CPUs (DYNAMIC_ARCH, as Debian's) picks its kernels by the CPU's
 /// model number when it loads; a model its release does not know gets the SSE3 "Prescott"
-/// kernels, 3-4x slower than the AVX2 or AVX-512 ones that CPU can run (OpenBLAS 0.3.21 on
-/// an Emerald Rapids Xeon: 33 against 148 GFLOP/s for a 512^3 SGEMM). blas_core() finds that
+/// kernels, far slower than the AVX2 or AVX-512 ones that CPU can run (OpenBLAS 0.3.21 on an
+/// Emerald Rapids Xeon: 33 against 148 GFLOP/s for a 512^3 SGEMM). blas_core() finds that
 /// case by the CPU's own feature flags and has OpenBLAS select again for them, the way its
 /// documented OPENBLAS_CORETYPE does at load: SkylakeX for AVX-512, Haswell for AVX2 + FMA.
-/// It runs once per process, at static initialisation (before any thread of the program),
-/// and changes nothing when the user set OPENBLAS_CORETYPE, set STRATA_BLAS_CORE=keep, or
-/// OpenBLAS already runs kernels of the CPU's vector width or of a CPU it does not know
-/// (docs/performance.md, "OpenBLAS kernels").
+/// It runs once per process, at static initialisation (in a program, before main and its
+/// threads; in a library loaded later, when it loads). It changes nothing when the user set
+/// OPENBLAS_CORETYPE or STRATA_BLAS_CORE=keep, or when OpenBLAS's choice uses AVX or is a
+/// name not listed here (docs/performance.md, "OpenBLAS kernels").
 #pragma once
 
 #include <cctype>   // std::tolower
@@ -110,9 +110,10 @@ inline const BlasCore& blas_core() {
 }
 
 namespace detail {
-// The selection runs at static initialisation, before the program starts any thread: setenv
+// The selection runs at static initialisation, before a program starts its threads: setenv
 // is not safe beside another thread's getenv, and no GEMM may be in flight while OpenBLAS
-// swaps its kernels.
+// swaps its kernels. (A plug-in loaded into a running process should set STRATA_BLAS_CORE=keep
+// or OPENBLAS_CORETYPE if its host calls OpenBLAS from other threads.)
 inline const bool blas_core_selected_at_start = (blas_core(), true);
 }  // namespace detail
 
