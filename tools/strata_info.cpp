@@ -198,8 +198,8 @@ void report_launch(const strata::runtime::ProcessInfo& p) {
                                "STRATA_LOCAL_SIZE",         "STRATA_NUM_SERVERS",      "STRATA_SERVER_RANKS",
                                "STRATA_FASHION_MNIST_DIR",  "STRATA_SHM",              "STRATA_BUCKET_BYTES",
                                "STRATA_COMM_THREAD",        "STRATA_SPLIT_UPDATE",     "STRATA_SPIN_US",
-                               "OMP_NUM_THREADS",           "OPENBLAS_NUM_THREADS",    "OMPI_COMM_WORLD_RANK",
-                               "OMPI_COMM_WORLD_SIZE"};
+                               "STRATA_BLAS_CORE",          "OMP_NUM_THREADS",         "OPENBLAS_NUM_THREADS",
+                               "OPENBLAS_CORETYPE",         "OMPI_COMM_WORLD_RANK",    "OMPI_COMM_WORLD_SIZE"};
   for (const char* v : vars) {
     const char* value = std::getenv(v);
     std::printf("  %-26s %s\n", v, value ? value : "(unset)");

@@ -8,11 +8,12 @@
 /// documented OPENBLAS_CORETYPE does at load: SkylakeX for AVX-512, Haswell for AVX2 + FMA.
 /// It runs once per process, at static initialisation (in a program, before main and its
 /// threads; in a library loaded later, when it loads). It changes nothing when the user set
-/// OPENBLAS_CORETYPE or STRATA_BLAS_CORE=keep, or when OpenBLAS's choice uses AVX or is a
-/// name not listed here (docs/performance.md, "OpenBLAS kernels").
+/// OPENBLAS_CORETYPE or STRATA_BLAS_CORE=keep (the default: auto), or when OpenBLAS's choice
+/// uses AVX or is a name not listed here (docs/performance.md, "OpenBLAS kernels").
 #pragma once
 
 #include <cctype>   // std::tolower
+#include <cstdio>   // std::fprintf
 #include <cstdlib>  // std::getenv, setenv, unsetenv
 #include <string>
 #include <string_view>
@@ -73,10 +74,16 @@ inline BlasCore select_blas_core() {
   BlasCore r;
 #if STRATA_HAS_BLAS
   r.chosen = r.used = openblas_get_corename();
-  const char* keep = std::getenv("STRATA_BLAS_CORE");
+  const char* mode_env = std::getenv("STRATA_BLAS_CORE");
+  const std::string_view mode = mode_env ? mode_env : "";
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   const std::string target = core_for_cpu_features();
-  if (keep && std::string_view(keep) == "keep") {
+  if (!mode.empty() && mode != "auto" && mode != "keep") {
+    // Before main there is no caller to throw to: the error is said once, and OpenBLAS's
+    // choice, the safe one, stands.
+    r.reason = "kept: STRATA_BLAS_CORE='" + std::string(mode) + "' is none of auto, keep";
+    std::fprintf(stderr, "[strata.kernels] %s\n", r.reason.c_str());
+  } else if (mode == "keep") {
     r.reason = "kept: STRATA_BLAS_CORE=keep";
   } else if (forced && *forced) {
     r.reason = "kept: OPENBLAS_CORETYPE is set";
