@@ -64,8 +64,10 @@ def blas_kernels(build):
     """The OpenBLAS kernels strata's GEMMs run in this build on this host (strata-info's
     "blas kernels" line; strata re-selects them where OpenBLAS fell back to kernels older than
     the CPU, kernels/strata/kernels/cpu/blas_core.hpp), or None without OpenBLAS."""
-    out = subprocess.run([os.path.join(build, "tools", "strata-info")], check=True, capture_output=True,
-                         text=True).stdout
+    info = os.path.join(build, "tools", "strata-info")
+    if not os.path.exists(info):
+        sys.exit(f"{info} is missing: meson compile -C {build} tools/strata-info")
+    out = subprocess.run([info], check=True, capture_output=True, text=True).stdout
     for line in out.splitlines():
         if line.strip().startswith("blas kernels "):
             return line.split()[2]
