@@ -1,6 +1,6 @@
 // ParameterServerStrategy<Mpi>'s push/pull beside raw MPI point-to-point of the same bytes, in
 // the same run (mpirun -np 2: one server, one worker). A step is the worker's exchange as
-// apply_gradients runs it (ReplicaContext::aggregate_gradients): push one variable's gradient
+// apply_gradients runs it (stage 1 of the update protocol, ReplicaStep::aggregate): push one variable's gradient
 // of B bytes, pull B bytes back — the summed gradient (update on the workers: the transport
 // alone), or the new values (update on the servers: plus the server's SGD pass). Raw: the
 // worker MPI_Send's B bytes to the server, which MPI_Send's B bytes back. Rounds of each
@@ -50,8 +50,7 @@ std::vector<double> ps_round(bool update_on_servers, std::size_t count, int step
     s.run([&](strata::ReplicaContext& ctx, const strata::data::Batch&) {
       // The exchange alone (what apply_gradients does before the worker's own update, if any).
       const auto t0 = Clock::now();
-      ctx.note_learning_rate(opt.lr());
-      ctx.aggregate_gradients(strata::Gradients{blob.params});
+      strata::detail::step_of(ctx).aggregate(strata::Gradients{blob.params}, opt.lr());
       times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }, batch);
   }

@@ -16,8 +16,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || fail "no work dir"
 
-# 1. The getting-started command: the part after `meson compile -C build &&`.
-first=$(grep -m1 '^tools/setup.sh && meson compile -C build && ' "$readme" | sed 's/^.*meson compile -C build && //')
+# 1. The getting-started command: the part after `meson compile -C build fashion_mnist &&`.
+first=$(grep -m1 '^tools/setup.sh && meson compile -C build fashion_mnist && ' "$readme" |
+        sed 's/^.*meson compile -C build fashion_mnist && //')
 [[ $first == build/examples/fashion_mnist* ]] || fail "README's first command changed: '$first'"
 echo "\$ $first"
 out=$(eval "timeout 900 ${first/#build\//$build/}" </dev/null 2>&1) || { tail -20 <<<"$out"; fail "the first command failed"; }

@@ -98,9 +98,14 @@ inline std::uint64_t backward(const Tensor& root, const Tensor& seed = {},
 namespace autograd {
 /// Gradients a strategy keeps in parts after backward (MirroredStrategy with
 /// GradientLayout::sharded: each replica holds the sum in its own share only) and completes
-/// when they are read through Gradients.
+/// when they are read through Gradients. The strategy registers one on the first parameter
+/// of the list it serves (set_gradient_completion); grad() asks it, once its pass is done,
+/// whether that pass left the gradients in parts.
 class GradientCompletion {
  public:
+  /// Whether the backward pass just run on this thread left the gradients in parts, not yet
+  /// handed to a Gradients (the next call says false until another pass does so).
+  virtual bool claim() noexcept = 0;
   /// Makes every gradient of the parameter list whole; throws where it no longer can.
   virtual void make_whole() = 0;
 
@@ -108,18 +113,13 @@ class GradientCompletion {
   ~GradientCompletion() = default;
 };
 
-namespace detail {
-/// Where a strategy leaves, on the replica's thread during backward, the completion of the
-/// parameter list whose first tensor is `first`; grad() hands it to the Gradients it returns.
-struct PendingCompletion {
-  const ::strata::detail::TensorImpl* first = nullptr;
-  GradientCompletion* completion = nullptr;
-};
-inline PendingCompletion& pending_completion() {
-  thread_local PendingCompletion pending;
-  return pending;
+/// Registers `c` (or none, with nullptr) as the completion of the parameter list whose first
+/// tensor is `first`, a leaf that requires gradients.
+inline void set_gradient_completion(const Tensor& first, GradientCompletion* c) {
+  STRATA_CHECK(first.defined() && first.is_leaf() && first.requires_grad(),
+               "gradient completions attach to leaf tensors that require gradients");
+  first.impl()->ag.completion = c;
 }
-}  // namespace detail
 }  // namespace autograd
 
 /// The parameters whose gradients a backward pass produced; each gradient is params[i].grad().
@@ -167,11 +167,8 @@ inline Gradients grad(const Tensor& loss, std::span<const Tensor> params,
     ag.grad.fill_(0.0);
     ag.grad_epoch = epoch;
   }
-  autograd::GradientCompletion* completion = nullptr;
-  auto& pending = autograd::detail::pending_completion();
-  if (pending.completion && !params.empty() && pending.first == params[0].impl())
-    completion = std::exchange(pending, {}).completion;
-  return Gradients{params, completion};
+  autograd::GradientCompletion* completion = params.empty() ? nullptr : params[0].impl()->ag.completion;
+  return Gradients{params, completion && completion->claim() ? completion : nullptr};
 }
 
 }  // namespace strata

@@ -1,7 +1,10 @@
 /// \file
 /// What every optimizer shares: its parameter list, learning rate, step counter, named state
-/// (for checkpoints), and apply_gradients, which first lets a replica context aggregate the
-/// gradients across replicas and then updates.
+/// (for checkpoints), and the update rule applied to whole parameters (step) or to ranges of
+/// them (step_ranges). An optimizer is a pure update rule: it knows no replica, strategy or
+/// collective. apply_gradients(ctx, grads) hands the step to the strategy behind `ctx`, whose
+/// update protocol (strategies/strata/strategy/update_protocol.hpp) aggregates, transforms,
+/// calls this optimizer's rule and publishes.
 #pragma once
 
 #include <cmath>
@@ -15,21 +18,18 @@
 #include <vector>
 
 #include <strata/autograd/backward.hpp>  // Gradients
-#include <strata/collective/reduce_op.hpp>
-#include <strata/observe/timeline.hpp>
 #include <strata/optim/nonfinite.hpp>
 #include <strata/tensor/factory.hpp>     // zeros
 
 namespace strata::optim {
 
-/// Anything that can aggregate gradients across replicas in place (a replica context):
-/// aggregate_gradients(g) sums them and says whether this replica updates; finish_update()
-/// publishes the update.
+class Optimizer;
+
+/// A replica context whose strategy drives an optimizer's update: `run_update(ctx, opt, g)`,
+/// found by argument-dependent lookup (strata::run_update in update_protocol.hpp, for every
+/// strata::ReplicaContext), runs the update protocol's stages with `opt`'s rule.
 template <class C>
-concept GradientAggregator = requires(C& c, Gradients g) {
-  { c.aggregate_gradients(g) } -> std::convertible_to<bool>;
-  c.finish_update();
-};
+concept UpdateDriver = requires(C& c, Optimizer& opt, Gradients g) { run_update(c, opt, g); };
 
 /// A contiguous run of one parameter's elements, [begin, end) in its flat (row-major) order:
 /// the part of it one replica updates when a strategy splits the update (step_ranges).
@@ -116,43 +116,49 @@ class Optimizer {
   /// Changes whenever a state tensor is created or replaced (load_state, share_state_from).
   std::uint64_t state_version() const noexcept { return state_version_; }
 
-  /// Aggregates `grads` through `ctx` (the sum over all replicas in sync), then steps where
-  /// the strategy places the update (every replica's copy, or the one central copy).
-  template <GradientAggregator Ctx>
+  /// Applies `grads` inside a strategy's run(): the strategy behind `ctx` sums them over
+  /// every replica in sync, transforms them, updates with this optimizer's rule where it
+  /// places the variables, and publishes the new values (update_protocol.hpp).
+  template <UpdateDriver Ctx>
   void apply_gradients(Ctx& ctx, Gradients grads) {
-    check_matches(grads);
-    if constexpr (requires { ctx.note_learning_rate(lr_); }) ctx.note_learning_rate(lr_);
-    bool here;
-    {
-      observe::ScopedEvent ev("aggregate gradients", "communication");
-      here = ctx.aggregate_gradients(grads);
-    }
-    if (here) {
-      observe::ScopedEvent ev("optimizer step", "compute");
-      if (accepts(grads, [&] { return first_nonfinite_replica(ctx); })) {
-        // A strategy that splits the update hands this replica its ranges, and finish_update
-        // then shares them with the other replicas.
-        const std::vector<ElementRange>* mine = nullptr;
-        if constexpr (requires { ctx.update_ranges(grads, *this); })
-          if (updates_ranges()) mine = ctx.update_ranges(grads, *this);
-        if (mine) {
-          step_ranges(*mine);
-        } else if (updates_unsplit(ctx)) {
-          grads.make_whole();  // a strategy may keep them in shares (GradientLayout::sharded)
-          step();
-        } else {
-          ++steps_;  // another replica updates the variables this one shares
-        }
-      }
-    } else {
-      ++steps_;  // the update happened on the variables this replica shares (or on servers)
-    }
-    ctx.finish_update();
+    run_update(ctx, *this, grads);
   }
   /// Steps with `grads` as they are (one replica, nothing to aggregate).
   void apply_gradients(Gradients grads) {
     check_matches(grads);
-    if (accepts(grads)) step();
+    if (admits(grads, [] { return std::string(); })) step();
+  }
+
+  /// Counts a step whose update another replica or the parameter servers applied to the
+  /// variables this optimizer's parameters share, so every replica's step count agrees.
+  void step_elsewhere() noexcept { ++steps_; }
+
+  /// Checks that `g` holds the gradients of this optimizer's parameters, in its order.
+  void check_matches(const Gradients& g) const {
+    STRATA_CHECK_EQ(g.size(), params_.size(), "apply_gradients: gradients for a different parameter list");
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      STRATA_CHECK(same_tensor(g.params[i], params_[i]), "apply_gradients: gradient ", i,
+                   " belongs to another parameter than the optimizer's");
+  }
+
+  /// Whether an update with `g` goes ahead under the non-finite policy: always under
+  /// NonFinite::apply; under skip, false (counted in skipped_steps()) if any gradient holds a
+  /// NaN or Inf; under error, a data_error naming the first such parameter, with `where()`
+  /// appended (the update protocol names the replica it came from).
+  template <class Where>
+  bool admits(const Gradients& g, Where&& where) {
+    if (nonfinite_ == NonFinite::apply) return true;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const Tensor t = g[i];
+      if (!t.defined() || all_finite(t)) continue;
+      if (nonfinite_ == NonFinite::skip) {
+        ++skipped_;
+        return false;
+      }
+      throw data_error("[strata.optim.nonfinite] non-finite gradient in parameter " + std::to_string(i) + " (shape " +
+                       to_string(t.shape()) + ") at step " + std::to_string(steps_) + ", after aggregation" + where());
+    }
+    return true;
   }
 
   /// The policy for non-finite gradients (NonFinite::apply by default).
@@ -212,66 +218,6 @@ class Optimizer {
   }
 
  private:
-  void check_matches(const Gradients& g) const {
-    STRATA_CHECK_EQ(g.size(), params_.size(), "apply_gradients: gradients for a different parameter list");
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      STRATA_CHECK(same_tensor(g.params[i], params_[i]), "apply_gradients: gradient ", i,
-                   " belongs to another parameter than the optimizer's");
-  }
-
-  /// Whether this replica applies an update that does not split (a context without the
-  /// question: yes).
-  template <class Ctx>
-  static bool updates_unsplit(Ctx& ctx) {
-    if constexpr (requires { ctx.updates_unsplit(); })
-      return ctx.updates_unsplit();
-    else
-      return true;
-  }
-  /// Where the non-finite gradients came from, for NonFinite::error: every replica takes
-  /// part (they all reach this point, since the summed gradients are the same bits
-  /// everywhere) in two small all-reduces — the lowest replica whose own gradients held a NaN
-  /// or Inf, then that replica's first such parameter. "" where the context cannot tell.
-  template <class Ctx>
-  static std::string first_nonfinite_replica(Ctx& ctx) {
-    if constexpr (requires { ctx.local_nonfinite_parameter(); }) {
-      const std::int64_t mine = ctx.local_nonfinite_parameter();  // -1: none here; -2: unknown
-      if (mine == -2) return {};
-      constexpr double kNone = 1e18;
-      Tensor who = full(Shape{1}, mine >= 0 ? ctx.replica_id_in_sync_group() : kNone, DType::f64);
-      ctx.all_reduce(ReduceOp::Min, who);
-      const double first = who.item();
-      if (first >= kNone) return {};  // no replica saw one before the sum (an overflow in it)
-      Tensor which = full(Shape{1}, ctx.replica_id_in_sync_group() == static_cast<int>(first) ? double(mine) : kNone,
-                          DType::f64);
-      ctx.all_reduce(ReduceOp::Min, which);
-      return "; first non-finite on replica " + std::to_string(static_cast<int>(first)) + " (its parameter " +
-             std::to_string(static_cast<std::int64_t>(which.item())) + ")";
-    } else {
-      (void)ctx;
-      return {};
-    }
-  }
-
-  /// Whether the update goes ahead under the non-finite policy.
-  bool accepts(const Gradients& g) {
-    return accepts(g, [] { return std::string(); });
-  }
-  template <class Where>
-  bool accepts(const Gradients& g, Where&& where) {
-    if (nonfinite_ == NonFinite::apply) return true;
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      const Tensor t = g[i];
-      if (!t.defined() || all_finite(t)) continue;
-      if (nonfinite_ == NonFinite::skip) {
-        ++skipped_;
-        return false;
-      }
-      throw data_error("[strata.optim.nonfinite] non-finite gradient in parameter " + std::to_string(i) + " (shape " +
-                       to_string(t.shape()) + ") at step " + std::to_string(steps_) + ", after aggregation" + where());
-    }
-    return true;
-  }
   static std::string to_string(const Shape& s) {
     std::string out = "[";
     for (int d = 0; d < s.ndim(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);

@@ -21,6 +21,10 @@
 
 namespace strata {
 
+namespace autograd {
+class GradientCompletion;  // autograd/backward.hpp
+}  // namespace autograd
+
 namespace detail {
 class TensorImpl;
 }
@@ -165,6 +169,9 @@ class TensorImpl {
     Tensor grad;
     std::uint64_t grad_epoch = 0;     ///< backward pass that last wrote `grad`
     std::unique_ptr<std::vector<std::function<void(const Tensor&)>>> hooks;
+    /// Completes the gradients of the parameter list this leaf heads, where a strategy keeps
+    /// them in parts (autograd::set_gradient_completion); null otherwise.
+    autograd::GradientCompletion* completion = nullptr;
   } ag;
 
  private:

@@ -83,18 +83,20 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
   }
 
  private:
-  class Context final : public ReplicaContext {
+  class Context final : private detail::ReplicaStep, public ReplicaContext {
    public:
-    Context(CentralStorageStrategy& s, int r) : s_(s), r_(r) {}
+    Context(CentralStorageStrategy& s, int r) : ReplicaContext(static_cast<detail::ReplicaStep&>(*this)), s_(s), r_(r) {}
     int replica_id_in_sync_group() const noexcept override { return r_; }
     int num_replicas_in_sync() const noexcept override { return s_.n_; }
     void all_reduce(ReduceOp op, Tensor& t) override {
       STRATA_CHECK(t.defined() && t.is_contiguous(), "all_reduce needs a defined, contiguous tensor");
       comm().allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
     }
+
+   private:
     // Replica r sums share r of every gradient in replica order (into replica 0's: the bits do
     // not depend on which replica sums), then writes that sum into the other replicas'.
-    bool aggregate_gradients(Gradients g) override {
+    bool aggregate(Gradients g, double) override {
       STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica");
       s_.pending_[static_cast<std::size_t>(r_)] = g;
       comm().barrier();  // every replica's gradients are final
@@ -116,16 +118,19 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
       comm().barrier();  // every replica's gradients hold the sum
       return true;
     }
-    const std::vector<optim::ElementRange>* update_ranges(const Gradients& g, optim::Optimizer& opt) override {
-      for (const auto& split : s_.splits_)
-        if (split->covers(r_, g)) {
-          pending_ = split.get();
-          return pending_->begin(r_, opt) ? &pending_->ranges(r_, opt) : nullptr;
-        }
-      return nullptr;
+    // Each replica its share where the optimizer can update ranges of the scope's model;
+    // otherwise replica 0 updates all (the others share its variables).
+    detail::UpdateLayout layout(const Gradients& g, optim::Optimizer& opt) override {
+      if (opt.updates_ranges())
+        for (const auto& split : s_.splits_)
+          if (split->covers(r_, g)) {
+            pending_ = split.get();
+            if (pending_->begin(r_, opt)) return detail::UpdateLayout::share(pending_->ranges(r_, opt));
+            break;
+          }
+      return r_ == 0 ? detail::UpdateLayout::whole() : detail::UpdateLayout::elsewhere();
     }
-    bool updates_unsplit() const override { return r_ == 0; }  // the others share its variables
-    void finish_update() override {
+    void publish() override {
       if (detail::SplitUpdate* split = std::exchange(pending_, nullptr)) {
         split->publish(r_);  // the views share one storage: only the optimizer state is shared here
         split->end(r_);
@@ -134,7 +139,6 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     }
     void set_gradient_sync(bool on) override { sync_ = on; }
 
-   private:
     collective::InProcess& comm() { return s_.comm(r_); }
     CentralStorageStrategy& s_;
     int r_;

@@ -14,19 +14,20 @@
 #include <vector>
 
 #include <strata/strategy/gradient_engine.hpp>
+#include <strata/strategy/detail/replica_step.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/split_update.hpp>
 
 namespace strata::detail {
 
 template <class C>
-class CollectiveReplicaContext final : public ReplicaContext {
+class CollectiveReplicaContext final : private ReplicaStep, public ReplicaContext {
  public:
   /// `splits`: beside each engine, the SplitUpdate of its model's copies, or null (or empty:
   /// none); replica_id is then also the replica's index among the copies.
   CollectiveReplicaContext(C& comm, int replica_id, int num_replicas, std::span<GradientEngine<C>* const> engines,
                            std::span<SplitUpdate* const> splits = {})
-      : comm_(comm), id_(replica_id), n_(num_replicas), engines_(engines), splits_(splits) {}
+      : ReplicaContext(static_cast<ReplicaStep&>(*this)), comm_(comm), id_(replica_id), n_(num_replicas), engines_(engines), splits_(splits) {}
 
   int replica_id_in_sync_group() const noexcept override { return id_; }
   int num_replicas_in_sync() const noexcept override { return n_; }
@@ -37,7 +38,8 @@ class CollectiveReplicaContext final : public ReplicaContext {
     comm_.allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
   }
 
-  bool aggregate_gradients(Gradients g) override {
+ private:
+  bool aggregate(Gradients g, double) override {
     local_nonfinite_ = -1;
     for (GradientEngine<C>* e : engines_)
       if (e->owns(g)) {
@@ -57,15 +59,18 @@ class CollectiveReplicaContext final : public ReplicaContext {
   }
   std::int64_t local_nonfinite_parameter() const override { return local_nonfinite_; }
 
-  const std::vector<optim::ElementRange>* update_ranges(const Gradients& g, optim::Optimizer& opt) override {
-    for (std::size_t i = 0; i < splits_.size(); ++i)
-      if (splits_[i] && engines_[i]->owns(g)) {
-        pending_ = splits_[i];
-        return pending_->begin(id_, opt) ? &pending_->ranges(id_, opt) : nullptr;
-      }
-    return nullptr;
+  // A split update where the gradients are those of a model with a SplitUpdate and the
+  // optimizer can update ranges; every replica updates all of its copy otherwise.
+  UpdateLayout layout(const Gradients& g, optim::Optimizer& opt) override {
+    if (opt.updates_ranges())
+      for (std::size_t i = 0; i < splits_.size(); ++i)
+        if (splits_[i] && engines_[i]->owns(g)) {
+          pending_ = splits_[i];
+          return pending_->begin(id_, opt) ? UpdateLayout::share(pending_->ranges(id_, opt)) : UpdateLayout::whole();
+        }
+    return UpdateLayout::whole();
   }
-  void finish_update() override {
+  void publish() override {
     bool published = false;
     if (SplitUpdate* split = std::exchange(pending_, nullptr)) {
       if (split->splitting(id_)) {
@@ -93,7 +98,6 @@ class CollectiveReplicaContext final : public ReplicaContext {
     for (GradientEngine<C>* e : engines_) e->set_sync(on);
   }
 
- private:
   C& comm_;
   int id_, n_;
   std::span<GradientEngine<C>* const> engines_;

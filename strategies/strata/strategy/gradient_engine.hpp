@@ -35,6 +35,7 @@
 #include <string>
 #include <thread>  // hardware_concurrency
 #include <type_traits>
+#include <utility>  // exchange
 #include <vector>
 
 #include <strata/autograd/backward.hpp>
@@ -164,8 +165,7 @@ class GradientEngine final : public autograd::GradientCompletion {
   }
   ~GradientEngine() {
     state_->engine = nullptr;
-    auto& pending = autograd::detail::pending_completion();
-    if (pending.completion == this) pending = {};
+    if (sharded_ && params_[0].impl()->ag.completion == this) autograd::set_gradient_completion(params_[0], nullptr);
   }
   GradientEngine(const GradientEngine&) = delete;
   GradientEngine& operator=(const GradientEngine&) = delete;
@@ -210,9 +210,14 @@ class GradientEngine final : public autograd::GradientCompletion {
                  r, " of a group of ", group ? group->replicas() : 0, ", rank ", comm_.rank(), " of ", comm_.size());
     sharded_ = std::move(group);
     split_ = &split;
+    if (!params_.empty()) autograd::set_gradient_completion(params_[0], this);
   }
   /// Whether this step's buckets were reduced to shares (gathered since, or not).
   bool sharded_step() const noexcept { return step_sharded_; }
+
+  /// Whether this step's buckets are kept in shares and not yet handed to a Gradients: what
+  /// grad() on this replica's thread asks once its backward pass is done.
+  bool claim() noexcept override { return std::exchange(unclaimed_, false); }
 
   /// Every gradient whole: under the sharded layout, waits for the buckets and copies in the
   /// other replicas' shares; else nothing to do. After apply_gradients (consume()) the other
@@ -341,14 +346,14 @@ class GradientEngine final : public autograd::GradientCompletion {
   }
 
   // The first bucket of a step: under the sharded layout, the gradients are in shares from
-  // now on, and grad() on this thread hands the Gradients it returns this engine to complete them.
+  // now on, and the Gradients that grad() returns next carries this engine to complete them.
   void open_step() {
     open_ = true;
     local_nonfinite_ = -1;
     if (!sharded_) return;
     ++shard_step_;
     whole_ = consumed_ = decided_ = false;
-    autograd::detail::pending_completion() = {params_.empty() ? nullptr : params_[0].impl(), this};
+    unclaimed_ = true;
   }
 
   void mark(std::size_t k) {
@@ -472,6 +477,7 @@ class GradientEngine final : public autograd::GradientCompletion {
   std::uint64_t shard_step_ = 0;  // steps whose buckets were reduced to shares
   const detail::SplitUpdate* split_ = nullptr;  // whose way decides whether a step is sharded
   bool whole_ = true, consumed_ = false, step_sharded_ = false, decided_ = false;
+  bool unclaimed_ = false;  // a sharded step opened, and no Gradients carries this engine yet
   bool reduce_here_ = detail::reduces_on_replica_thread<C>;  // all-reduces on the replica's thread
   std::shared_ptr<HookState> state_;
   GradientStats stats_;

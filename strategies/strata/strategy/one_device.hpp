@@ -93,12 +93,15 @@ class OneDeviceStrategy : detail::RejectsReplicaValues {
 
  private:
   /// Reductions over one replica are identities.
-  class Context final : public ReplicaContext {
+  class Context final : private detail::ReplicaStep, public ReplicaContext {
    public:
+    Context() : ReplicaContext(static_cast<detail::ReplicaStep&>(*this)) {}
     int replica_id_in_sync_group() const noexcept override { return 0; }
     int num_replicas_in_sync() const noexcept override { return 1; }
     void all_reduce(ReduceOp, Tensor&) override {}
-    bool aggregate_gradients(Gradients) override { return true; }
+
+   private:
+    bool aggregate(Gradients, double) override { return true; }
   };
 
   Device device_;

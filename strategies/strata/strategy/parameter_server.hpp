@@ -310,9 +310,9 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
  private:
   int chief_rank() const { return t_.roles().workers.front(); }
 
-  class Context final : public ReplicaContext {
+  class Context final : private detail::ReplicaStep, public ReplicaContext {
    public:
-    explicit Context(ParameterServerStrategy& s) : s_(s) {}
+    explicit Context(ParameterServerStrategy& s) : ReplicaContext(static_cast<detail::ReplicaStep&>(*this)), s_(s) {}
     int replica_id_in_sync_group() const noexcept override {
       return sync ? s_.t_.roles().index_of(s_.t_.rank()) : 0;
     }
@@ -321,17 +321,16 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
       STRATA_CHECK(t.defined() && t.is_contiguous(), "all_reduce needs a defined, contiguous tensor");
       if (sync) s_.t_.group().allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
     }
-    void note_learning_rate(double lr) override { lr_ = lr; }
-    bool aggregate_gradients(Gradients g) override {
+
+   private:
+    bool aggregate(Gradients g, double lr) override {
       STRATA_CHECK(sync_on_, "apply_gradients inside NoSync: the gradients would stay on this worker");
-      s_.worker_->push_pull(g, lr_);
+      s_.worker_->push_pull(g, lr);
       return !s_.o_.update_on_servers;  // else the servers updated and the parameters hold their values
     }
     void set_gradient_sync(bool on) override { sync_on_ = on; }
 
-   private:
     ParameterServerStrategy& s_;
-    double lr_ = -1;
     bool sync_on_ = true;
   };
 
