@@ -7,6 +7,12 @@
 
 using strata::collective::InProcess;
 
+// The capabilities InProcess opts into, and those it lacks (collective/capabilities.hpp).
+static_assert(strata::Collective<InProcess> && strata::collective::RawCollective<InProcess> &&
+              strata::collective::ThreadGroupCollective<InProcess>);
+static_assert(!strata::collective::WireCompression<InProcess> && !strata::collective::HostSharedMemory<InProcess> &&
+              !strata::collective::DeviceCollective<InProcess>);
+
 template <>
 struct World<InProcess> {
   template <class F>

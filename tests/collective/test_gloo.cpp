@@ -13,6 +13,11 @@
 
 using strata::collective::Gloo;
 
+// The capabilities Gloo opts into, and those it lacks (collective/capabilities.hpp).
+static_assert(strata::Collective<Gloo> && strata::collective::RawCollective<Gloo> &&
+              strata::collective::WireCompression<Gloo> && strata::collective::HostSharedMemory<Gloo>);
+static_assert(!strata::collective::DeviceCollective<Gloo> && !strata::collective::ThreadGroupCollective<Gloo>);
+
 namespace {
 Gloo& world() {
   static Gloo w("world");

@@ -8,6 +8,11 @@
 
 using strata::collective::Mpi;
 
+// The capabilities Mpi opts into, and those it lacks (collective/capabilities.hpp).
+static_assert(strata::Collective<Mpi> && strata::collective::RawCollective<Mpi> &&
+              strata::collective::WireCompression<Mpi> && strata::collective::HostSharedMemory<Mpi>);
+static_assert(!strata::collective::DeviceCollective<Mpi> && !strata::collective::ThreadGroupCollective<Mpi>);
+
 template <>
 struct World<Mpi> {
   template <class F>

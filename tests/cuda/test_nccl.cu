@@ -10,6 +10,11 @@
 
 using namespace strata;
 using namespace cuda_test;
+
+// The capabilities Nccl opts into, and those it lacks (collective/capabilities.hpp).
+static_assert(Collective<collective::Nccl> && collective::RawCollective<collective::Nccl> &&
+              collective::WireCompression<collective::Nccl> && collective::DeviceCollective<collective::Nccl>);
+static_assert(!collective::HostSharedMemory<collective::Nccl> && !collective::ThreadGroupCollective<collective::Nccl>);
 using collective::InProcess;
 using collective::Nccl;
 

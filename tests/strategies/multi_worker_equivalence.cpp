@@ -20,6 +20,13 @@
 #include <strata/collective/gloo.hpp>
 #endif
 
+#if STRATA_HAS_MPI
+static_assert(strata::Strategy<strata::MultiWorkerMirroredStrategy<strata::collective::Mpi>>);
+#endif
+#if STRATA_HAS_GLOO
+static_assert(strata::Strategy<strata::MultiWorkerMirroredStrategy<strata::collective::Gloo>>);
+#endif
+
 namespace {
 
 template <class C>

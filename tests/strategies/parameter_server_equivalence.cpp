@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 #include <thread>
 #include <chrono>
 
@@ -19,6 +21,19 @@
 #include <strata/strategy/parameter_server.hpp>
 
 #include "strategies/equivalence.hpp"
+
+// Each transport of the build carries the strategy (parameter_server/transport.hpp), and a
+// collective without one does not.
+#if STRATA_HAS_MPI
+static_assert(strata::ps::TransportOf<strata::collective::Mpi>);
+static_assert(strata::Strategy<strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Sync>>);
+static_assert(strata::Strategy<strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Async>>);
+#endif
+#if STRATA_HAS_GLOO
+static_assert(strata::ps::TransportOf<strata::collective::Gloo>);
+static_assert(strata::Strategy<strata::ParameterServerStrategy<strata::collective::Gloo, strata::ps::Sync>>);
+#endif
+static_assert(!strata::ps::TransportOf<strata::collective::InProcess>);
 
 namespace {
 
@@ -143,12 +158,40 @@ int check_staleness(int servers, std::int64_t staleness) {
   return ok ? 0 : 1;
 }
 
+// Sync gather: worker w returns w + 1 rows of the value w at the first step; every worker
+// gets them all, in worker order.
+template <class C>
+int check_gather(int servers) {
+  equivalence::Setup s;
+  strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers});
+  strata::manual_seed(7);
+  auto net = strategy.scope([&] { return equivalence::model(false); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2); });
+  int failures = 0;
+  bool first = true;
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(equivalence::dataset(s)).batch(s.global_batch))) {
+    auto rows = strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      opt.apply_gradients(ctx, strata::grad(equivalence::replica_loss(net, b.x, b.y, b.global_size), net.parameters()));
+      const int w = ctx.replica_id_in_sync_group();
+      return strata::full(strata::Shape{w + 1, 2}, static_cast<double>(w), strata::DType::f64);
+    }, batch);
+    if (!std::exchange(first, false)) continue;
+    const std::vector<double> got = strategy.gather(rows).template to_vector<double>();
+    std::vector<double> want;
+    for (int w = 0; w < strategy.num_workers(); ++w) want.insert(want.end(), static_cast<std::size_t>(2 * (w + 1)), w);
+    failures += got == want ? 0 : 1;
+    std::printf("%s rank %d: sync gather of %d workers' rows: %zu values\n", got == want ? "ok  " : "FAIL",
+                strategy.rank(), strategy.num_workers(), got.size());
+  }
+  return failures;
+}
+
 }  // namespace
 
 template <class C>
 int check_all(int servers) {
-  return check_sync<C>(servers) + check_async<C>(servers, -1) + check_async<C>(servers, 0) +
-         check_staleness<C>(servers, 0) + check_staleness<C>(servers, -1);
+  return check_sync<C>(servers) + check_gather<C>(servers) + check_async<C>(servers, -1) +
+         check_async<C>(servers, 0) + check_staleness<C>(servers, 0) + check_staleness<C>(servers, -1);
 }
 
 int main(int argc, char** argv) {

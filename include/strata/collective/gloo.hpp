@@ -56,6 +56,7 @@
 #include <vector>
 
 #include <strata/collective/async.hpp>
+#include <strata/collective/capabilities.hpp>
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/host_shared_buffer.hpp>
 #include <strata/collective/detail/reduce.hpp>
@@ -742,5 +743,11 @@ class Gloo : public TypedFrontEnd<Gloo> {
 
 template <>
 inline constexpr bool strata::enable_collective<strata::collective::Gloo> = true;
+template <>
+inline constexpr bool strata::collective::enable_raw_collective<strata::collective::Gloo> = true;
+template <>
+inline constexpr bool strata::collective::enable_wire_compression<strata::collective::Gloo> = true;
+template <>
+inline constexpr bool strata::collective::enable_host_shared_memory<strata::collective::Gloo> = true;
 
 #endif  // STRATA_HAS_GLOO

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include <strata/collective/async.hpp>
+#include <strata/collective/capabilities.hpp>
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/collective/detail/wait_policy.hpp>
@@ -353,3 +354,7 @@ class InProcess : public TypedFrontEnd<InProcess> {
 
 template <>
 inline constexpr bool strata::enable_collective<strata::collective::InProcess> = true;
+template <>
+inline constexpr bool strata::collective::enable_raw_collective<strata::collective::InProcess> = true;
+template <>
+inline constexpr bool strata::collective::enable_thread_group<strata::collective::InProcess> = true;

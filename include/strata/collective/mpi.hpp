@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/collective/capabilities.hpp>
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/host_shared_buffer.hpp>
 #include <strata/collective/detail/reduce.hpp>
@@ -532,5 +533,11 @@ class Mpi : public TypedFrontEnd<Mpi> {
 
 template <>
 inline constexpr bool strata::enable_collective<strata::collective::Mpi> = true;
+template <>
+inline constexpr bool strata::collective::enable_raw_collective<strata::collective::Mpi> = true;
+template <>
+inline constexpr bool strata::collective::enable_wire_compression<strata::collective::Mpi> = true;
+template <>
+inline constexpr bool strata::collective::enable_host_shared_memory<strata::collective::Mpi> = true;
 
 #endif  // STRATA_HAS_MPI

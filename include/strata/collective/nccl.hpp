@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/collective/capabilities.hpp>
 #include <strata/collective/collective.hpp>
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
@@ -430,5 +431,11 @@ class Nccl : public TypedFrontEnd<Nccl> {
 
 template <>
 inline constexpr bool strata::enable_collective<strata::collective::Nccl> = true;
+template <>
+inline constexpr bool strata::collective::enable_raw_collective<strata::collective::Nccl> = true;
+template <>
+inline constexpr bool strata::collective::enable_wire_compression<strata::collective::Nccl> = true;
+template <>
+inline constexpr bool strata::collective::enable_device_collective<strata::collective::Nccl> = true;
 
 #endif  // STRATA_HAS_NCCL

@@ -40,6 +40,7 @@
 
 #include <strata/autograd/backward.hpp>
 #include <strata/collective/async.hpp>     // Work
+#include <strata/collective/capabilities.hpp>
 #include <strata/collective/detail/reduce.hpp>  // share_begin
 #include <strata/collective/detail/wait_policy.hpp>  // WaitTimer
 #include <strata/collective/in_process.hpp>
@@ -91,9 +92,10 @@ struct GradientStats {
 };
 
 namespace detail {
-/// True for collectives whose all-reduce the replica thread runs itself (shared memory).
+/// True for collectives whose all-reduce the replica thread runs itself (its peers are
+/// threads of this process, sharing its memory).
 template <class C>
-inline constexpr bool reduces_on_replica_thread = std::is_same_v<C, collective::InProcess>;
+inline constexpr bool reduces_on_replica_thread = collective::ThreadGroupCollective<C>;
 
 /// Whether a multi-process engine whose buckets all sit in memory the `ranks` share (all on
 /// this host) runs their all-reduces on the replica's own thread instead of its communication
@@ -117,7 +119,7 @@ class GradientEngine final : public autograd::GradientCompletion {
                  Compression compression = Compression::none)
       : comm_(comm), params_(params), compression_(compression), state_(std::make_shared<HookState>()) {
     STRATA_CHECK(bucket_bytes > 0, "gradient bucket size must be positive");
-    STRATA_CHECK(compression == Compression::none || !detail::reduces_on_replica_thread<C>,
+    STRATA_CHECK(compression == Compression::none || collective::WireCompression<C>,
                  "gradient compression applies to multi-process collectives; ", C::name, " replicas share memory");
     state_->engine = this;
     slot_of_.resize(params_.size());
@@ -303,7 +305,7 @@ class GradientEngine final : public autograd::GradientCompletion {
   /// one host: the all-reduce then reduces across the ranks' copies directly), else a plain
   /// tensor on `device`. Collective when offered: every rank makes the same buckets in order.
   Tensor make_bucket(std::int64_t count, DType dtype, Device device, bool& shared) {
-    if constexpr (requires(C& c) { c.shared_buffer(count, dtype); })
+    if constexpr (collective::HostSharedMemory<C>)
       if (device.kind == DeviceKind::cpu && compression_ == Compression::none)
         if (Tensor t = comm_.shared_buffer(count, dtype); t.defined()) {
           shared = true;
@@ -372,11 +374,23 @@ class GradientEngine final : public autograd::GradientCompletion {
     launch_ready();
   }
 
-  // The bucket's sum with 16-bit elements on the wire (see Compression).
+  // The bucket's sum with 16-bit elements on the wire (see Compression); false, doing
+  // nothing, where the bucket travels as it is.
+  bool reduce_compressed(void* p, Bucket& bk) {
+    if constexpr (collective::WireCompression<C>) {
+      if (!bk.wire.defined()) return false;
+      if (compression_ == Compression::fp16)
+        reduce_16bit<Half>(static_cast<float*>(p), bk);
+      else
+        reduce_16bit<BFloat16>(static_cast<float*>(p), bk);
+      return true;
+    } else {
+      (void)p, (void)bk;
+      return false;
+    }
+  }
   template <class S>
-  void reduce_compressed(float* g, Bucket& bk)
-    requires(!detail::reduces_on_replica_thread<C>)
-  {
+  void reduce_16bit(float* g, Bucket& bk) {
     S* w = static_cast<S*>(bk.wire.raw_data());
     for (std::size_t i = 0; i < bk.count; ++i) w[i] = S(g[i]);
     comm_.allreduce_sum16_raw(w, bk.count, bk.wire.dtype());
@@ -453,12 +467,7 @@ class GradientEngine final : public autograd::GradientCompletion {
       observe::ScopedEvent ev("allreduce", "communication", &bk - buckets_.data(),
                               static_cast<std::int64_t>(bk.count * size_of(bk.dtype)));
       void* p = bk.buffer.raw_data();
-      if (!bk.wire.defined())
-        comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
-      else if (compression_ == Compression::fp16)
-        reduce_compressed<Half>(static_cast<float*>(p), bk);
-      else
-        reduce_compressed<BFloat16>(static_cast<float*>(p), bk);
+      if (!reduce_compressed(p, bk)) comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
       bk.seconds = seconds_since(t0);
     });
   }

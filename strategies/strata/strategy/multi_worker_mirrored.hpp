@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/collective/capabilities.hpp>
 #include <strata/collective/collective.hpp>
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
@@ -88,14 +89,14 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
     using T = std::invoke_result_t<F&>;
     T made = factory();
     if constexpr (detail::HasParameters<T>) {
-      if constexpr (requires { comm_.device(); })  // a device collective (Nccl): the replica lives on its GPU
+      if constexpr (collective::DeviceCollective<C>)  // a device collective (Nccl): the replica lives on its GPU
         move_in_place(made.parameters(), Device::cuda(comm_.device()));
       detail::broadcast_parameters(comm_, made.parameters(), 0);
       owned_.push_back(std::make_unique<GradientEngine<C>>(comm_, made.parameters(), options_.bucket_bytes,
                                                            options_.compression));
       engines_.push_back(owned_.back().get());
       std::unique_ptr<detail::SplitUpdate> split;
-      if constexpr (requires(const Tensor& t) { comm_.shared_peer(t, 0); })
+      if constexpr (collective::HostSharedMemory<C>)
         if (options_.split_update != UpdateSplit::off)
           split = detail::split_across_processes(comm_, made.parameters(), *owned_.back(),
                                                  detail::measured_choice(options_.split_update, options_.split_choice));
@@ -121,7 +122,7 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
     requires std::invocable<F&, ReplicaContext&, const data::Batch&>
   auto run(F&& fn, const data::Batch& batch) {
     using R = std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>;
-    if constexpr (requires { comm_.device(); }) {  // the input follows the variables to the GPU
+    if constexpr (collective::DeviceCollective<C>) {  // the input follows the variables to the GPU
       const data::Batch on_device = batch.to(Device::cuda(comm_.device()));
       return run_replica<R>([&](ReplicaContext& ctx) { return fn(ctx, on_device); });
     } else {
@@ -145,39 +146,7 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
   /// Strategy.gather); axis 0 may differ between ranks, the other extents and dtype may not.
   Tensor gather(const PerReplica<Tensor>& v) {
     detail::check_cross_replica("gather()");
-    STRATA_CHECK_EQ(v.size(), std::size_t{1}, "gather: a PerReplica from another strategy");
-    const Tensor t = v[0].contiguous();
-    STRATA_CHECK(t.defined() && t.ndim() >= 1, "gather: needs a tensor with an axis 0");
-    std::int64_t row_numel = 1;
-    for (int i = 1; i < t.ndim(); ++i) row_numel *= t.dim(i);
-    // Each rank's [rows, row elements, dtype, ndim]: the layout must agree except for the rows.
-    const std::int64_t mine[4] = {t.dim(0), row_numel, static_cast<std::int64_t>(t.dtype()), t.ndim()};
-    const auto n = static_cast<std::size_t>(comm_.size());
-    std::vector<std::int64_t> all(4 * n);
-    comm_.allgather_raw(mine, all.data(), 4, DType::i64);
-    std::int64_t max_rows = 0, total = 0;
-    for (std::size_t r = 0; r < n; ++r) {
-      STRATA_CHECK(all[4 * r + 1] == row_numel && all[4 * r + 2] == mine[2] && all[4 * r + 3] == mine[3], "gather: rank ",
-                   r, " has ", all[4 * r + 1], " elements per row (dtype tag ", all[4 * r + 2], ", ", all[4 * r + 3],
-                   " axes), rank ", comm_.rank(), " ", row_numel, " (", mine[2], ", ", mine[3], ")");
-      max_rows = std::max(max_rows, all[4 * r]);
-      total += all[4 * r];
-    }
-    // Pad every rank's rows to the longest, gather the bytes, then close the gaps.
-    const std::size_t row_bytes = static_cast<std::size_t>(row_numel) * size_of(t.dtype());
-    std::vector<unsigned char> padded(static_cast<std::size_t>(max_rows) * row_bytes, 0), everyone(padded.size() * n);
-    if (t.nbytes()) std::memcpy(padded.data(), t.raw_data(), t.nbytes());
-    comm_.allgather_raw(padded.data(), everyone.data(), padded.size(), DType::u8);
-    Shape s = t.shape();
-    s[0] = total;
-    Tensor out = Tensor::empty(s, t.dtype());
-    auto* dst = static_cast<unsigned char*>(out.raw_data());
-    for (std::size_t r = 0; r < n; ++r) {
-      const std::size_t bytes = static_cast<std::size_t>(all[4 * r]) * row_bytes;
-      if (bytes) std::memcpy(dst, everyone.data() + r * padded.size(), bytes);
-      dst += bytes;
-    }
-    return out;
+    return detail::allgather_value(comm_, v);
   }
 
   /// Rank 0's `bytes` on every process (a checkpoint the chief read, for every replica to restore).

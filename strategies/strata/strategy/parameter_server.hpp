@@ -59,13 +59,13 @@ struct ParameterServerOptions {
 /// The strategy for a C without a transport, or a Mode that is not one: a compile-time error.
 template <class C, class Mode = ps::Sync>
 class ParameterServerStrategy {
-  static_assert(ps::has_transport<C>, "ParameterServerStrategy<C, Mode>: C picks the transport between servers and "
+  static_assert(ps::TransportOf<C>, "ParameterServerStrategy<C, Mode>: C picks the transport between servers and "
                                       "workers: collective::Mpi or collective::Gloo (in a build with -Dmpi=enabled or -Dgloo=enabled)");
   static_assert(ps::Mode<Mode>, "ParameterServerStrategy<C, Mode>: Mode is ps::Sync or ps::Async");
 };
 
 template <class C, class Mode>
-  requires ps::has_transport<C> && ps::Mode<Mode>
+  requires ps::TransportOf<C> && ps::Mode<Mode>
 class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
   static constexpr bool sync = std::is_same_v<Mode, ps::Sync>;
   using T = ps::Transport<C>;
@@ -158,6 +158,19 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
     }
   }
   using detail::RejectsReplicaValues::reduce;  // a replica's own value: a compile-time error
+
+  /// Sync: every worker's tensor concatenated along axis 0, in worker order, on each worker.
+  /// Async: this worker's value.
+  Tensor gather(const PerReplica<Tensor>& v) {
+    detail::check_cross_replica("gather()");
+    if constexpr (sync) {
+      return detail::allgather_value(t_.group(), v);
+    } else {
+      STRATA_CHECK_EQ(v.size(), std::size_t{1}, "gather: a PerReplica from another strategy");
+      return v[0].contiguous().clone();
+    }
+  }
+  using detail::RejectsReplicaValues::gather;
 
   /// The job's training rate from this rank's: under Sync every worker counts the global
   /// batch (unchanged); under Async each worker counts its own examples, so the job's rate
@@ -379,7 +392,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
 };
 
 template <class C, class M>
-  requires ps::has_transport<C> && ps::Mode<M>
+  requires ps::TransportOf<C> && ps::Mode<M>
 inline constexpr bool enable_strategy<ParameterServerStrategy<C, M>> = true;
 
 // Async has no step at which every server's state is one consistent point to save.

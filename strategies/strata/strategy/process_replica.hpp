@@ -4,7 +4,10 @@
 /// parameters, and reducing a replica's value over the processes.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -62,6 +65,45 @@ double allreduce_value(C& comm, ReduceOp op, const PerReplica<double>& v) {
   double x = v[0];
   comm.allreduce_raw(&x, &x, 1, DType::f64, op);
   return x;
+}
+
+/// The one replica's tensor of every process concatenated along axis 0, in rank order, on
+/// every process of `comm`; axis 0 may differ between ranks, the other extents and dtype may not.
+template <class C>
+Tensor allgather_value(C& comm, const PerReplica<Tensor>& v) {
+  STRATA_CHECK_EQ(v.size(), std::size_t{1}, "gather: a PerReplica from another strategy");
+  const Tensor t = v[0].contiguous();
+  STRATA_CHECK(t.defined() && t.ndim() >= 1, "gather: needs a tensor with an axis 0");
+  std::int64_t row_numel = 1;
+  for (int i = 1; i < t.ndim(); ++i) row_numel *= t.dim(i);
+  // Each rank's [rows, row elements, dtype, ndim]: the layout must agree except for the rows.
+  const std::int64_t mine[4] = {t.dim(0), row_numel, static_cast<std::int64_t>(t.dtype()), t.ndim()};
+  const auto n = static_cast<std::size_t>(comm.size());
+  std::vector<std::int64_t> all(4 * n);
+  comm.allgather_raw(mine, all.data(), 4, DType::i64);
+  std::int64_t max_rows = 0, total = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    STRATA_CHECK(all[4 * r + 1] == row_numel && all[4 * r + 2] == mine[2] && all[4 * r + 3] == mine[3], "gather: rank ",
+                 r, " has ", all[4 * r + 1], " elements per row (dtype tag ", all[4 * r + 2], ", ", all[4 * r + 3],
+                 " axes), rank ", comm.rank(), " ", row_numel, " (", mine[2], ", ", mine[3], ")");
+    max_rows = std::max(max_rows, all[4 * r]);
+    total += all[4 * r];
+  }
+  // Pad every rank's rows to the longest, gather the bytes, then close the gaps.
+  const std::size_t row_bytes = static_cast<std::size_t>(row_numel) * size_of(t.dtype());
+  std::vector<unsigned char> padded(static_cast<std::size_t>(max_rows) * row_bytes, 0), everyone(padded.size() * n);
+  if (t.nbytes()) std::memcpy(padded.data(), t.raw_data(), t.nbytes());
+  comm.allgather_raw(padded.data(), everyone.data(), padded.size(), DType::u8);
+  Shape s = t.shape();
+  s[0] = total;
+  Tensor out = Tensor::empty(s, t.dtype());
+  auto* dst = static_cast<unsigned char*>(out.raw_data());
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::size_t bytes = static_cast<std::size_t>(all[4 * r]) * row_bytes;
+    if (bytes) std::memcpy(dst, everyone.data() + r * padded.size(), bytes);
+    dst += bytes;
+  }
+  return out;
 }
 
 }  // namespace strata::detail

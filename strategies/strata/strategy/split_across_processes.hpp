@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/collective/capabilities.hpp>
 #include <strata/strategy/gradient_engine.hpp>
 #include <strata/strategy/split_update.hpp>
 #include <strata/support/check.hpp>
@@ -55,7 +56,7 @@ std::vector<Tensor> views_over(const Tensor& base, const std::vector<std::size_t
 /// that every rank's optimizer holds the same memory. The buffer is made (collectively) on the
 /// first call, and again only if the state's names or shapes change; every rank's optimizer
 /// is of the same kind over the same shapes, so every rank decides the same.
-template <class C>
+template <collective::HostSharedMemory C>
 SplitUpdate::StateHome shared_state_home(C& comm) {
   auto tensors = std::make_shared<SplitUpdate::NamedState>();
   return [&comm, tensors](const SplitUpdate::NamedState& like) {
@@ -79,7 +80,7 @@ SplitUpdate::StateHome shared_state_home(C& comm) {
 /// no memory (they span hosts, STRATA_SHM=0, a single rank) or the parameters are not
 /// contiguous host tensors. Collective. Moves each parameter's values into the shared
 /// buffer: the tensors keep their identity, every handle to them sees the new storage.
-template <class C>
+template <collective::HostSharedMemory C>
 std::unique_ptr<SplitUpdate> split_across_processes(C& comm, const std::vector<Tensor>& params,
                                                     const GradientEngine<C>& engine,
                                                     std::optional<SplitChoiceOptions> measured = std::nullopt) {
