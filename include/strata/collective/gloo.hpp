@@ -16,7 +16,7 @@
 #include <strata/config.hpp>
 
 #if !STRATA_HAS_GLOO
-#error "strata::collective::Gloo needs Gloo: configure strata with -Dgloo=enabled (Debian: libgloo-dev), or build with Gloo and -DSTRATA_HAS_GLOO=1"
+#error "strata::collective::Gloo needs Gloo: configure strata with -Dgloo=enabled (Debian: libgloo-dev), or by hand: -DSTRATA_HAS_GLOO=1 -lgloo"
 #else  // the rest only where the build has it: the #error above is then the only message
 
 #include <gloo/allgather.h>

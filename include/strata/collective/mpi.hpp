@@ -12,7 +12,7 @@
 #include <strata/config.hpp>
 
 #if !STRATA_HAS_MPI
-#error "strata::collective::Mpi needs MPI: configure strata with -Dmpi=enabled (Debian: libopenmpi-dev openmpi-bin), or build with MPI and -DSTRATA_HAS_MPI=1"
+#error "strata::collective::Mpi needs MPI: configure strata with -Dmpi=enabled (Debian: libopenmpi-dev openmpi-bin), or by hand: mpicxx (or -lmpi) and -DSTRATA_HAS_MPI=1"
 #else  // the rest only where the build has it: the #error above is then the only message
 
 #include <mpi.h>

@@ -22,7 +22,7 @@
 #include <strata/config.hpp>
 
 #if !STRATA_HAS_NCCL
-#error "strata::collective::Nccl needs NCCL: configure strata with -Dcuda=enabled -Dnccl=enabled (NCCL in the CUDA toolkit root), or build with NCCL and -DSTRATA_HAS_NCCL=1"
+#error "strata::collective::Nccl needs NCCL: configure strata with -Dcuda=enabled -Dnccl=enabled (NCCL in the CUDA toolkit root), or by hand: -DSTRATA_HAS_CUDA=1 -DSTRATA_HAS_NCCL=1 -lnccl -lcudart"
 #else
 
 #include <nccl.h>

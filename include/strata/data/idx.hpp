@@ -68,7 +68,8 @@ inline std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
     inflateEnd(&zs);
     return out;
 #else
-    idx_fail(path, "is gzip-compressed, but strata was built without zlib (-Dzlib=enabled); decompress it first");
+    idx_fail(path, "is gzip-compressed, but strata was built without zlib (Meson: -Dzlib=enabled; by hand: "
+                   "-DSTRATA_HAS_ZLIB=1 -lz); decompress it first");
 #endif
   }
   return raw;

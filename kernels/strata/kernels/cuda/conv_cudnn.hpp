@@ -10,7 +10,7 @@
 #include <strata/config.hpp>
 
 #if !STRATA_HAS_CUDNN
-#error "strata's cuDNN convolutions need cuDNN: configure strata with -Dcudnn=enabled (cuDNN 9 in the CUDA toolkit root)"
+#error "strata's cuDNN convolutions need cuDNN: configure strata with -Dcudnn=enabled (cuDNN 9 in the CUDA toolkit root), or by hand: -DSTRATA_HAS_CUDNN=1 -lcudnn"
 #else
 
 #include <cudnn.h>

@@ -9,7 +9,7 @@
 #include <strata/config.hpp>
 
 #if !STRATA_HAS_CUDA
-#error "strata's CUDA support needs CUDA: configure strata with -Dcuda=enabled (nvcc and the CUDA toolkit), or build with the toolkit and -DSTRATA_HAS_CUDA=1"
+#error "strata's CUDA support needs CUDA: configure strata with -Dcuda=enabled (nvcc and the CUDA toolkit), or by hand: nvcc (or -lcudart -lcublas) and -DSTRATA_HAS_CUDA=1"
 #else
 
 #include <cuda_runtime_api.h>

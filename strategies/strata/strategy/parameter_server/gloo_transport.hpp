@@ -13,7 +13,7 @@
 #include <strata/config.hpp>
 
 #if !STRATA_HAS_GLOO
-#error "ParameterServerStrategy<collective::Gloo> needs Gloo: configure strata with -Dgloo=enabled (Debian: libgloo-dev)"
+#error "ParameterServerStrategy<collective::Gloo> needs Gloo: configure strata with -Dgloo=enabled (Debian: libgloo-dev), or by hand: -DSTRATA_HAS_GLOO=1 -lgloo"
 #else
 
 #include <atomic>

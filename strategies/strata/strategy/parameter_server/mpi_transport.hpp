@@ -8,7 +8,7 @@
 #include <strata/config.hpp>
 
 #if !STRATA_HAS_MPI
-#error "ParameterServerStrategy<collective::Mpi> needs MPI: configure strata with -Dmpi=enabled (Debian: libopenmpi-dev openmpi-bin)"
+#error "ParameterServerStrategy<collective::Mpi> needs MPI: configure strata with -Dmpi=enabled (Debian: libopenmpi-dev openmpi-bin), or by hand: mpicxx (or -lmpi) and -DSTRATA_HAS_MPI=1"
 #else
 
 #include <mpi.h>
