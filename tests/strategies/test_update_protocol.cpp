@@ -136,3 +136,17 @@ TEST_CASE("Strategy.UpdateProtocol.NonFiniteAtTheTransformStage") {
     CHECK(ctx.stages == "aggregate all_reduce all_reduce ");  // the two small all-reduces, then the error
   }
 }
+
+TEST_CASE("Strategy.UpdateProtocol.DeprecatedAggregateGradientsRunsStageOneOnly") {
+  Model m;
+  Recorder ctx;
+  const strata::Gradients g = m.grads({1.0, 4.0});
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  CHECK(ctx.aggregate_gradients(g));
+#pragma GCC diagnostic pop
+  CHECK(ctx.stages == "aggregate ");
+  CHECK(ctx.lr_seen < 0);  // no learning rate: servers keep theirs
+  CHECK(m.w.grad().to_vector<double>() == std::vector<double>{2.0, 8.0});
+  CHECK(m.w.to_vector<double>() == std::vector<double>{1.0, -2.0});
+}

@@ -23,13 +23,13 @@
 
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
-#include <strata/strategy/local_replicas.hpp>
+#include <strata/strategy/detail/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replicated.hpp>
 #include <strata/strategy/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
-#include <strata/strategy/thread_replicas.hpp>
+#include <strata/strategy/detail/thread_replicas.hpp>
 
 namespace strata {
 

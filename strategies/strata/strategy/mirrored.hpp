@@ -17,16 +17,16 @@
 #include <strata/collective/collective.hpp>
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
-#include <strata/strategy/collective_context.hpp>
+#include <strata/strategy/detail/collective_context.hpp>
 #include <strata/strategy/gradient_engine.hpp>
-#include <strata/strategy/local_replicas.hpp>
+#include <strata/strategy/detail/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replicated.hpp>
 #include <strata/strategy/row_split.hpp>
 #include <strata/strategy/sharded_gradients.hpp>
 #include <strata/strategy/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
-#include <strata/strategy/thread_replicas.hpp>
+#include <strata/strategy/detail/thread_replicas.hpp>
 #include <strata/tensor/device.hpp>
 
 namespace strata {

@@ -23,14 +23,14 @@
 #include <strata/collective/collective.hpp>
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
-#include <strata/strategy/collective_context.hpp>
+#include <strata/strategy/detail/collective_context.hpp>
 #include <strata/strategy/distributed_pipeline.hpp>
 #include <strata/strategy/gradient_engine.hpp>
-#include <strata/strategy/local_replicas.hpp>
+#include <strata/strategy/detail/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
-#include <strata/strategy/process_replica.hpp>
+#include <strata/strategy/detail/process_replica.hpp>
 #include <strata/strategy/replicated.hpp>
-#include <strata/strategy/split_across_processes.hpp>
+#include <strata/strategy/detail/split_across_processes.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/tensor/placement.hpp>  // move_in_place
 

@@ -7,9 +7,9 @@
 #include <utility>
 
 #include <strata/data/pipeline.hpp>
-#include <strata/strategy/local_replicas.hpp>  // HasParameters
+#include <strata/strategy/detail/local_replicas.hpp>  // HasParameters
 #include <strata/strategy/per_replica.hpp>
-#include <strata/strategy/process_replica.hpp>
+#include <strata/strategy/detail/process_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/tensor/device.hpp>

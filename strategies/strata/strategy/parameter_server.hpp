@@ -25,14 +25,14 @@
 #include <strata/data/pipeline.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/strategy/checkpointing.hpp>     // checkpoints_supported
-#include <strata/strategy/local_replicas.hpp>  // HasParameters
+#include <strata/strategy/detail/local_replicas.hpp>  // HasParameters
 #include <strata/strategy/parameter_server/roles.hpp>
 #include <strata/strategy/parameter_server/server.hpp>
 #include <strata/strategy/parameter_server/shards.hpp>
 #include <strata/strategy/parameter_server/transport.hpp>
 #include <strata/strategy/parameter_server/worker.hpp>
 #include <strata/strategy/per_replica.hpp>
-#include <strata/strategy/process_replica.hpp>
+#include <strata/strategy/detail/process_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replicated.hpp>
 #include <strata/strategy/strategy.hpp>

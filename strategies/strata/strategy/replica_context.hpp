@@ -32,6 +32,12 @@ class ReplicaContext {
   /// Reduces `t` across all replicas, in place; every replica must call it with the same shape.
   virtual void all_reduce(ReduceOp op, Tensor& t) = 0;
 
+  /// Stage 1 of the update protocol alone: sums `grads` over every replica in sync, in place;
+  /// false where the update already happened elsewhere (on parameter servers, which keep
+  /// their learning rate). Optimizer::apply_gradients(ctx, grads) runs the whole step.
+  [[deprecated("opt.apply_gradients(ctx, grads) runs the whole step (update_protocol.hpp)")]]
+  bool aggregate_gradients(Gradients grads) { return step_->aggregate(grads, -1.0); }
+
  protected:
   /// `step`: the strategy's side of this replica's step; it outlives the context.
   explicit ReplicaContext(detail::ReplicaStep& step) noexcept : step_(&step) {}

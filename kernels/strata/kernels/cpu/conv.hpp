@@ -8,19 +8,11 @@
 
 #include <strata/config.hpp>              // STRATA_RESTRICT
 #include <strata/kernels/cpu/elementwise.hpp>  // copy_or_add
+#include <strata/kernels/math/conv_geometry.hpp>
 
 namespace strata::kernels::cpu {
 
-/// Geometry of a 2-D convolution.
-struct ConvGeometry {
-  std::int64_t n, c, h, w;      // input
-  std::int64_t kh, kw;          // kernel
-  std::int64_t stride, pad;
-  std::int64_t oh() const noexcept { return (h + 2 * pad - kh) / stride + 1; }
-  std::int64_t ow() const noexcept { return (w + 2 * pad - kw) / stride + 1; }
-  std::int64_t rows() const noexcept { return c * kh * kw; }
-  std::int64_t cols() const noexcept { return n * oh() * ow(); }
-};
+using math::ConvGeometry;  // kernels/math/conv_geometry.hpp
 
 /// cols[(c,i,j), (n,y,x)] = x[n, c, y*s - p + i, x*s - p + j] (0 outside the image).
 template <class T>

@@ -12,6 +12,7 @@
 
 #include <strata/config.hpp>  // STRATA_HAS_BLAS, STRATA_RESTRICT
 #include <strata/kernels/cpu/blas_core.hpp>
+#include <strata/kernels/math/gemm_args.hpp>
 
 #if STRATA_HAS_BLAS
 #include <cblas.h>
@@ -19,20 +20,7 @@
 
 namespace strata::kernels::cpu {
 
-/// Operand layout of one GEMM call; lda/ldb/ldc are row strides in elements.
-template <class T>
-struct GemmArgs {
-  bool trans_a = false, trans_b = false;
-  std::int64_t m = 0, n = 0, k = 0;
-  T alpha = 1;
-  const T* a = nullptr;
-  std::int64_t lda = 0;
-  const T* b = nullptr;
-  std::int64_t ldb = 0;
-  T beta = 0;
-  T* c = nullptr;
-  std::int64_t ldc = 0;
-};
+using math::GemmArgs;  // the operand layout (kernels/math/gemm_args.hpp)
 
 namespace detail {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <type_traits>
 
-#include <strata/kernels/cpu/gemm.hpp>  // GemmArgs
+#include <strata/kernels/math/gemm_args.hpp>
 
 namespace strata::kernels::cuda {
 
@@ -51,7 +51,7 @@ inline cublasHandle_t blas_handle(int device) {
 
 /// C = alpha * op(A) * op(B) + beta * C over row-major device buffers.
 template <class T>
-void gemm(int device, const cpu::GemmArgs<T>& g) {
+void gemm(int device, const math::GemmArgs<T>& g) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "cuBLAS GEMM: float or double");
   if (g.m == 0 || g.n == 0) return;
   const std::array<std::int64_t, 6> dims{g.m, g.n, g.k, g.lda, g.ldb, g.ldc};

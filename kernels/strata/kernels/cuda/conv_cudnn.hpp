@@ -21,7 +21,7 @@
 #include <tuple>
 #include <type_traits>
 
-#include <strata/kernels/cpu/conv.hpp>  // ConvGeometry
+#include <strata/kernels/math/conv_geometry.hpp>
 #include <strata/kernels/cuda/allocator.hpp>
 #include <strata/kernels/cuda/runtime.hpp>
 
@@ -52,7 +52,7 @@ namespace detail {
 template <class T>
 class ConvDescriptors {
  public:
-  ConvDescriptors(const cpu::ConvGeometry& g, std::int64_t out_channels) {
+  ConvDescriptors(const math::ConvGeometry& g, std::int64_t out_channels) {
     constexpr cudnnDataType_t dt = std::is_same_v<T, float> ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
     auto i = [](std::int64_t v) { return static_cast<int>(v); };
     check(cudnnCreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor");
@@ -110,7 +110,7 @@ struct ConvPlan {
 };
 
 template <class T>
-const ConvPlan& plan(int device, const cpu::ConvGeometry& g, std::int64_t oc, const ConvDescriptors<T>& d) {
+const ConvPlan& plan(int device, const math::ConvGeometry& g, std::int64_t oc, const ConvDescriptors<T>& d) {
   static std::map<ConvKey, ConvPlan> plans;
   static std::mutex mu;
   const ConvKey key{device, static_cast<int>(sizeof(T)), g.n, g.c, g.h, g.w, g.kh, g.kw, g.stride, g.pad, oc};
@@ -155,7 +155,7 @@ class Workspace {
 
 /// y = conv(x, w) (NCHW; w is out_channels x c x kh x kw).
 template <class T>
-void conv2d_forward(int device, const cpu::ConvGeometry& g, std::int64_t out_channels, const T* x, const T* w, T* y) {
+void conv2d_forward(int device, const math::ConvGeometry& g, std::int64_t out_channels, const T* x, const T* w, T* y) {
   detail::ConvDescriptors<T> d(g, out_channels);
   const auto& p = detail::plan<T>(device, g, out_channels, d);
   detail::Workspace ws(device, p.fwd_bytes);
@@ -167,7 +167,7 @@ void conv2d_forward(int device, const cpu::ConvGeometry& g, std::int64_t out_cha
 
 /// dx (+)= the gradient of conv(x, w) with respect to x, given dy.
 template <class T>
-void conv2d_backward_data(int device, const cpu::ConvGeometry& g, std::int64_t out_channels, const T* w, const T* dy,
+void conv2d_backward_data(int device, const math::ConvGeometry& g, std::int64_t out_channels, const T* w, const T* dy,
                           T* dx, bool accumulate) {
   detail::ConvDescriptors<T> d(g, out_channels);
   const auto& p = detail::plan<T>(device, g, out_channels, d);
@@ -180,7 +180,7 @@ void conv2d_backward_data(int device, const cpu::ConvGeometry& g, std::int64_t o
 
 /// dw (+)= the gradient of conv(x, w) with respect to w, given dy.
 template <class T>
-void conv2d_backward_filter(int device, const cpu::ConvGeometry& g, std::int64_t out_channels, const T* x, const T* dy,
+void conv2d_backward_filter(int device, const math::ConvGeometry& g, std::int64_t out_channels, const T* x, const T* dy,
                             T* dw, bool accumulate) {
   detail::ConvDescriptors<T> d(g, out_channels);
   const auto& p = detail::plan<T>(device, g, out_channels, d);

@@ -1,12 +1,12 @@
 /// \file
 /// The fused optimizer steps on the device: one kernel reads parameter, gradient and state
 /// once and writes them once. The element update is kernels/math/optim.hpp's, the one the
-/// CPU loop runs, and the coefficients come from the same host code (kernels/cpu/optim_step.hpp).
+/// CPU loop runs, and the coefficients come from the same host code (kernels/math/optim.hpp).
 #pragma once
 
 #include <cstdint>
 
-#include <strata/kernels/cpu/optim_step.hpp>  // SgdParams, AdamParams, sgd_coeffs, adam_coeffs
+#include <strata/kernels/math/optim.hpp>  // the element updates, SgdParams, AdamParams and their coefficients
 #include <strata/kernels/cuda/launch.cuh>
 
 namespace strata::kernels::cuda {
@@ -30,11 +30,11 @@ __global__ void adam_step(std::int64_t n, T* p, const T* g, T* m, T* v, math::Ad
 
 /// SGD (momentum, Nesterov, weight decay): the CPU's sgd_step on the device.
 template <class T>
-void sgd_step(std::int64_t n, T* p, const T* g, T* buf, const cpu::SgdParams& o, cudaStream_t s) {
+void sgd_step(std::int64_t n, T* p, const T* g, T* buf, const math::SgdParams& o, cudaStream_t s) {
   if (n == 0) return;
-  const auto c = cpu::sgd_coeffs<T>(o);
+  const auto c = math::sgd_coeffs<T>(o);
   using V = math::SgdVariant;
-  switch (cpu::sgd_variant(o)) {
+  switch (math::sgd_variant(o)) {
     case V::plain: kernel::sgd_step<V::plain, T><<<blocks_for(n), kThreads, 0, s>>>(n, p, g, buf, c); break;
     case V::first_momentum:
       kernel::sgd_step<V::first_momentum, T><<<blocks_for(n), kThreads, 0, s>>>(n, p, g, buf, c);
@@ -47,9 +47,9 @@ void sgd_step(std::int64_t n, T* p, const T* g, T* buf, const cpu::SgdParams& o,
 
 /// Adam / AdamW: the CPU's adam_step on the device.
 template <class T>
-void adam_step(std::int64_t n, T* p, const T* g, T* m, T* v, const cpu::AdamParams& o, cudaStream_t s) {
+void adam_step(std::int64_t n, T* p, const T* g, T* m, T* v, const math::AdamParams& o, cudaStream_t s) {
   if (n == 0) return;
-  kernel::adam_step<T><<<blocks_for(n), kThreads, 0, s>>>(n, p, g, m, v, cpu::adam_coeffs<T>(o));
+  kernel::adam_step<T><<<blocks_for(n), kThreads, 0, s>>>(n, p, g, m, v, math::adam_coeffs<T>(o));
   STRATA_CUDA_CHECK_LAUNCH("adam_step");
 }
 

@@ -66,4 +66,37 @@ STRATA_HOST_DEVICE void adam_update(T& p, T g, T& m, T& v, const AdamCoeffs<T>& 
   p = pi - c.step_size * mi / (std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps);
 }
 
+/// SGD options for one step (torch.optim.SGD's).
+struct SgdParams {
+  double lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  bool first_step = true;  ///< the momentum buffer is initialised to the gradient on the first step
+};
+
+/// The per-step coefficients of sgd_step (shared with the CUDA kernel).
+template <class T>
+SgdCoeffs<T> sgd_coeffs(const SgdParams& o) noexcept {
+  return {static_cast<T>(o.lr), static_cast<T>(o.momentum), static_cast<T>(o.weight_decay),
+          static_cast<T>(1 - o.dampening), o.nesterov ? T(1) + static_cast<T>(o.momentum) : T(1)};
+}
+
+/// Which element update sgd_step runs for these options.
+inline SgdVariant sgd_variant(const SgdParams& o) noexcept {
+  if (o.momentum == 0) return SgdVariant::plain;
+  if (o.first_step) return SgdVariant::first_momentum;
+  return o.nesterov ? SgdVariant::nesterov : SgdVariant::momentum;
+}
+
+/// Adam and AdamW options for one step (torch.optim.Adam's and AdamW's).
+struct AdamParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool decoupled = false;  ///< AdamW: decay the weights directly instead of adding wd*p to g
+  std::int64_t step = 1;   ///< 1-based step number, for bias correction
+};
+
+template <class T>
+AdamCoeffs<T> adam_coeffs(const AdamParams& o) {
+  return AdamCoeffs<T>::make(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.decoupled, o.step);
+}
+
 }  // namespace strata::kernels::math

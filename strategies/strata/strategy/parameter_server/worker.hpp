@@ -26,10 +26,11 @@ class Worker {
       : t_(transport), shards_(shards), update_on_servers_(update_on_servers) {}
 
   /// Sends `g` to the servers and waits for the replies: afterwards the parameters hold the
-  /// servers' new values (update on servers) or `g` holds the sum over all workers.
+  /// servers' new values (update on servers) or `g` holds the sum over all workers. `lr`: the
+  /// rate the servers are to apply; a negative one leaves theirs as it is.
   void push_pull(Gradients g, double lr) {
     const auto& servers = t_.roles().servers;
-    if (update_on_servers_ && lr != sent_lr_) {  // the servers apply the rate the worker's optimizer has
+    if (update_on_servers_ && lr >= 0 && lr != sent_lr_) {  // the servers apply the rate the worker's optimizer has
       for (int s : servers) post(t_.isend(&lr, sizeof lr, s, kLearningRateTag), s);
       wait("the learning rate");
       sent_lr_ = lr;

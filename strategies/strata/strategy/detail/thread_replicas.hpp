@@ -19,10 +19,10 @@
 #include <strata/collective/detail/wait_policy.hpp>  // thread_wait_seconds
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
-#include <strata/strategy/local_replicas.hpp>
+#include <strata/strategy/detail/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
-#include <strata/strategy/replica_pool.hpp>
+#include <strata/strategy/detail/replica_pool.hpp>
 #include <strata/strategy/row_split.hpp>
 
 namespace strata::detail {
