@@ -1,5 +1,5 @@
 /// \file
-/// The reference Fashion-MNIST models (PERF.md): an MLP 784-512-512-10 and a CNN
+/// The reference Fashion-MNIST models: an MLP 784-512-512-10 and a CNN
 /// conv5x5(32) -> pool2 -> conv5x5(64) -> pool2 -> fc128 -> fc10, both with ReLU.
 #pragma once
 

@@ -33,7 +33,7 @@ inline void gemm(int device, DType dt, bool ta, bool tb, std::int64_t m, std::in
                  std::int64_t lda, const void* b, std::int64_t ldb, void* c, std::int64_t ldc, bool accumulate) {
   floating(device, dt, "matmul", [&](auto tag) {
     using T = decltype(tag);
-    cuda::gemm<T>(device, cpu::GemmArgs<T>{ta, tb, m, n, k, T(1), static_cast<const T*>(a), lda,
+    cuda::gemm<T>(device, math::GemmArgs<T>{ta, tb, m, n, k, T(1), static_cast<const T*>(a), lda,
                                            static_cast<const T*>(b), ldb, accumulate ? T(1) : T(0), static_cast<T*>(c),
                                            ldc});
   });
@@ -168,7 +168,7 @@ inline void softmax_xent_backward(int device, DType dt, DType lt, std::int64_t r
 }
 
 inline void sgd_step(int device, DType dt, std::int64_t n, void* p, const void* g, void* buf,
-                     const cpu::SgdParams& o) {
+                     const math::SgdParams& o) {
   floating(device, dt, "SGD", [&](auto tag) {
     using T = decltype(tag);
     cuda::sgd_step<T>(n, static_cast<T*>(p), static_cast<const T*>(g), static_cast<T*>(buf), o, stream(device));
@@ -176,7 +176,7 @@ inline void sgd_step(int device, DType dt, std::int64_t n, void* p, const void* 
 }
 
 inline void adam_step(int device, DType dt, std::int64_t n, void* p, const void* g, void* m, void* v,
-                      const cpu::AdamParams& o) {
+                      const math::AdamParams& o) {
   floating(device, dt, "Adam", [&](auto tag) {
     using T = decltype(tag);
     cuda::adam_step<T>(n, static_cast<T*>(p), static_cast<const T*>(g), static_cast<T*>(m), static_cast<T*>(v), o,
@@ -202,14 +202,14 @@ inline void max_pool_backward(int device, DType dt, const math::PoolGeometry& g,
 }
 
 #if STRATA_HAS_CUDNN
-inline void conv_forward(int device, DType dt, const cpu::ConvGeometry& g, std::int64_t oc, const void* x, const void* w,
+inline void conv_forward(int device, DType dt, const math::ConvGeometry& g, std::int64_t oc, const void* x, const void* w,
                          void* y) {
   floating(device, dt, "conv2d", [&](auto tag) {
     using T = decltype(tag);
     cuda::conv2d_forward<T>(device, g, oc, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y));
   });
 }
-inline void conv_backward_data(int device, DType dt, const cpu::ConvGeometry& g, std::int64_t oc, const void* w,
+inline void conv_backward_data(int device, DType dt, const math::ConvGeometry& g, std::int64_t oc, const void* w,
                                const void* dy, void* dx, bool accumulate) {
   floating(device, dt, "conv2d backward", [&](auto tag) {
     using T = decltype(tag);
@@ -217,7 +217,7 @@ inline void conv_backward_data(int device, DType dt, const cpu::ConvGeometry& g,
                                   static_cast<T*>(dx), accumulate);
   });
 }
-inline void conv_backward_filter(int device, DType dt, const cpu::ConvGeometry& g, std::int64_t oc, const void* x,
+inline void conv_backward_filter(int device, DType dt, const math::ConvGeometry& g, std::int64_t oc, const void* x,
                                  const void* dy, void* dw, bool accumulate) {
   floating(device, dt, "conv2d backward", [&](auto tag) {
     using T = decltype(tag);
