@@ -1,6 +1,7 @@
 // The README's first program: one training loop written as a template over the strategy,
 // run here with OneDeviceStrategy for one epoch of Fashion-MNIST.
 #include <cstdio>
+#include <exception>
 
 #include <strata/strata.hpp>
 
@@ -27,6 +28,11 @@ void train(S& strategy) {
 }
 
 int main() {
-  strata::OneDeviceStrategy strategy;
-  train(strategy);
+  try {
+    strata::OneDeviceStrategy strategy;
+    train(strategy);
+  } catch (const std::exception& e) {  // a missing data file, a bad argument: said, not a crash
+    std::fprintf(stderr, "first_program: %s\n", e.what());
+    return 1;
+  }
 }
