@@ -28,6 +28,9 @@
 static_assert(strata::ps::TransportOf<strata::collective::Mpi>);
 static_assert(strata::Strategy<strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Sync>>);
 static_assert(strata::Strategy<strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Async>>);
+// Sync checkpoints carry the servers' shards (checkpointing.hpp).
+using MpiSyncStrategy = strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Sync>;
+static_assert(strata::detail::ShardedCheckpoints<MpiSyncStrategy> && strata::detail::SharesChiefBytes<MpiSyncStrategy>);
 #endif
 #if STRATA_HAS_GLOO
 static_assert(strata::ps::TransportOf<strata::collective::Gloo>);

@@ -9,6 +9,7 @@
 /// (checkpoint_shards, restore_shards, prune_shards).
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -29,6 +30,24 @@ template <class S>
 inline constexpr bool checkpoints_supported = true;
 
 namespace detail {
+/// A strategy across processes: the chief's checkpoint bytes reach every process.
+template <class S>
+concept SharesChiefBytes = requires(S& s, std::vector<unsigned char>& bytes) { s.share_from_chief(bytes); };
+/// A strategy across processes that tells every process whether the chief's save failed.
+template <class S>
+concept SharesSaveOutcome = requires(S& s, std::string& error) { s.share_save_outcome(error); };
+/// A strategy whose state also lives on other ranks (ParameterServerStrategy<Sync>'s servers):
+/// per-rank shard files beside the chief's checkpoint, which records them.
+template <class S>
+concept ShardedCheckpoints = requires(S& s, const S& cs, const std::filesystem::path& dir, const checkpoint::Reader& r,
+                                      std::int64_t step, const std::vector<std::int64_t>& kept) {
+  s.set_checkpoint_dir(dir);
+  cs.check_shards(r, dir, step);
+  s.restore_shards(r, dir, step);
+  { s.checkpoint_shards(step) } -> std::convertible_to<checkpoint::NamedTensors>;
+  s.prune_shards(dir, kept);
+};
+
 template <class T>
 struct IsReplicated : std::false_type {};
 template <class T>
@@ -59,7 +78,7 @@ class TrainingCheckpoints {
  public:
   TrainingCheckpoints(S& strategy, Model& model, Opt& opt, std::filesystem::path dir, int keep = 3)
       : s_(strategy), model_(model), opt_(opt), manager_(std::move(dir), keep) {
-    if constexpr (requires { s_.set_checkpoint_dir(manager_.directory()); }) s_.set_checkpoint_dir(manager_.directory());
+    if constexpr (detail::ShardedCheckpoints<S>) s_.set_checkpoint_dir(manager_.directory());
   }
 
   /// Resumes from the newest complete checkpoint, if there is one: every replica's model and
@@ -70,7 +89,7 @@ class TrainingCheckpoints {
     if (s_.is_chief()) {
       std::vector<std::string> skipped;
       std::function<void(const checkpoint::Reader&, std::int64_t)> also;
-      if constexpr (requires { s_.check_shards(std::declval<const checkpoint::Reader&>(), manager_.directory(), 0); })
+      if constexpr (detail::ShardedCheckpoints<S>)
         also = [&](const checkpoint::Reader& r, std::int64_t step) { s_.check_shards(r, manager_.directory(), step); };
       if (auto r = manager_.open_latest(&skipped, also)) {
         name = r->name();
@@ -78,7 +97,7 @@ class TrainingCheckpoints {
       }
       for (const auto& why : skipped) std::fprintf(stderr, "[strata.checkpoint] skipping %s\n", why.c_str());
     }
-    if constexpr (requires { s_.share_from_chief(bytes); }) s_.share_from_chief(bytes);
+    if constexpr (detail::SharesChiefBytes<S>) s_.share_from_chief(bytes);
     if (bytes.empty()) return std::nullopt;
     const checkpoint::Reader r(std::move(bytes), name.empty() ? "the chief's checkpoint" : name);
     checkpoint::TrainingPosition pos;
@@ -86,7 +105,7 @@ class TrainingCheckpoints {
       pos = checkpoint::restore_training_state(r, detail::local_copy(model_, k).parameters(), detail::local_copy(opt_, k),
                                                s_.num_replicas_in_sync(), generators_of(detail::local_copy(model_, k)));
     // State held off the chief (ParameterServerStrategy's servers): each rank takes its part.
-    if constexpr (requires { s_.restore_shards(r, manager_.directory(), pos.step); })
+    if constexpr (detail::ShardedCheckpoints<S>)
       s_.restore_shards(r, manager_.directory(), pos.step);
     return pos;
   }
@@ -96,7 +115,7 @@ class TrainingCheckpoints {
   /// chief then asks the serving servers for their shards), or by every rank outside an epoch.
   void save(const checkpoint::TrainingPosition& pos) {
     checkpoint::NamedTensors shards;  // written (and answered for) before the index that records them
-    if constexpr (requires { s_.checkpoint_shards(pos.step); }) shards = s_.checkpoint_shards(pos.step);
+    if constexpr (detail::ShardedCheckpoints<S>) shards = s_.checkpoint_shards(pos.step);
     std::string error;  // the chief's, when its write failed (a full disk, a read-only directory)
     std::exception_ptr failure;
     if (s_.is_chief()) {
@@ -106,7 +125,7 @@ class TrainingCheckpoints {
                                                           generators_of(detail::local_copy(model_, 0)));
         tensors.insert(tensors.end(), shards.begin(), shards.end());
         manager_.save(pos.step, tensors);
-        if constexpr (requires { s_.prune_shards(manager_.directory(), manager_.steps()); })
+        if constexpr (detail::ShardedCheckpoints<S>)
           s_.prune_shards(manager_.directory(), manager_.steps());
       } catch (const std::exception& e) {
         error = e.what();
@@ -116,7 +135,7 @@ class TrainingCheckpoints {
     // Every process learns the outcome (a strategy across processes shares it), so a failed
     // save stops every rank with the reason rather than leaving the others at their next
     // collective.
-    if constexpr (requires { s_.share_save_outcome(error); }) s_.share_save_outcome(error);
+    if constexpr (detail::SharesSaveOutcome<S>) s_.share_save_outcome(error);
     if (failure) std::rethrow_exception(failure);
     if (!error.empty())
       throw io_error("[strata.checkpoint] step " + std::to_string(pos.step) + " was not saved: the chief failed: " + error);
