@@ -96,30 +96,27 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
     using T = std::invoke_result_t<F&>;
     if constexpr (detail::HasParameters<T>) {
       const bool sharded = options_.gradients == GradientLayout::sharded && this->n_ > 1;
-      auto shards = sharded ? std::make_shared<detail::ShardedGradients>(this->n_) : nullptr;
       std::vector<std::vector<Tensor>> params;
-      std::vector<std::vector<optim::ElementRange>> shares;
+      std::vector<std::vector<optim::ElementRange>> shares;  // where each replica reduces and updates
       for (int r = 0; r < this->n_; ++r) {
-        const auto ur = static_cast<std::size_t>(r);
-        owned_.push_back(std::make_unique<GradientEngine<Comm>>(this->comm(r), copies[ur]->parameters(),
-                                                                options_.bucket_bytes));
-        engines_[ur].push_back(owned_.back().get());
-        params.push_back(copies[ur]->parameters());
-        shares.push_back(owned_.back()->shares(r, this->n_));
+        params.push_back(copies[static_cast<std::size_t>(r)]->parameters());
+        shares.push_back(detail::BucketPlan(params.back(), options_.bucket_bytes).shares(r, this->n_));
       }
       detail::SplitUpdate* split = nullptr;
       if (options_.split_update != UpdateSplit::off && this->n_ > 1) {
         splits_owned_.push_back(std::make_unique<detail::SplitUpdate>(
-            std::move(params), std::move(shares), detail::local_state_home(), /*only=*/-1, /*sync=*/nullptr,
+            params, std::move(shares), detail::local_state_home(), /*only=*/-1, /*sync=*/nullptr,
             detail::measured_choice(options_.split_update, options_.split_choice)));
         split = splits_owned_.back().get();
       }
-      if (shards)
-        for (int r = 0; r < this->n_; ++r) {
-          GradientEngine<Comm>& engine = *engines_[static_cast<std::size_t>(r)].back();
-          engine.shard(shards, r, *split);
-          shards->attach(r, engine.bucket_buffers());
-        }
+      auto group = sharded ? std::make_shared<detail::ShardedGradients>(this->n_) : nullptr;
+      for (int r = 0; r < this->n_; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        owned_.push_back(std::make_unique<GradientEngine<Comm>>(this->comm(r), params[ur], options_.bucket_bytes,
+                                                                Compression::none,
+                                                                detail::GradientSharding{group, r, split}));
+        engines_[ur].push_back(owned_.back().get());
+      }
       for (auto& s : splits_) s.push_back(split);
     }
     return Replicated<T>(std::move(copies));

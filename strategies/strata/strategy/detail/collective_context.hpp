@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <strata/strategy/gradient_engine.hpp>
+#include <strata/strategy/detail/nonfinite_watch.hpp>
 #include <strata/strategy/detail/replica_step.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/split_update.hpp>
@@ -40,7 +41,6 @@ class CollectiveReplicaContext final : private ReplicaStep, public ReplicaContex
 
  private:
   bool aggregate(Gradients g, double) override {
-    local_nonfinite_ = -1;
     for (GradientEngine<C>* e : engines_)
       if (e->owns(g)) {
         e->finish();
@@ -48,13 +48,14 @@ class CollectiveReplicaContext final : private ReplicaStep, public ReplicaContex
         return true;
       }
     STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica");
-    const bool check = optim::detail::local_nonfinite_checks().load(std::memory_order_relaxed);
+    NonfiniteWatch watch;
+    const bool check = NonfiniteWatch::wanted();
     for (std::size_t i = 0; i < g.size(); ++i) {
       Tensor t = g[i];
-      if (check && local_nonfinite_ < 0 && t.defined() && !optim::all_finite(t))
-        local_nonfinite_ = static_cast<std::int64_t>(i);
+      if (check) watch.note(i, t);
       all_reduce(ReduceOp::Sum, t);
     }
+    local_nonfinite_ = watch.first();
     return true;
   }
   std::int64_t local_nonfinite_parameter() const override { return local_nonfinite_; }

@@ -1,0 +1,173 @@
+/// \file
+/// BucketReduction: how a GradientEngine's bucket all-reduce runs, one object chosen when the
+/// engine is made.
+///
+///   ReplicaThreadReduction  the replica's own thread reduces the bucket at once, with its
+///                           peers: InProcess replicas (threads of one process), and Mpi/Gloo
+///                           ranks whose buckets sit in shared memory on a host with no core to
+///                           spare (shared_buckets_reduce_on_replica_thread).
+///   CommThreadReduction     the engine's communication thread runs the collective's blocking
+///                           all-reduce, bucket after bucket, while backward computes
+///                           (Horovod's background thread); the one path with wire compression.
+///   ShardedReduction        InProcess replicas under GradientLayout::sharded: in a step whose
+///                           update splits, each replica leaves the sum in its own share and
+///                           gathers the rest from its peers when the gradients are read.
+///
+/// docs/gradient_engine.md has the measurements behind each choice.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <thread>  // hardware_concurrency
+#include <vector>
+
+#include <strata/collective/async.hpp>  // Work, AsyncWorker, complete
+#include <strata/collective/capabilities.hpp>
+#include <strata/observe/timeline.hpp>
+#include <strata/runtime/process.hpp>  // env, env_int
+#include <strata/strategy/detail/gradient_buckets.hpp>
+#include <strata/strategy/detail/wire_compression.hpp>
+#include <strata/strategy/sharded_gradients.hpp>
+#include <strata/strategy/split_update.hpp>
+
+namespace strata::detail {
+
+/// Whether a multi-process engine whose buckets all sit in memory the `ranks` share (all on
+/// this host) runs their all-reduces on the replica's own thread instead of its communication
+/// thread: where the host has no core beyond one per rank. The reduction is then
+/// memory-bound work on the cores the ranks compute on, and a second thread per rank can only
+/// take turns with them (MultiWorkerMirrored<Mpi>, MLP, 2 ranks on 2 cores: 5 % more
+/// examples/s on the replica's thread; docs/gradient_engine.md). STRATA_COMM_THREAD=1 keeps
+/// the communication thread, =0 never uses it where the buckets are shared.
+inline bool shared_buckets_reduce_on_replica_thread(int ranks) {
+  if (const char* v = runtime::detail::env("STRATA_COMM_THREAD"))
+    return runtime::detail::env_int("STRATA_COMM_THREAD", v, 0, 1) == 0;
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores != 0 && cores <= static_cast<unsigned>(ranks);
+}
+
+/// A bucket's all-reduce as a timeline event, its duration left in `bk.seconds`.
+template <class F>
+void timed_reduction(GradientBucket& bk, std::size_t b, F&& reduce) {
+  const auto t0 = std::chrono::steady_clock::now();
+  observe::ScopedEvent ev("allreduce", "communication", static_cast<std::int64_t>(b), static_cast<std::int64_t>(bk.bytes()));
+  reduce();
+  bk.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// GradientLayout::sharded as an engine is made with it: the group of every replica's buffers,
+/// this replica's index in it, and the split update whose way decides each step.
+struct GradientSharding {
+  std::shared_ptr<ShardedGradients> group;  ///< null: gradients whole
+  int replica = 0;
+  const SplitUpdate* split = nullptr;
+};
+
+template <class C>
+class BucketReduction {
+ public:
+  virtual ~BucketReduction() = default;
+  /// Starts bucket b's all-reduce, its gradients final (buckets start in index order every
+  /// step). On the replica's thread the sum is there on return; otherwise `bk.done` completes.
+  /// Returns whether the sum is left in this replica's share of the bucket only.
+  virtual bool start(GradientBucket& bk, std::size_t b) = 0;
+  /// Whether start() runs the reduction on the calling (replica) thread.
+  virtual bool on_replica_thread() const noexcept { return true; }
+  /// After a step whose sums were left in shares, waits for the peers' shares and copies
+  /// them in: every gradient whole.
+  virtual void gather(GradientBuckets&) {}
+};
+
+template <class C>
+class ReplicaThreadReduction final : public BucketReduction<C> {
+ public:
+  explicit ReplicaThreadReduction(C& comm) : comm_(comm) {}
+  bool start(GradientBucket& bk, std::size_t b) override {
+    timed_reduction(bk, b, [&] {
+      void* p = bk.buffer.raw_data();
+      comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
+    });
+    return false;
+  }
+
+ private:
+  C& comm_;
+};
+
+template <class C>
+  requires(!collective::ThreadGroupCollective<C>)
+class CommThreadReduction final : public BucketReduction<C> {
+ public:
+  CommThreadReduction(C& comm, GradientBuckets& buckets, WireCompressor<C> compressor)
+      : comm_(comm), buckets_(buckets), compressor_(std::move(compressor)), states_(buckets.size()) {}
+  bool on_replica_thread() const noexcept override { return false; }
+  bool start(GradientBucket& bk, std::size_t b) override {
+    // One State per bucket, re-armed, and a job small enough for std::function to hold
+    // inline: handing a bucket to the communication thread allocates nothing.
+    auto& st = states_[b];
+    if (!st) st = std::make_shared<collective::Work::State>();
+    st->reset();
+    bk.done = collective::Work(st);
+    worker_.enqueue([this, b] { run(buckets_[b], b); });
+    return false;
+  }
+
+ private:
+  void run(GradientBucket& bk, std::size_t b) {
+    thread_local const bool named = (observe::Timeline::instance().name_thread("communication"), true);
+    (void)named;
+    collective::detail::complete(*states_[b], [&] {
+      timed_reduction(bk, b, [&] {
+        void* p = bk.buffer.raw_data();
+        if (!compressor_.allreduce(comm_, b, p, bk.count)) comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
+      });
+    });
+  }
+
+  C& comm_;
+  GradientBuckets& buckets_;
+  WireCompressor<C> compressor_;
+  std::vector<std::shared_ptr<collective::Work::State>> states_;  // `done`'s state per bucket
+  collective::detail::AsyncWorker worker_;
+};
+
+template <class C>
+  requires collective::ThreadGroupCollective<C>
+class ShardedReduction final : public BucketReduction<C> {
+ public:
+  /// Registers `buckets`' buffers as replica `s.replica`'s in the group.
+  ShardedReduction(C& comm, GradientSharding s, GradientBuckets& buckets) : comm_(comm), s_(std::move(s)) {
+    STRATA_CHECK(s_.group && s_.split && s_.replica == comm_.rank() && s_.group->replicas() == comm_.size(),
+                 "GradientEngine: sharded as replica ", s_.replica, " of a group of ", s_.group ? s_.group->replicas() : 0,
+                 ", rank ", comm_.rank(), " of ", comm_.size());
+    std::vector<Tensor> buffers;
+    for (std::size_t b = 0; b < buckets.size(); ++b) buffers.push_back(buckets[b].buffer);
+    s_.group->attach(s_.replica, std::move(buffers));
+  }
+
+  // The step's first bucket decides, inside the collective (every replica reads replica 0's
+  // word there), whether the step's sums stay in shares; the others follow it.
+  bool start(GradientBucket& bk, std::size_t b) override {
+    if (b == 0) ++step_;
+    timed_reduction(bk, b, [&] {
+      in_shares_ = comm_.allreduce_or_share_raw(bk.buffer.raw_data(), bk.count, bk.dtype, ReduceOp::Sum,
+                                                [&] { return b == 0 ? s_.split->will_split(s_.replica) : in_shares_; });
+    });
+    if (in_shares_) s_.group->reduced(s_.replica, b, step_);
+    return in_shares_;
+  }
+
+  void gather(GradientBuckets& buckets) override {
+    for (std::size_t b = 0; b < buckets.size(); ++b)
+      s_.group->gather(s_.replica, b, step_, comm_.options().timeout, [this] { return comm_.aborted(); });
+  }
+
+ private:
+  C& comm_;
+  GradientSharding s_;
+  std::uint64_t step_ = 0;  // steps reduced so far (the group's step stamps)
+  bool in_shares_ = false;  // the way this step's first bucket decided
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,162 @@
+/// \file
+/// GradientBuckets: how a GradientEngine packs one replica's gradients into flat buffers.
+///
+/// The parameters go last first (the order backward finishes them) into buckets of about
+/// `bucket_bytes`; a dtype change starts a new bucket. Each parameter's gradient is a view of
+/// its slot in its bucket's buffer, so backward writes it there and nothing is copied.
+/// BucketPlan is the packing alone (no memory): the split update asks it for each replica's
+/// share of the buckets before any engine exists.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <strata/collective/async.hpp>          // Work
+#include <strata/collective/detail/reduce.hpp>  // share_begin
+#include <strata/optim/optimizer.hpp>           // ElementRange
+#include <strata/support/check.hpp>
+#include <strata/tensor/factory.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata::detail {
+
+/// Where bucket packing puts every parameter: pure arithmetic over shapes and dtypes.
+class BucketPlan {
+ public:
+  struct Slot {
+    std::size_t bucket = 0, offset = 0;  ///< the bucket, and the element the parameter starts at
+  };
+  struct Bucket {
+    DType dtype = DType::f32;
+    std::vector<std::size_t> members;  ///< parameter indices, in packing order
+    std::size_t count = 0, bytes = 0;
+  };
+
+  BucketPlan(const std::vector<Tensor>& params, std::size_t bucket_bytes) : numel_(params.size()), slot_of_(params.size()) {
+    STRATA_CHECK(bucket_bytes > 0, "gradient bucket size must be positive");
+    for (std::size_t k = params.size(); k-- > 0;) {
+      const Tensor& p = params[k];
+      STRATA_CHECK(p.defined() && p.requires_grad() && p.is_leaf(), "GradientEngine: parameter ", k,
+                   " is not a leaf that requires gradients");
+      STRATA_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, "GradientEngine: parameter ", k, " is ",
+                   name_of(p.dtype()), "; gradients are all-reduced in float32 or float64");
+      if (buckets_.empty() || buckets_.back().dtype != p.dtype() || buckets_.back().bytes >= bucket_bytes)
+        buckets_.emplace_back().dtype = p.dtype();
+      Bucket& b = buckets_.back();
+      slot_of_[k] = Slot{buckets_.size() - 1, b.count};
+      numel_[k] = static_cast<std::size_t>(p.numel());
+      b.members.push_back(k);
+      b.count += numel_[k];
+      b.bytes += p.nbytes();
+    }
+  }
+
+  const std::vector<Bucket>& buckets() const noexcept { return buckets_; }
+  Slot slot(std::size_t k) const { return slot_of_.at(k); }
+
+  /// For each parameter, the elements replica `r` of `n` reduces when an InProcess group
+  /// all-reduces the buckets (its share of each bucket): where it updates when the strategy
+  /// splits the update, so the summed gradient it reads is the one it has just written.
+  std::vector<optim::ElementRange> shares(int r, int n) const {
+    std::vector<optim::ElementRange> out(slot_of_.size());
+    for (std::size_t k = 0; k < slot_of_.size(); ++k) {
+      const Slot s = slot_of_[k];
+      const std::size_t count = buckets_[s.bucket].count, end = s.offset + numel_[k];
+      const std::size_t lo = std::clamp(collective::detail::share_begin(count, r, n), s.offset, end);
+      const std::size_t hi = std::clamp(collective::detail::share_begin(count, r + 1, n), s.offset, end);
+      out[k] = {static_cast<std::int64_t>(lo - s.offset), static_cast<std::int64_t>(hi - s.offset)};
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::size_t> numel_;
+  std::vector<Slot> slot_of_;
+  std::vector<Bucket> buckets_;
+};
+
+/// One bucket of a step: its buffer, how many of its gradients are still to come, and its
+/// all-reduce in flight.
+struct GradientBucket {
+  DType dtype = DType::f32;
+  std::size_t count = 0;     ///< elements
+  std::size_t pending = 0;   ///< members whose gradient of this step is not final yet
+  Tensor buffer;
+  bool shared = false;       ///< `buffer` is in memory the ranks share
+  collective::Work done;
+  double seconds = 0;        ///< its all-reduce's duration in this step
+  std::size_t bytes() const noexcept { return count * size_of(dtype); }
+};
+
+/// A plan's buckets with their buffers, and the parameters' gradients bound to them.
+class GradientBuckets {
+ public:
+  /// A buffer for `count` elements of `dtype` on `device`; sets `shared` when the ranks share it.
+  using MakeBuffer = std::function<Tensor(std::int64_t count, DType dtype, Device device, bool& shared)>;
+
+  GradientBuckets(const std::vector<Tensor>& params, std::size_t bucket_bytes, const MakeBuffer& make)
+      : params_(params), plan_(params, bucket_bytes) {
+    const Device device = params_.empty() ? Device::cpu() : params_.front().device();
+    for (const Tensor& p : params_)
+      STRATA_CHECK(p.device() == device, "GradientEngine: parameters on ", device, " and ", p.device(),
+                   "; one replica's parameters share a device");
+    for (const BucketPlan::Bucket& planned : plan_.buckets()) {
+      GradientBucket& bk = buckets_.emplace_back();
+      bk.dtype = planned.dtype;
+      bk.count = planned.count;
+      // On the parameters' device: the gradients are views of it, and a device collective
+      // (Nccl) reduces it where it is.
+      bk.buffer = make(static_cast<std::int64_t>(bk.count), bk.dtype, device, bk.shared).fill_(0.0);
+      bk.pending = planned.members.size();
+      for (std::size_t k : planned.members) bind(k);
+    }
+  }
+
+  const BucketPlan& plan() const noexcept { return plan_; }
+  const std::vector<Tensor>& params() const noexcept { return params_; }
+  std::size_t size() const noexcept { return buckets_.size(); }
+  GradientBucket& operator[](std::size_t b) noexcept { return buckets_[b]; }
+  auto begin() noexcept { return buckets_.begin(); }
+  auto end() noexcept { return buckets_.end(); }
+  /// The bucket parameter k's gradient lives in.
+  GradientBucket& of(std::size_t k) noexcept { return buckets_[plan_.slot(k).bucket]; }
+  /// Whether every buffer is in memory the ranks share.
+  bool all_shared() const noexcept {
+    return !buckets_.empty() && std::all_of(buckets_.begin(), buckets_.end(), [](const GradientBucket& b) { return b.shared; });
+  }
+
+  /// Makes parameter k's gradient the view of its bucket slot (copying what it held); a no-op
+  /// unless something replaced the gradient tensor.
+  void bind(std::size_t k) {
+    const Tensor& p = params_[k];
+    const BucketPlan::Slot s = plan_.slot(k);
+    Tensor& buf = buckets_[s.bucket].buffer;
+    auto& g = p.impl()->ag.grad;
+    void* want = static_cast<char*>(buf.raw_data()) + s.offset * size_of(p.dtype());
+    if (g.defined() && g.raw_data() == want) return;
+    Tensor view = detail::make_view(buf, p.shape(), contiguous_strides(p.shape()), static_cast<std::int64_t>(s.offset));
+    if (g.defined() && g.shape() == p.shape())
+      view.copy_(g);
+    else
+      view.fill_(0.0);
+    g = std::move(view);
+  }
+
+  /// Every bucket counting down its members again, for the next step.
+  void rearm() noexcept {
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      buckets_[b].pending = plan_.buckets()[b].members.size();
+      buckets_[b].done = collective::Work();
+    }
+  }
+
+ private:
+  std::vector<Tensor> params_;
+  BucketPlan plan_;
+  std::vector<GradientBucket> buckets_;
+};
+
+}  // namespace strata::detail
