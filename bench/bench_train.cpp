@@ -12,8 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "fashion_mnist/models.hpp"
-#include "fashion_mnist/step.hpp"
+#include "support/train_step.hpp"
 
 int main(int argc, char** argv) try {
   std::string model_name = "mlp", dir = strata::data::default_fashion_mnist_dir();
@@ -31,7 +30,7 @@ int main(int argc, char** argv) try {
   strata::kernels::cpu::set_blas_threads(1);
   strata::manual_seed(0);
   strata::OneDeviceStrategy strategy;
-  auto model = strategy.scope([&] { return fmnist::make_model(model_name); });
+  auto model = strategy.scope([&] { return strata::models::fashion_mnist(model_name); });
   strata::optim::Sgd opt(model.parameters(), 0.05, 0.9);
   auto data = strategy.distribute(
       strata::data::Pipeline(strata::data::fashion_mnist_train(dir)).shuffle(0).batch(batch).take(warmup + steps));
@@ -39,7 +38,7 @@ int main(int argc, char** argv) try {
   using Clock = std::chrono::steady_clock;
   for (auto& b : data) {
     const auto t0 = Clock::now();
-    (void)fmnist::train_step(strategy, model, opt, b);
+    (void)support::train_step(strategy, model, opt, b);
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   std::vector<double> timed(ms.begin() + std::min<long>(warmup, static_cast<long>(ms.size())), ms.end());

@@ -11,7 +11,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 pkgs=(meson ninja-build pkg-config cmake g++ python3 python3-matplotlib
       libopenblas-dev zlib1g-dev doctest-dev dataset-fashion-mnist
-      libopenmpi-dev openmpi-bin libgloo-dev iproute2)
+      libopenmpi-dev openmpi-bin libgloo-dev iproute2 libcli11-dev nlohmann-json3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")

@@ -2,4 +2,4 @@
 // compiles. Including backend.cuh registers the CUDA backend at static initialisation for the
 // whole program, so main.cpp, compiled by the host compiler as for the CPU trainer, creates
 // tensors on cuda devices with --device cuda:N.
-#include <strata/kernels/cuda/backend.cuh>
+#include <strata/tensor/cuda/backend.cuh>

@@ -26,6 +26,7 @@
 #include <strata/nn/layers.hpp>
 #include <strata/nn/sequential.hpp>
 #include <strata/nn/loss.hpp>
+#include <strata/models/fashion_mnist.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/optim/sgd.hpp>
 #include <strata/optim/adam.hpp>

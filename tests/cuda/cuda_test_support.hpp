@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include <strata/kernels/cuda/backend.cuh>
+#include <strata/tensor/cuda/backend.cuh>
 #include <strata/strata.hpp>
 
 namespace cuda_test {

@@ -26,7 +26,7 @@
 #if STRATA_HAS_GLOO
 #include <strata/collective/gloo.hpp>
 #endif
-#include <strata/testing/fault.hpp>
+#include "support/fault.hpp"
 
 namespace {
 

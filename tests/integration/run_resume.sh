@@ -7,7 +7,7 @@
 # ParameterServerStrategy's per-server shard files must match as well. The chief's rank is
 # STRATA_RESUME_CHIEF (default 0; the first worker under ParameterServerStrategy).
 #   usage: run_resume.sh TRAINER [LAUNCHER...] -- STRATEGY FLAGS...
-#   e.g.   run_resume.sh build/tests/fashion_mnist_faults mpirun -np 2 -- --strategy multi_worker_mirrored --collective mpi
+#   e.g.   run_resume.sh build/tests/resume_trainer mpirun -np 2 -- --strategy multi_worker_mirrored --collective mpi
 set -u
 exe=$1; shift
 launch=()
@@ -15,7 +15,7 @@ while (($#)) && [[ $1 != -- ]]; do launch+=("$1"); shift; done
 shift  # --
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-common=(--model mlp --epochs 2 --max-steps 60 --no-eval --quiet --checkpoint-every 10)
+common=(--model mlp --epochs 2 --max-steps 60 --checkpoint-every 10)
 fail() { echo "FAIL: $*"; exit 1; }
 
 "${launch[@]}" "$exe" "$@" "${common[@]}" --checkpoint-dir "$work/a" > "$work/a.log" 2>&1 ||

@@ -4,7 +4,7 @@
 #include <string>
 
 #include <strata/runtime/process.hpp>
-#include <strata/testing/fault.hpp>
+#include "support/fault.hpp"
 
 namespace {
 /// Sets variables for one test and clears every variable the runtime reads afterwards.

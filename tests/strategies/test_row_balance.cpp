@@ -7,7 +7,7 @@
 #include <numeric>
 #include <vector>
 
-#include <strata/strategy/row_split.hpp>
+#include <strata/strategy/detail/row_balance.hpp>
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include <strata/strategy/split_choice.hpp>
-#include <strata/strategy/split_update.hpp>
+#include <strata/strategy/detail/split_choice.hpp>
+#include <strata/strategy/detail/split_update.hpp>
 
 namespace {
 

@@ -10,8 +10,7 @@
 #include <strata/collective/gloo.hpp>
 #endif
 
-#include "fashion_mnist/models.hpp"
-#include "fashion_mnist/step.hpp"
+#include "support/train_step.hpp"
 
 namespace {
 std::atomic<bool> counting{false};
@@ -61,7 +60,7 @@ long steady_state_allocations(S& strategy, Make make, strata::Shape example_shap
     // Warm-up: caches, momentum buffers, tapes, and the pools' peak when replica threads
     // and the prefetch thread overlap; then 30 counted steps, ending before the epoch does.
     if (step == 20) counting = true;
-    (void)fmnist::train_step(strategy, model, opt, batch);
+    (void)support::train_step(strategy, model, opt, batch);
     if (++step == 50) counting = false;
   }
   counting = false;
@@ -73,13 +72,13 @@ long steady_state_allocations(S& strategy, Make make, strata::Shape example_shap
 TEST_CASE("Tensor.Allocator.SteadyStateMlpStepAllocatesNothing") {
   const auto before = strata::CachingHostAllocator::instance().stats();
   strata::OneDeviceStrategy strategy;
-  CHECK(steady_state_allocations(strategy, fmnist::make_mlp, {1, 28, 28}) == 0);
+  CHECK(steady_state_allocations(strategy, strata::models::fashion_mnist_mlp, {1, 28, 28}) == 0);
   CHECK(strata::CachingHostAllocator::instance().stats().cache_hits > before.cache_hits);
 }
 
 TEST_CASE("Tensor.Allocator.SteadyStateCnnStepAllocatesNothing") {
   strata::OneDeviceStrategy strategy;
-  CHECK(steady_state_allocations(strategy, fmnist::make_cnn, {1, 28, 28}) == 0);
+  CHECK(steady_state_allocations(strategy, strata::models::fashion_mnist_cnn, {1, 28, 28}) == 0);
 }
 
 // Every replica thread, the gradient engine's buckets and the strategy's hand-off included.
@@ -92,13 +91,13 @@ TEST_CASE("Tensor.Allocator.SteadyStateCnnStepAllocatesNothing") {
 // step) hands the optimizer other state tensors, and that bookkeeping allocates a few vectors.
 TEST_CASE("Tensor.Allocator.SteadyStateMirroredStepAllocatesNothingPerStep") {
   strata::MirroredStrategy mirrored(2, {.bucket_bytes = 256 * 1024, .split_update = strata::UpdateSplit::on});
-  CHECK(steady_state_allocations(mirrored, fmnist::make_mlp, {1, 28, 28}) <= 2);
+  CHECK(steady_state_allocations(mirrored, strata::models::fashion_mnist_mlp, {1, 28, 28}) <= 2);
   strata::MirroredStrategy sharded(2, {.bucket_bytes = 256 * 1024,
                                        .split_update = strata::UpdateSplit::on,
                                        .gradients = strata::GradientLayout::sharded});
-  CHECK(steady_state_allocations(sharded, fmnist::make_mlp, {1, 28, 28}) <= 2);
+  CHECK(steady_state_allocations(sharded, strata::models::fashion_mnist_mlp, {1, 28, 28}) <= 2);
   strata::CentralStorageStrategy central(2);
-  CHECK(steady_state_allocations(central, fmnist::make_mlp, {1, 28, 28}) <= 2);
+  CHECK(steady_state_allocations(central, strata::models::fashion_mnist_mlp, {1, 28, 28}) <= 2);
 }
 
 #if STRATA_HAS_GLOO
@@ -106,6 +105,6 @@ TEST_CASE("Tensor.Allocator.SteadyStateMirroredStepAllocatesNothingPerStep") {
 // (a process of one here, so nothing crosses a wire, but the hand-off is the same).
 TEST_CASE("Tensor.Allocator.SteadyStateMultiWorkerStepAllocatesNothingPerStep") {
   strata::MultiWorkerMirroredStrategy<strata::collective::Gloo> mwm({.bucket_bytes = 256 * 1024});
-  CHECK(steady_state_allocations(mwm, fmnist::make_mlp, {1, 28, 28}) <= 2);
+  CHECK(steady_state_allocations(mwm, strata::models::fashion_mnist_mlp, {1, 28, 28}) <= 2);
 }
 #endif

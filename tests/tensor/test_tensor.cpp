@@ -128,7 +128,7 @@ TEST_CASE("Tensor.Allocator.LargeBlocksAreWholeHugePages") {
 TEST_CASE("a cuda tensor in a program without CUDA kernels is an error that says what to add") {
   REQUIRE_FALSE(strata::has_cuda_backend());  // this program includes no .cuh
   CHECK_THROWS_WITH_AS(strata::Tensor::empty({2, 2}, strata::DType::f32, strata::Device::cuda(0)),
-                       doctest::Contains("<strata/kernels/cuda/backend.cuh>"), strata::invalid_argument);
+                       doctest::Contains("<strata/tensor/cuda/backend.cuh>"), strata::invalid_argument);
   CHECK_THROWS_WITH_AS(strata::ones({2}).to(strata::Device::cuda(0)), doctest::Contains("-Dcuda=enabled"),
                        strata::invalid_argument);
 }

@@ -60,7 +60,7 @@ void put(std::vector<unsigned char>& out, T v) {
 }
 
 [[noreturn]] inline void io_fail(const std::string& what, const std::string& path) {
-  throw io_error("[strata.checkpoint] " + what + " '" + path + "': " + std::strerror(errno));
+  STRATA_THROW(io_error, "strata.checkpoint", what, " '", path, "': ", std::strerror(errno));
 }
 
 inline void write_all(int fd, const void* data, std::size_t n, const std::string& path) {
@@ -98,9 +98,11 @@ inline std::vector<unsigned char> encode(const NamedTensors& tensors, std::uint3
   std::vector<unsigned char> data, index;
   detail::put(index, static_cast<std::uint32_t>(tensors.size()));
   for (const auto& [name, t0] : tensors) {
-    STRATA_CHECK(!name.empty() && name.size() < 65536, "[strata.checkpoint] tensor names must be 1..65535 bytes");
-    STRATA_CHECK(t0.defined() && t0.ndim() <= kMaxDims, "[strata.checkpoint] '", name, "': undefined or more than ",
-                 kMaxDims, " dimensions");
+    STRATA_REQUIRE(!name.empty() && name.size() < 65536, invalid_argument, "strata.checkpoint",
+                   "tensor names must be 1..65535 bytes");
+    STRATA_REQUIRE(t0.defined() && t0.ndim() <= kMaxDims, invalid_argument, "strata.checkpoint", "'", name,
+                   "': undefined or more than ",
+                   kMaxDims, " dimensions");
     const Tensor t = t0.contiguous();
     const auto* p = static_cast<const unsigned char*>(t.raw_data());
     const std::uint64_t offset = kHeaderBytes + data.size();
@@ -205,12 +207,12 @@ class Reader {
   /// Tensor `key`, its checksum verified.
   Tensor read(const std::string& key) const {
     const Entry* e = find(key);
-    if (!e) throw invalid_argument("[strata.checkpoint] '" + name_ + "' has no tensor '" + key + "'");
+    if (!e) STRATA_THROW(invalid_argument, "strata.checkpoint", "'", name_, "' has no tensor '", key, "'");
     const unsigned char* p = bytes_.data() + e->offset;
     const std::uint32_t crc = crc32c(e->bytes ? p : nullptr, e->bytes);
     if (crc != e->crc)
-      throw checksum_error("[strata.checkpoint.checksum] '" + name_ + "': tensor '" + key + "' fails its checksum "
-                           "(stored crc32c " + hex(e->crc) + ", computed " + hex(crc) + ")");
+      STRATA_THROW(checksum_error, "strata.checkpoint.checksum", "'", name_, "': tensor '", key, "' fails its checksum "
+                   "(stored crc32c ", hex(e->crc), ", computed ", hex(crc), ")");
     Tensor t = Tensor::empty(e->shape, e->dtype);
     if (e->bytes) std::memcpy(t.raw_data(), p, e->bytes);
     return t;
@@ -229,7 +231,7 @@ class Reader {
 
  private:
   [[noreturn]] void corrupt(const std::string& what) const {
-    throw data_error("[strata.checkpoint.corrupt] '" + name_ + "': " + what);
+    STRATA_THROW(data_error, "strata.checkpoint.corrupt", "'", name_, "': ", what);
   }
   template <class T>
   T get(std::size_t at) const {
@@ -241,33 +243,32 @@ class Reader {
   void parse() {
     const std::size_t n = bytes_.size();
     if (n < kHeaderBytes)
-      throw truncated_error("[strata.checkpoint.truncated] '" + name_ + "': expected at least " +
-                            std::to_string(kHeaderBytes) + " bytes of header, found " + std::to_string(n));
+      STRATA_THROW(truncated_error, "strata.checkpoint.truncated", "'", name_, "': expected at least ", kHeaderBytes,
+                   " bytes of header, found ", n);
     if (std::memcmp(bytes_.data(), kMagic, sizeof kMagic) != 0) corrupt("not a strata checkpoint (bad magic)");
     const std::uint32_t stored = get<std::uint32_t>(60), computed = crc32c(bytes_.data(), 60);
     if (stored != computed)
-      throw checksum_error("[strata.checkpoint.checksum] '" + name_ + "': the header fails its checksum (stored "
-                           "crc32c " + hex(stored) + ", computed " + hex(computed) + ")");
+      STRATA_THROW(checksum_error, "strata.checkpoint.checksum", "'", name_, "': the header fails its checksum (stored "
+                   "crc32c ", hex(stored), ", computed ", hex(computed), ")");
     version_ = get<std::uint32_t>(8);
     const auto min_reader = get<std::uint32_t>(12);
     if (min_reader > kFormatVersion)
-      throw version_error("[strata.checkpoint.version] '" + name_ + "': written by format v" + std::to_string(version_) +
-                          " (readable from v" + std::to_string(min_reader) + "), this build reads <= v" +
-                          std::to_string(kFormatVersion));
+      STRATA_THROW(version_error, "strata.checkpoint.version", "'", name_, "': written by format v", version_,
+                   " (readable from v", min_reader, "), this build reads <= v", kFormatVersion);
     const auto file_bytes = get<std::uint64_t>(16), index_offset = get<std::uint64_t>(24),
                index_bytes = get<std::uint64_t>(32);
     const auto count = get<std::uint32_t>(40);
     if (file_bytes != n)
-      throw truncated_error("[strata.checkpoint.truncated] '" + name_ + "': expected " + std::to_string(file_bytes) +
-                            " bytes, found " + std::to_string(n));
+      STRATA_THROW(truncated_error, "strata.checkpoint.truncated", "'", name_, "': expected ", file_bytes,
+                   " bytes, found ", n);
     if (index_offset < kHeaderBytes || index_bytes < 8 || index_offset > n || index_bytes != n - index_offset)
       corrupt("the index [" + std::to_string(index_offset) + ", +" + std::to_string(index_bytes) +
               ") does not end the file of " + std::to_string(n) + " bytes");
     const std::uint32_t index_crc = get<std::uint32_t>(n - 4), computed_index = crc32c(bytes_.data() + index_offset,
                                                                                        index_bytes - 4);
     if (index_crc != computed_index)
-      throw checksum_error("[strata.checkpoint.checksum] '" + name_ + "': the index fails its checksum (stored crc32c " +
-                           hex(index_crc) + ", computed " + hex(computed_index) + ")");
+      STRATA_THROW(checksum_error, "strata.checkpoint.checksum", "'", name_,
+                   "': the index fails its checksum (stored crc32c ", hex(index_crc), ", computed ", hex(computed_index), ")");
     // Every field read below is inside the index, which its checksum just vouched for; the
     // bounds are checked anyway (a valid checksum over nonsense written by a buggy writer).
     std::size_t at = index_offset;

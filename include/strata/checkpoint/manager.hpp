@@ -26,7 +26,7 @@ class CheckpointManager {
  public:
   /// Checkpoints in `dir` (created if missing), the newest `keep` kept.
   explicit CheckpointManager(std::filesystem::path dir, int keep = 3) : dir_(std::move(dir)), keep_(keep) {
-    STRATA_CHECK(keep >= 1, "[strata.checkpoint] keep must be at least 1, got ", keep);
+    STRATA_REQUIRE(keep >= 1, invalid_argument, "strata.checkpoint", "keep must be at least 1, got ", keep);
   }
 
   const std::filesystem::path& directory() const noexcept { return dir_; }
@@ -40,10 +40,11 @@ class CheckpointManager {
   /// Writes step `step`'s checkpoint; afterwards removes all but the newest `keep` and any
   /// temporary file whose writer is gone. Returns the file written.
   std::filesystem::path save(std::int64_t step, const NamedTensors& tensors) {
-    STRATA_CHECK(step >= 0, "[strata.checkpoint] step must be non-negative, got ", step);
+    STRATA_REQUIRE(step >= 0, invalid_argument, "strata.checkpoint", "step must be non-negative, got ", step);
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
-    if (ec) throw io_error("[strata.checkpoint] cannot create directory '" + dir_.string() + "': " + ec.message());
+    if (ec) STRATA_THROW(io_error, "strata.checkpoint", "cannot create directory '", dir_.string(), "': ",
+                         ec.message());
     const std::filesystem::path path = path_for(step);
     write_checkpoint(path, tensors);
     const auto all = steps();

@@ -82,9 +82,8 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
   auto scalar = [&](const char* key) { return static_cast<std::int64_t>(r.read(key).item()); };
   const std::int64_t saved_replicas = scalar("replicas");
   if (saved_replicas != replicas)
-    throw invalid_argument("[strata.checkpoint.mismatch] '" + r.name() + "' was written with " +
-                           std::to_string(saved_replicas) + " replicas in sync, this run has " + std::to_string(replicas) +
-                           " (the global batch and data order would differ)");
+    STRATA_THROW(invalid_argument, "strata.checkpoint.mismatch", "'", r.name(), "' was written with ", saved_replicas,
+                 " replicas in sync, this run has ", replicas, " (the global batch and data order would differ)");
   // How many of "<prefix>0", "<prefix>1", ... the file holds.
   auto count = [&](const std::string& prefix) {
     std::size_t n = 0;
@@ -93,15 +92,15 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
   };
   const std::size_t saved_params = count("param.");
   if (saved_params != params.size())
-    throw invalid_argument("[strata.checkpoint.mismatch] '" + r.name() + "' holds " + std::to_string(saved_params) +
-                           " parameters, the model has " + std::to_string(params.size()));
+    STRATA_THROW(invalid_argument, "strata.checkpoint.mismatch", "'", r.name(), "' holds ", saved_params,
+                 " parameters, the model has ", params.size());
   std::vector<Tensor> values;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const std::string key = "param." + std::to_string(i);
     Tensor v = r.read(key);
     if (v.shape() != params[i].shape() || v.dtype() != params[i].dtype()) {
       std::ostringstream os;
-      os << "[strata.checkpoint.mismatch] shape mismatch for '" << key << "': " << v.shape() << " " << name_of(v.dtype())
+      os << strata::detail::error_text("strata.checkpoint.mismatch") << "shape mismatch for '" << key << "': " << v.shape() << " " << name_of(v.dtype())
          << " in '" << r.name() << "' vs " << params[i].shape() << " " << name_of(params[i].dtype()) << " in the model";
       throw invalid_argument(os.str());
     }
@@ -109,17 +108,19 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
   }
   const OptimizerState optimizer = read_optimizer_state(r, "optimizer.");
   const Tensor pos = r.read("position"), rng = r.read("rng");
-  STRATA_CHECK(pos.numel() == 3 && pos.dtype() == DType::i64 && rng.numel() == 4 && rng.dtype() == DType::i64,
-               "[strata.checkpoint] '", r.name(), "': malformed position or rng");
+  STRATA_REQUIRE(pos.numel() == 3 && pos.dtype() == DType::i64 && rng.numel() == 4 && rng.dtype() == DType::i64,
+                 invalid_argument, "strata.checkpoint",
+                 "'", r.name(), "': malformed position or rng");
   const std::size_t saved_generators = count("generator.");
   if (saved_generators != generators.size())
-    throw invalid_argument("[strata.checkpoint.mismatch] '" + r.name() + "' holds " + std::to_string(saved_generators) +
-                           " module generators (Dropout layers), the model has " + std::to_string(generators.size()));
+    STRATA_THROW(invalid_argument, "strata.checkpoint.mismatch", "'", r.name(), "' holds ", saved_generators,
+                 " module generators (Dropout layers), the model has ", generators.size());
   std::vector<Tensor> generator_states;
   for (std::size_t i = 0; i < generators.size(); ++i) {
     Tensor g = r.read("generator." + std::to_string(i));
-    STRATA_CHECK(g.numel() == 4 && g.dtype() == DType::i64, "[strata.checkpoint] '", r.name(), "': malformed generator.",
-                 i);
+    STRATA_REQUIRE(g.numel() == 4 && g.dtype() == DType::i64, invalid_argument, "strata.checkpoint", "'", r.name(),
+                   "': malformed generator.",
+                   i);
     generator_states.push_back(std::move(g));
   }
   opt.load_state(optimizer.slots, optimizer.steps);  // checks every slot before changing any

@@ -139,7 +139,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
       ctx->connectFullMesh(rdv.store(), device_);
     } catch (const std::exception& e) {
       std::ostringstream os;
-      os << "[strata.collective.rendezvous] rank " << rank_ << ": rendezvous '" << prefix << "' at " << rdv.where()
+      os << strata::detail::error_text("strata.collective.rendezvous") << "rank " << rank_ << ": rendezvous '" << prefix << "' at " << rdv.where()
          << " failed (world_size=" << size_;
       try {
         const std::vector<int> missing = rdv.missing(size_);
@@ -381,8 +381,8 @@ class Gloo : public TypedFrontEnd<Gloo> {
 
   Fingerprint next(OpKind kind, ReduceOp op, DType dtype, std::size_t count, int root) {
     if (aborted_flag_.load(std::memory_order_acquire))
-      throw collective_error("[strata.collective.aborted] " + std::string(name_of(kind)) + " #" + std::to_string(seq_) +
-                             " on rank " + std::to_string(rank_) + ": " + aborted_reason());
+      STRATA_THROW(collective_error, "strata.collective.aborted", std::string(name_of(kind)), " #", seq_, " on rank ",
+                   rank_, ": ", aborted_reason());
     Fingerprint fp{kind, op, dtype, count, root, seq_++};
     if (options_.check_fingerprints && size_ > 1) check_fingerprint(fp);
     return fp;
@@ -406,8 +406,8 @@ class Gloo : public TypedFrontEnd<Gloo> {
       call();
     } catch (const std::exception& e) {
       if (aborted_flag_.load(std::memory_order_acquire))
-        throw collective_error("[strata.collective.aborted] " + fp.str() + " on rank " + std::to_string(rank_) + ": " +
-                               aborted_reason());
+        STRATA_THROW(collective_error, "strata.collective.aborted", fp.str(), " on rank ", rank_, ": ",
+                     aborted_reason());
       set_aborted(e.what());
       throw;
     }
@@ -420,8 +420,8 @@ class Gloo : public TypedFrontEnd<Gloo> {
       call();
     } catch (const std::exception&) {
       if (aborted_flag_.load(std::memory_order_acquire))  // abort() closed the connections under it
-        throw collective_error("[strata.collective.aborted] " + fp.str() + " on rank " + std::to_string(rank_) + ": " +
-                               aborted_reason());
+        STRATA_THROW(collective_error, "strata.collective.aborted", fp.str(), " on rank ", rank_, ": ",
+                     aborted_reason());
       rethrow_as_strata_error(fp);
     }
   }
@@ -446,13 +446,14 @@ class Gloo : public TypedFrontEnd<Gloo> {
       else
         mark_reached(fp);  // for the census of ranks still waiting: this one was here
 
-      const std::string msg = "[strata.collective." + std::string(timed_out ? "timeout" : "peer") + "] " + fp.str() +
-                              " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " + blame + what;
+      const std::string msg = strata::detail::error_text(timed_out ? "strata.collective.timeout" : "strata.collective.peer",
+                                                         fp.str(), " on rank ", rank_, " of ", size_, ": ", blame, what);
       set_aborted(msg);
       if (timed_out) throw timeout_error(msg);
       throw collective_error(msg);
     } catch (const std::exception& e) {
-      const std::string msg = "[strata.collective.gloo] " + fp.str() + " on rank " + std::to_string(rank_) + ": " + e.what();
+      const std::string msg = strata::detail::error_text("strata.collective.gloo", fp.str(), " on rank ", rank_, ": ",
+                                                         e.what());
       set_aborted(msg);
       throw collective_error(msg);
     }

@@ -322,15 +322,15 @@ class InProcess : public TypedFrontEnd<InProcess> {
   }
 
   [[noreturn]] void fail_aborted(const Fingerprint& fp) {
-    throw collective_error("[strata.collective.aborted] " + fp.str() + " on rank " + std::to_string(rank_) +
-                           ": the group was aborted: " + group_->reason());
+    STRATA_THROW(collective_error, "strata.collective.aborted", fp.str(), " on rank ", rank_,
+                 ": the group was aborted: ", group_->reason());
   }
   std::string timeout_message(const Fingerprint& fp, std::uint64_t phase) const {
     std::vector<int> missing;
     for (int k = 0; k < size(); ++k)
       if (group_->slot(k).arrived.load(std::memory_order_acquire) < phase) missing.push_back(k);
     std::ostringstream os;
-    os << "[strata.collective.timeout] " << fp.str() << " on rank " << rank_ << ": rank"
+    os << strata::detail::error_text("strata.collective.timeout") << fp.str() << " on rank " << rank_ << ": rank"
        << (missing.size() == 1 ? "" : "s");
     for (std::size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : " ") << missing[i];
     os << (missing.size() == 1 ? " has" : " have") << " not arrived within "

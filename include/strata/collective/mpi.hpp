@@ -79,7 +79,7 @@ inline void mpi_check(int rc, const char* what) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw collective_error(std::string("[strata.collective.mpi] ") + what + ": " + std::string(msg, static_cast<std::size_t>(len)));
+  STRATA_THROW(collective_error, "strata.collective.mpi", what, ": ", std::string(msg, static_cast<std::size_t>(len)));
 }
 
 /// Frees `comm` (a communicator this code created) unless MPI is already finalised (a static
@@ -223,9 +223,8 @@ class Mpi : public TypedFrontEnd<Mpi> {
     int provided = 0;
     detail::mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     if (provided < MPI_THREAD_MULTIPLE)
-      throw collective_error("[strata.collective.mpi] this MPI library provides thread level " +
-                             std::to_string(provided) + ", strata needs MPI_THREAD_MULTIPLE (" +
-                             std::to_string(MPI_THREAD_MULTIPLE) + ")");
+      STRATA_THROW(collective_error, "strata.collective.mpi", "this MPI library provides thread level ", provided,
+                   ", strata needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE, ")");
     std::atexit([] {
       int fin = 0;
       MPI_Finalized(&fin);
@@ -453,7 +452,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
   /// (world ranks' answers, see MpiWatchdog) and, on this host, the peers' process states.
   std::string timeout_message(const Fingerprint& fp, const std::vector<int>& census = {}) const {
     std::ostringstream os;
-    os << "[strata.collective.timeout] " << fp.str() << " on rank " << rank_ << " of " << size_
+    os << strata::detail::error_text("strata.collective.timeout") << fp.str() << " on rank " << rank_ << " of " << size_
        << ": not complete within " << std::chrono::duration<double>(options_.timeout).count() << " s (";
     std::vector<int> world(static_cast<std::size_t>(size_), -1);  // this communicator's ranks in MPI_COMM_WORLD
     if (!census.empty()) {

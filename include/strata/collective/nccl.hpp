@@ -166,8 +166,9 @@ class Nccl : public TypedFrontEnd<Nccl> {
     auto g = std::make_shared<Gloo>(p, "nccl-bootstrap", Options::from_env());
     return {g, detail::Bootstrap::of(*g)};
 #else
-    throw invalid_argument("[strata.collective.nccl] this build bootstraps NCCL through MPI only: start the job "
-                           "with mpirun, or pass a bootstrap policy to Nccl(bootstrap, device)");
+    STRATA_THROW(invalid_argument, "strata.collective.nccl",
+                 "this build bootstraps NCCL through MPI only: start the job "
+                 "with mpirun, or pass a bootstrap policy to Nccl(bootstrap, device)");
 #endif
   }
   static int default_device() {
@@ -313,14 +314,14 @@ class Nccl : public TypedFrontEnd<Nccl> {
   void check(ncclResult_t rc, const char* call) const {
     if (rc == ncclSuccess) return;
     std::string detail = comm_ != nullptr ? ncclGetLastError(comm_) : "";
-    throw collective_error("[strata.collective.nccl] rank " + std::to_string(boot_.rank) + ": " + call + " failed: " +
-                           ncclGetErrorString(rc) + (detail.empty() ? "" : " (" + detail + ")"));
+    STRATA_THROW(collective_error, "strata.collective.nccl", "rank ", boot_.rank, ": ", call, " failed: ",
+                 ncclGetErrorString(rc), (detail.empty() ? "" : " (" + detail + ")"));
   }
 
   void check_usable(const Fingerprint& fp) const {
     if (aborted_)
-      throw collective_error("[strata.collective.aborted] rank " + std::to_string(boot_.rank) + ": " + fp.str() +
-                             " on an aborted NCCL communicator: " + abort_reason_);
+      STRATA_THROW(collective_error, "strata.collective.aborted", "rank ", boot_.rank, ": ", fp.str(),
+                   " on an aborted NCCL communicator: ", abort_reason_);
   }
 
   /// Queues the compute stream's work (or `after`'s) before the next NCCL call.
@@ -388,15 +389,15 @@ class Nccl : public TypedFrontEnd<Nccl> {
   [[noreturn]] void fail(ncclResult_t st, const char* what) {
     const std::string detail = ncclGetLastError(comm_);
     abort(std::string("NCCL reported ") + ncclGetErrorString(st));
-    throw collective_error("[strata.collective.nccl] rank " + std::to_string(boot_.rank) + ": " + what + " failed: " +
-                           ncclGetErrorString(st) + (detail.empty() ? "" : " (" + detail + ")") +
-                           (st == ncclRemoteError ? "; a peer failed or left the job" : ""));
+    STRATA_THROW(collective_error, "strata.collective.nccl", "rank ", boot_.rank, ": ", what, " failed: ",
+                 ncclGetErrorString(st), (detail.empty() ? "" : " (" + detail + ")"), (st == ncclRemoteError ? "; a peer failed or left the job" : ""));
   }
 
   /// The deadline passed: abort NCCL, then let the bootstrap's barrier name who is missing.
   [[noreturn]] void expire(const char* what) {
-    const std::string head = "[strata.collective.timeout] rank " + std::to_string(boot_.rank) + ": " + what +
-                             " did not complete within " + std::to_string(options_.timeout.count()) + " ms";
+    const std::string head = strata::detail::error_text("strata.collective.timeout", "rank ", boot_.rank, ": ", what,
+                                                        " did not complete within ",
+                                                        std::to_string(options_.timeout.count()), " ms");
     abort(head);
     try {
       boot_.barrier();

@@ -90,7 +90,7 @@ struct Fingerprint {
 /// The report of rank `a` and rank `b` calling different collectives, naming what differs.
 inline std::string mismatch_message(int a, const Fingerprint& fa, int b, const Fingerprint& fb) {
   std::ostringstream os;
-  os << "[strata.collective.mismatch] ranks called different collectives: rank " << a << " called " << fa.str()
+  os << strata::detail::error_text("strata.collective.mismatch") << "ranks called different collectives: rank " << a << " called " << fa.str()
      << ", rank " << b << " called " << fb.str() << "; differs in:";
   const char* sep = " ";
   auto field = [&](bool differs, const char* name) {

@@ -27,9 +27,9 @@ class MetricsCsv {
  public:
   /// Opens `path` (replacing it) and writes the header; step() keeps every `every`-th step.
   explicit MetricsCsv(const std::string& path, int every = 1) : every_(every), path_(path) {
-    STRATA_CHECK(every >= 1, "[strata.observe.metrics] every must be at least 1, got ", every);
+    STRATA_REQUIRE(every >= 1, invalid_argument, "strata.observe.metrics", "every must be at least 1, got ", every);
     f_ = std::fopen(path.c_str(), "w");
-    STRATA_CHECK(f_ != nullptr, "[strata.observe.metrics] cannot write ", path);
+    STRATA_REQUIRE(f_ != nullptr, invalid_argument, "strata.observe.metrics", "cannot write ", path);
     std::fputs("step,epoch,loss,examples_per_s,data_ms,forward_ms,backward_ms,apply_ms,allreduce_ms,"
                "allreduce_exposed_ms,test_accuracy\n", f_);
   }
@@ -53,7 +53,7 @@ class MetricsCsv {
     std::fflush(f_);
   }
   void flush() {
-    STRATA_CHECK(std::fflush(f_) == 0, "[strata.observe.metrics] writing ", path_, " failed");
+    STRATA_REQUIRE(std::fflush(f_) == 0, invalid_argument, "strata.observe.metrics", "writing ", path_, " failed");
   }
 
  private:

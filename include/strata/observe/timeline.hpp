@@ -97,10 +97,10 @@ class Timeline {
   /// Writes a Chrome trace whose body is `lines` (event_lines() of one or more ranks).
   static void write_trace(const std::string& path, std::string_view lines) {
     std::ofstream out(path, std::ios::trunc);
-    STRATA_CHECK(out.good(), "[strata.observe.timeline] cannot write ", path);
+    STRATA_REQUIRE(out.good(), invalid_argument, "strata.observe.timeline", "cannot write ", path);
     if (lines.size() >= 2 && lines.substr(lines.size() - 2) == ",\n") lines.remove_suffix(2);
     out << "{\"traceEvents\":[\n" << lines << "\n]}\n";
-    STRATA_CHECK(out.good(), "[strata.observe.timeline] writing ", path, " failed");
+    STRATA_REQUIRE(out.good(), invalid_argument, "strata.observe.timeline", "writing ", path, " failed");
   }
 
   /// Writes this process's events to `path` as Chrome trace JSON (one event per line).
@@ -109,12 +109,12 @@ class Timeline {
   /// Joins the traces in `inputs` (written by write(), one per rank) into `output`.
   static void merge(const std::vector<std::string>& inputs, const std::string& output) {
     std::ofstream out(output, std::ios::trunc);
-    STRATA_CHECK(out.good(), "[strata.observe.timeline] cannot write ", output);
+    STRATA_REQUIRE(out.good(), invalid_argument, "strata.observe.timeline", "cannot write ", output);
     out << "{\"traceEvents\":[\n";
     bool first = true;
     for (const std::string& path : inputs) {
       std::ifstream in(path);
-      STRATA_CHECK(in.good(), "[strata.observe.timeline] cannot read ", path);
+      STRATA_REQUIRE(in.good(), invalid_argument, "strata.observe.timeline", "cannot read ", path);
       for (std::string l; std::getline(in, l);) {
         if (l.empty() || l[0] != '{' || l.rfind("{\"traceEvents\"", 0) == 0) continue;  // the header
         if (l.back() == ',') l.pop_back();
@@ -123,7 +123,7 @@ class Timeline {
       }
     }
     out << "\n]}\n";
-    STRATA_CHECK(out.good(), "[strata.observe.timeline] writing ", output, " failed");
+    STRATA_REQUIRE(out.good(), invalid_argument, "strata.observe.timeline", "writing ", output, " failed");
   }
 
   /// Names the calling thread in the trace (e.g. "replica 1", "communication").

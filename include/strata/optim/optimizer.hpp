@@ -155,8 +155,8 @@ class Optimizer {
         ++skipped_;
         return false;
       }
-      throw data_error("[strata.optim.nonfinite] non-finite gradient in parameter " + std::to_string(i) + " (shape " +
-                       to_string(t.shape()) + ") at step " + std::to_string(steps_) + ", after aggregation" + where());
+      STRATA_THROW(data_error, "strata.optim.nonfinite", "non-finite gradient in parameter ", i, " (shape ",
+                   to_string(t.shape()), ") at step ", steps_, ", after aggregation", where());
     }
     return true;
   }

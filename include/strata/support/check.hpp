@@ -1,34 +1,19 @@
 /// \file
 /// Always-on checks that throw. STRATA_CHECK(cond, parts...) throws strata::invalid_argument
 /// with file:line, the condition text and the message parts; STRATA_CHECK_EQ and friends also
-/// print both values.
+/// print both values; STRATA_REQUIRE(cond, type, id, parts...) throws `type` with an area's id.
 #pragma once
 
-#include <sstream>  // std::ostringstream
-#include <string>
-
 #include <strata/config.hpp>         // STRATA_UNLIKELY
-#include <strata/support/error.hpp>  // strata::invalid_argument
+#include <strata/support/error.hpp>  // strata::invalid_argument, STRATA_THROW
 
-namespace strata::detail {
-
-/// Concatenates every argument with operator<<.
-template <class... Parts>
-std::string make_message(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
-
-template <class Error, class... Parts>
-[[noreturn]] void throw_error(const char* id, const char* file, int line, const Parts&... parts) {
-  throw Error(make_message("[", id, "] ", parts..., " (", file, ":", line, ")"));
-}
-
-}  // namespace strata::detail
-
-/// Throws `type` with a message that starts with the stable id `id`.
-#define STRATA_THROW(type, id, ...) ::strata::detail::throw_error<type>(id, __FILE__, __LINE__, __VA_ARGS__)
+/// Throws `type` with the stable id `id` and the message parts unless `cond` holds: a check
+/// whose failure belongs to an area (a checkpoint, the parameter server) rather than to a
+/// misused argument.
+#define STRATA_REQUIRE(cond, type, id, ...)                            \
+  do {                                                                 \
+    if (STRATA_UNLIKELY(!(cond))) STRATA_THROW(type, id, __VA_ARGS__); \
+  } while (0)
 
 /// Throws strata::invalid_argument naming the failed condition unless `cond` holds.
 #define STRATA_CHECK(cond, ...)                                                             \

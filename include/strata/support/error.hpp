@@ -6,6 +6,7 @@
 /// (invalid_argument): a caller may retry the first kind, never the second.
 #pragma once
 
+#include <sstream>    // std::ostringstream
 #include <stdexcept>  // std::runtime_error
 #include <string>
 
@@ -80,3 +81,35 @@ class internal_error : public error {
 };
 
 }  // namespace strata
+
+namespace strata::detail {
+
+/// Concatenates every argument with operator<<.
+template <class... Parts>
+std::string make_message(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+
+/// "[id] " and the parts: the text of an error that is reported rather than thrown here (a
+/// line on stderr, a reason handed to the other ranks).
+template <class... Parts>
+std::string error_text(const char* id, const Parts&... parts) {
+  if constexpr (sizeof...(Parts) == 0)
+    return make_message("[", id, "] ");
+  else
+    return make_message("[", id, "] ", parts...);
+}
+
+template <class Error, class... Parts>
+[[noreturn]] void throw_error(const char* id, const char* file, int line, const Parts&... parts) {
+  throw Error(make_message("[", id, "] ", parts..., " (", file, ":", line, ")"));
+}
+
+}  // namespace strata::detail
+
+/// Throws `type` (a strata::error) with a message that starts with the stable id `id`, then
+/// the parts (anything with operator<<), then where it was raised. Every error strata raises
+/// goes through it.
+#define STRATA_THROW(type, id, ...) ::strata::detail::throw_error<type>(id, __FILE__, __LINE__, __VA_ARGS__)

@@ -1,6 +1,6 @@
 /// \file
 /// DeviceBackend: the function table through which tensors reach a non-CPU device. The CUDA
-/// backend lives in kernels/strata/kernels/cuda/backend.cuh and registers itself when a
+/// backend lives in include/strata/tensor/cuda/backend.cuh and registers itself when a
 /// translation unit compiled by nvcc includes it, so the tensor layer itself never includes a
 /// CUDA header and a CPU-only program never needs nvcc.
 #pragma once
@@ -54,14 +54,14 @@ inline bool has_cuda_backend() noexcept {
 inline const DeviceBackend& backend_of(Device device) {
   const DeviceBackend* b = detail::cuda_backend_slot.load(std::memory_order_acquire);
   if (device.kind != DeviceKind::cuda || b == nullptr) {
-    throw invalid_argument(
-        "[strata.device] this program has no CUDA kernels: tensors on cuda devices need a translation unit compiled "
-        "by nvcc that includes <strata/kernels/cuda/backend.cuh>, in a build configured with -Dcuda=enabled");
+    STRATA_THROW(invalid_argument, "strata.device",
+                 "this program has no CUDA kernels: tensors on cuda devices need a translation unit compiled "
+                 "by nvcc that includes <strata/tensor/cuda/backend.cuh>, in a build configured with -Dcuda=enabled");
   }
   const int n = b->device_count();
   if (device.index < 0 || device.index >= n) {
-    throw invalid_argument("[strata.device] cuda:" + std::to_string(device.index) + " does not exist: this machine has " +
-                           std::to_string(n) + " CUDA device(s) visible (CUDA_VISIBLE_DEVICES selects them)");
+    STRATA_THROW(invalid_argument, "strata.device", "cuda:", device.index, " does not exist: this machine has ", n,
+                 " CUDA device(s) visible (CUDA_VISIBLE_DEVICES selects them)");
   }
   return *b;
 }

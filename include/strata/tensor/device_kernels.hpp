@@ -1,6 +1,6 @@
 /// \file
 /// DeviceKernels: the compute kernels the ops reach a device through, type-erased by dtype
-/// (the CUDA side, kernels/strata/kernels/cuda/backend.cuh, instantiates them for float32 and
+/// (the CUDA side, include/strata/tensor/cuda/backend.cuh, instantiates them for float32 and
 /// float64). Pointers are device memory of `device`; every call is queued on the device's
 /// stream and returns without waiting. A null entry is a kernel this build lacks (cuDNN's
 /// convolutions without -Dcudnn); device_kernels() and the ops name it.
@@ -101,8 +101,7 @@ const DeviceKernels& device_kernels(const char* op, const Tensor& first, const T
 
 /// Throws, naming `op`, for a case its device path lacks.
 [[noreturn]] inline void unsupported_on_device(const char* op, const Device& d, const char* what) {
-  throw invalid_argument(std::string("[strata.device] ") + op + " on " + (std::ostringstream() << d).str() + ": " +
-                         what);
+  STRATA_THROW(invalid_argument, "strata.device", op, " on ", (std::ostringstream() << d).str(), ": ", what);
 }
 
 /// Throws unless every operand is on the host (for ops with no device path).

@@ -10,12 +10,10 @@
 #include <ostream>
 #include <span>
 
+#include <strata/kernels/math/limits.hpp>  // kMaxDims
 #include <strata/support/check.hpp>  // STRATA_CHECK
 
 namespace strata {
-
-/// The most dimensions a tensor may have.
-inline constexpr int kMaxDims = 6;
 
 /// Extents of a tensor, outermost first.
 class Shape {

@@ -27,7 +27,7 @@
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replicated.hpp>
-#include <strata/strategy/split_update.hpp>
+#include <strata/strategy/detail/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/strategy/detail/thread_replicas.hpp>
 

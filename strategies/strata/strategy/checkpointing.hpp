@@ -138,7 +138,7 @@ class TrainingCheckpoints {
     if constexpr (detail::SharesSaveOutcome<S>) s_.share_save_outcome(error);
     if (failure) std::rethrow_exception(failure);
     if (!error.empty())
-      throw io_error("[strata.checkpoint] step " + std::to_string(pos.step) + " was not saved: the chief failed: " + error);
+      STRATA_THROW(io_error, "strata.checkpoint", "step ", pos.step, " was not saved: the chief failed: ", error);
   }
 
   const checkpoint::CheckpointManager& manager() const noexcept { return manager_; }

@@ -86,7 +86,7 @@ class DistributedPipeline {
       }
       if (!out.empty() && owner_->uneven_ == UnevenInputs::error) {
         std::ostringstream os;
-        os << "[strata.strategy.uneven_inputs] rank " << owner_->comm_->rank() << ", step " << step_ << ": ";
+        os << strata::detail::error_text("strata.strategy.uneven_inputs") << "rank " << owner_->comm_->rank() << ", step " << step_ << ": ";
         if (!mine)
           os << "this rank exhausted its inputs after " << step_ << " batches while ranks still have data";
         else
@@ -137,7 +137,7 @@ class DistributedPipeline {
     for (std::size_t r = 0; r < all.size(); r += 2) same = same && all[r] == all[0] && all[r + 1] == all[1];
     if (same) return;
     std::ostringstream os;
-    os << "[strata.strategy.uneven_inputs] the workers' inputs differ in length: batches per epoch by rank [";
+    os << strata::detail::error_text("strata.strategy.uneven_inputs") << "the workers' inputs differ in length: batches per epoch by rank [";
     for (std::size_t r = 0; r < all.size(); r += 2) os << (r ? ", " : "") << all[r];
     os << "], dataset examples by rank [";
     for (std::size_t r = 0; r < all.size(); r += 2) os << (r ? ", " : "") << all[r + 1];

@@ -22,9 +22,9 @@
 #include <strata/strategy/detail/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replicated.hpp>
-#include <strata/strategy/row_split.hpp>
-#include <strata/strategy/sharded_gradients.hpp>
-#include <strata/strategy/split_update.hpp>
+#include <strata/strategy/detail/row_balance.hpp>
+#include <strata/strategy/detail/sharded_gradients.hpp>
+#include <strata/strategy/detail/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/strategy/detail/thread_replicas.hpp>
 #include <strata/tensor/device.hpp>

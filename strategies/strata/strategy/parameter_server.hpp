@@ -228,11 +228,12 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
   }
   /// The shard CRCs index `r` records, one per server of this job.
   Tensor shard_crcs(const checkpoint::Reader& r) const {
-    STRATA_CHECK(r.find("ps.shard_crc") != nullptr, "[strata.checkpoint.mismatch] '", r.name(),
-                 "' records no parameter-server shards: it was written by another strategy");
+    STRATA_REQUIRE(r.find("ps.shard_crc") != nullptr, invalid_argument, "strata.checkpoint.mismatch", "'", r.name(),
+                   "' records no parameter-server shards: it was written by another strategy");
     Tensor crcs = r.read("ps.shard_crc");
-    STRATA_CHECK(crcs.numel() == num_servers(), "[strata.checkpoint.mismatch] '", r.name(), "' was written with ",
-                 crcs.numel(), " servers, this job has ", num_servers());
+    STRATA_REQUIRE(crcs.numel() == num_servers(), invalid_argument, "strata.checkpoint.mismatch", "'", r.name(),
+                   "' was written with ",
+                   crcs.numel(), " servers, this job has ", num_servers());
     return crcs;
   }
   /// Server `k`'s shard of index `r`, read and checked against the CRC-32C the index recorded.
@@ -244,9 +245,8 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
     const auto want = static_cast<std::uint32_t>(crcs.template data<std::int64_t>()[k]);
     const std::uint32_t got = checkpoint::crc32c(shard.bytes().data(), shard.bytes().size());
     if (got != want)
-      throw checksum_error("[strata.checkpoint.checksum] shard '" + path.string() + "' is not the one '" + r.name() +
-                           "' recorded (CRC-32C " + checkpoint::Reader::hex(got) + ", expected " +
-                           checkpoint::Reader::hex(want) + ")");
+      STRATA_THROW(checksum_error, "strata.checkpoint.checksum", "shard '", path.string(), "' is not the one '",
+                   r.name(), "' recorded (CRC-32C ", checkpoint::Reader::hex(got), ", expected ", checkpoint::Reader::hex(want), ")");
     return shard;
   }
 

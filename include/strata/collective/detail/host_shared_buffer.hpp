@@ -206,8 +206,9 @@ class HostSharedBuffer {
     for (int k = 0; k < size_; ++k) {
       const Peer& p = peer(k);
       if (p.count != count || p.kind != kind)
-        fail<collective_error>("[strata.collective.mismatch] " + what + ": rank " + std::to_string(rank_) + " calls " +
-                               describe(count, kind) + ", rank " + std::to_string(k) + " " + describe(p.count, p.kind));
+        fail<collective_error>(strata::detail::error_text("strata.collective.mismatch", what, ": rank ", rank_,
+                                                          " calls ", describe(count, kind), ", rank ", k, " ",
+                                                          describe(p.count, p.kind)));
     }
   }
 
@@ -256,18 +257,17 @@ class HostSharedBuffer {
              const std::string& what) {
     if (control().aborted.load(std::memory_order_acquire) != 0) {
       while (control().aborted.load(std::memory_order_acquire) != 2) cpu_relax();
-      throw collective_error("[strata.collective.aborted] " + what + " on rank " + std::to_string(rank_) + ": " +
-                             control().reason);
+      STRATA_THROW(collective_error, "strata.collective.aborted", what, " on rank ", rank_, ": ", control().reason);
     }
     const char st = runtime::process_state(static_cast<long>(peer(k).pid));
     // Read the arrival again after the state: a peer that arrived and then exited is not lost.
     if (runtime::is_gone(st) && static_cast<std::int32_t>(peer(k).arrived.load(std::memory_order_acquire) - passed_) < 0)
-      fail<collective_error>("[strata.collective.peer] " + what + " on rank " + std::to_string(rank_) + " of " +
-                             std::to_string(size_) + ": peer lost: rank " + std::to_string(k) +
-                             " is no longer running (pid " + std::to_string(peer(k).pid) + ")");
+      fail<collective_error>(strata::detail::error_text("strata.collective.peer", what, " on rank ", rank_, " of ",
+                                                        size_, ": peer lost: rank ", k, " is no longer running (pid ",
+                                                        peer(k).pid, ")"));
     if (std::chrono::steady_clock::now() < deadline) return;
     std::ostringstream os;
-    os << "[strata.collective.timeout] " << what << " on rank " << rank_ << " of " << size_ << ": not complete within "
+    os << strata::detail::error_text("strata.collective.timeout") << what << " on rank " << rank_ << " of " << size_ << ": not complete within "
        << std::chrono::duration<double>(timeout).count() << " s;";
     const std::uint32_t target = passed_;
     for (int j = 0; j < size_; ++j)
@@ -370,8 +370,9 @@ class HostSharedBuffers {
     comm.allgather_raw(mine, all.data(), 4, DType::i64);
     for (int k = 0; k < n; ++k) {
       const std::int64_t* theirs = all.data() + 4 * static_cast<std::size_t>(k);
-      STRATA_CHECK(theirs[3] == mine[3], "[strata.collective.mismatch] shared buffer: rank ", r, " asks for ", mine[3],
-                   " bytes, rank ", k, " for ", theirs[3]);
+      STRATA_REQUIRE(theirs[3] == mine[3], invalid_argument, "strata.collective.mismatch", "shared buffer: rank ", r,
+                     " asks for ", mine[3],
+                     " bytes, rank ", k, " for ", theirs[3]);
     }
     for (int k = 0; k < n; ++k) {
       const std::int64_t* theirs = all.data() + 4 * static_cast<std::size_t>(k);

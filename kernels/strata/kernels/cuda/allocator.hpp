@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include <strata/tensor/allocator.hpp>  // SizeClassCache, AllocatorStats
+#include <strata/kernels/memory/size_class_cache.hpp>  // SizeClassCache, AllocatorStats
 
 namespace strata::kernels::cuda {
 
@@ -44,8 +44,8 @@ struct DeviceBacking {
     (void)cudaSetDevice(prev);
   }
   [[noreturn]] void out_of_memory(std::size_t bytes, const AllocatorStats& s) {
-    throw cuda_error("[strata.cuda] out of memory on cuda:" + std::to_string(device) + " allocating " + mib(bytes) +
-                     " (" + mib(s.bytes_in_use) + " in use by tensors, the cache already emptied)");
+    STRATA_THROW(cuda_error, "strata.cuda", "out of memory on cuda:", device, " allocating ", mib(bytes), " (",
+                 mib(s.bytes_in_use), " in use by tensors, the cache already emptied)");
   }
 };
 
@@ -64,7 +64,7 @@ struct PinnedBacking {
   }
   void deallocate(void* p) noexcept { (void)cudaFreeHost(p); }
   [[noreturn]] void out_of_memory(std::size_t bytes, const AllocatorStats&) {
-    throw cuda_error("[strata.cuda] out of pinned host memory allocating " + mib(bytes));
+    STRATA_THROW(cuda_error, "strata.cuda", "out of pinned host memory allocating ", mib(bytes));
   }
 };
 

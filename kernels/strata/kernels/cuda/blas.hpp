@@ -23,8 +23,8 @@ namespace strata::kernels::cuda {
 
 inline void check(cublasStatus_t rc, const char* call) {
   if (rc == CUBLAS_STATUS_SUCCESS) return;
-  throw cuda_error(std::string("[strata.cuda] ") + call + " failed: " + cublasGetStatusName(rc) + " (" +
-                   cublasGetStatusString(rc) + ")");
+  STRATA_THROW(cuda_error, "strata.cuda", call, " failed: ", cublasGetStatusName(rc), " (", cublasGetStatusString(rc),
+               ")");
 }
 
 namespace detail {
@@ -56,7 +56,7 @@ void gemm(int device, const math::GemmArgs<T>& g) {
   if (g.m == 0 || g.n == 0) return;
   const std::array<std::int64_t, 6> dims{g.m, g.n, g.k, g.lda, g.ldb, g.ldc};
   for (std::int64_t v : dims)
-    if (v > INT_MAX) throw invalid_argument("[strata.cuda] GEMM dimension " + std::to_string(v) + " exceeds cuBLAS's int");
+    if (v > INT_MAX) STRATA_THROW(invalid_argument, "strata.cuda", "GEMM dimension ", v, " exceeds cuBLAS's int");
   cublasHandle_t h = blas_handle(device);
   DeviceGuard on(device);
   // Row-major C = A B is column-major C^T = B^T A^T: swap the operands and the m/n extents.

@@ -29,7 +29,7 @@ namespace strata::kernels::cuda {
 
 inline void check(cudnnStatus_t rc, const char* call) {
   if (rc == CUDNN_STATUS_SUCCESS) return;
-  throw cuda_error(std::string("[strata.cudnn] ") + call + " failed: " + cudnnGetErrorString(rc));
+  STRATA_THROW(cuda_error, "strata.cudnn", call, " failed: ", cudnnGetErrorString(rc));
 }
 
 /// The largest workspace a convolution algorithm may ask for.
@@ -92,8 +92,8 @@ auto pick(const Perf* perf, int n, const char* direction) {
     if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].determinism == CUDNN_DETERMINISTIC &&
         perf[k].memory <= kConvWorkspaceLimit)
       return std::pair{perf[k].algo, perf[k].memory};
-  throw cuda_error(std::string("[strata.cudnn] no deterministic ") + direction + " convolution algorithm fits in " +
-                   std::to_string(kConvWorkspaceLimit >> 20) + " MiB of workspace");
+  STRATA_THROW(cuda_error, "strata.cudnn", "no deterministic ", direction, " convolution algorithm fits in ",
+               kConvWorkspaceLimit >> 20, " MiB of workspace");
 }
 
 using ConvKey = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,

@@ -9,7 +9,7 @@
 #include <strata/kernels/cuda/launch.cuh>
 #include <strata/kernels/math/binary.hpp>
 #include <strata/kernels/math/unary.hpp>
-#include <strata/tensor/shape.hpp>  // kMaxDims
+#include <strata/kernels/math/limits.hpp>  // kMaxDims
 
 namespace strata::kernels::cuda {
 

@@ -27,8 +27,7 @@ namespace strata::kernels::cuda {
 /// Throws cuda_error for a failed CUDA runtime call, naming `call`.
 inline void check(cudaError_t rc, const char* call) {
   if (rc == cudaSuccess) return;
-  throw cuda_error(std::string("[strata.cuda] ") + call + " failed: " + cudaGetErrorName(rc) + " (" +
-                   cudaGetErrorString(rc) + ")");
+  STRATA_THROW(cuda_error, "strata.cuda", call, " failed: ", cudaGetErrorName(rc), " (", cudaGetErrorString(rc), ")");
 }
 
 #define STRATA_CUDA_CHECK(call) ::strata::kernels::cuda::check((call), #call)
@@ -137,7 +136,7 @@ T per_device(int device, Make&& make) {
   static std::array<std::atomic<T>, kMaxDevices> slots{};
   static std::mutex mu;
   if (device < 0 || device >= kMaxDevices)
-    throw invalid_argument("[strata.cuda] device index " + std::to_string(device) + " is out of range");
+    STRATA_THROW(invalid_argument, "strata.cuda", "device index ", device, " is out of range");
   auto& slot = slots[static_cast<std::size_t>(device)];
   if (T v = slot.load(std::memory_order_acquire)) return v;
   std::lock_guard lock(mu);

@@ -28,8 +28,8 @@
 #include <strata/runtime/process.hpp>  // env, env_int
 #include <strata/strategy/detail/gradient_buckets.hpp>
 #include <strata/strategy/detail/wire_compression.hpp>
-#include <strata/strategy/sharded_gradients.hpp>
-#include <strata/strategy/split_update.hpp>
+#include <strata/strategy/detail/sharded_gradients.hpp>
+#include <strata/strategy/detail/split_update.hpp>
 
 namespace strata::detail {
 

@@ -17,7 +17,7 @@
 #include <strata/strategy/detail/nonfinite_watch.hpp>
 #include <strata/strategy/detail/replica_step.hpp>
 #include <strata/strategy/replica_context.hpp>
-#include <strata/strategy/split_update.hpp>
+#include <strata/strategy/detail/split_update.hpp>
 
 namespace strata::detail {
 

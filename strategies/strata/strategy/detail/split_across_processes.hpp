@@ -19,7 +19,7 @@
 
 #include <strata/collective/capabilities.hpp>
 #include <strata/strategy/gradient_engine.hpp>
-#include <strata/strategy/split_update.hpp>
+#include <strata/strategy/detail/split_update.hpp>
 #include <strata/support/check.hpp>
 #include <strata/tensor/tensor.hpp>
 
@@ -65,9 +65,10 @@ SplitUpdate::StateHome shared_state_home(C& comm) {
     const std::vector<std::size_t> at = packed_offsets(like, tensor_of);
     const Tensor home = comm.shared_buffer(static_cast<std::int64_t>(std::max<std::size_t>(at.back(), 1)), DType::u8,
                                            /*common=*/true);
-    STRATA_CHECK(home.defined(), "[strata.strategy] MultiWorkerMirroredStrategy: no shared memory (/dev/shm) for the "
-                 "optimizer state of the split update (", at.back(),
-                 " bytes); free /dev/shm or set STRATA_SPLIT_UPDATE=0");
+    STRATA_REQUIRE(home.defined(), invalid_argument, "strata.strategy",
+                   "MultiWorkerMirroredStrategy: no shared memory (/dev/shm) for the "
+                   "optimizer state of the split update (", at.back(),
+                   " bytes); free /dev/shm or set STRATA_SPLIT_UPDATE=0");
     std::vector<Tensor> views = views_over(home, at, like, tensor_of);
     tensors->clear();
     for (std::size_t k = 0; k < like.size(); ++k) tensors->emplace_back(like[k].first, std::move(views[k]));

@@ -23,7 +23,7 @@
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/detail/replica_pool.hpp>
-#include <strata/strategy/row_split.hpp>
+#include <strata/strategy/detail/row_balance.hpp>
 
 namespace strata::detail {
 

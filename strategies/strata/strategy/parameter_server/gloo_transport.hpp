@@ -137,7 +137,7 @@ class Transport<collective::Gloo> {
   /// True (and `m` filled) when a worker's header has arrived; never blocks.
   bool probe(Message& m) {
     std::lock_guard lock(mu_);
-    if (!error_.empty()) abort("[strata.ps.peer_lost] server rank " + std::to_string(rank()) + ": " + error_);
+    if (!error_.empty()) abort(strata::detail::error_text("strata.ps.peer_lost", "server rank ", rank(), ": ", error_));
     if (queue_.empty()) return false;
     m = queue_.front();
     queue_.pop_front();
@@ -154,8 +154,8 @@ class Transport<collective::Gloo> {
     try {
       b->waitRecv(options_.timeout);
     } catch (const std::exception& e) {
-      abort("[strata.ps.peer_lost] server rank " + std::to_string(rank()) + ": the push from worker rank " +
-            std::to_string(m.source) + " failed: " + blame(m.source, e.what()));
+      abort(strata::detail::error_text("strata.ps.peer_lost", "server rank ", rank(), ": the push from worker rank ",
+                                       m.source, " failed: ", blame(m.source, e.what())));
     }
   }
 

@@ -30,7 +30,7 @@ struct Roles {
   static Roles of(int world, int requested = 0) {
     Roles r;
     auto bad = [](const std::string& var, const std::string& value, const std::string& why) {
-      return invalid_argument("[strata.ps] " + var + "=" + value + ": " + why);
+      return invalid_argument(strata::detail::error_text("strata.ps", var, "=", value, ": ", why));
     };
     if (const char* list = std::getenv("STRATA_SERVER_RANKS"); list && *list) {
       const std::string s = list;
@@ -64,9 +64,8 @@ struct Roles {
     for (int i = 0; i < world; ++i)
       if (!r.is_server(i)) r.workers.push_back(i);
     if (r.workers.empty())
-      throw invalid_argument("[strata.ps] a job of " + std::to_string(world) + " ranks with " +
-                             std::to_string(r.servers.size()) + " servers has no worker: start at least " +
-                             std::to_string(r.servers.size() + 1) + " ranks, or fewer servers");
+      STRATA_THROW(invalid_argument, "strata.ps", "a job of ", world, " ranks with ", r.servers.size(),
+                   " servers has no worker: start at least ", r.servers.size() + 1, " ranks, or fewer servers");
     return r;
   }
 };

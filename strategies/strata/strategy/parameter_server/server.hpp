@@ -126,8 +126,9 @@ class Server {
       }
       backoff.active();
       const auto& roles = t_.roles();
-      STRATA_CHECK(!roles.is_server(m.source), "[strata.ps] server rank ", t_.rank(), ": a message from server rank ",
-                   m.source, " (tag ", m.tag, ")");
+      STRATA_REQUIRE(!roles.is_server(m.source), invalid_argument, "strata.ps", "server rank ", t_.rank(),
+                     ": a message from server rank ",
+                     m.source, " (tag ", m.tag, ")");
       const int w = roles.index_of(m.source);
       if (m.tag == kWorkerLostTag) {
         finished += lose(m.source, done);
@@ -145,22 +146,26 @@ class Server {
         std::int64_t crc = save_shard(step);
         auto ack = t_.isend(&crc, sizeof crc, m.source, kSaveAckTag);
         t_.wait_all(std::span(&ack, 1), std::chrono::steady_clock::now() + t_.timeout(), [&](const std::string& why) {
-          t_.abort("[strata.ps.timeout] server rank " + std::to_string(t_.rank()) + ": the checkpoint answer to worker "
-                   "rank " + std::to_string(m.source) + " failed: " + why + "; aborting the job");
+          t_.abort(strata::detail::error_text("strata.ps.timeout", "server rank ", t_.rank(),
+                                              ": the checkpoint answer to worker "
+                   "rank ", m.source, " failed: ", why, "; aborting the job"));
         });
       } else if (m.tag == kLearningRateTag) {
         double lr = 0;
-        STRATA_CHECK_EQ(m.bytes, sizeof lr, "[strata.ps] a learning-rate message of the wrong size");
+        STRATA_REQUIRE(m.bytes == sizeof lr, invalid_argument, "strata.ps",
+                       "a learning-rate message of the wrong size");
         t_.receive(m, &lr);
         for (Held& h : held_)
           if (h.opt) h.opt->set_lr(lr);
       } else {
         const int id = m.tag - kPushTag;
         Held* h = id >= 0 ? find(static_cast<std::size_t>(id)) : nullptr;
-        STRATA_CHECK(h != nullptr, "[strata.ps] server rank ", t_.rank(), ": worker rank ", m.source,
-                     " pushed to partition ", id, ", which this server does not hold (tag ", m.tag, ")");
-        STRATA_CHECK_EQ(m.bytes, h->sum.nbytes(), "[strata.ps] worker rank ", m.source, " pushed ", m.bytes,
-                        " bytes to partition ", id, " of ", h->sum.nbytes());
+        STRATA_REQUIRE(h != nullptr, invalid_argument, "strata.ps", "server rank ", t_.rank(), ": worker rank ",
+                       m.source,
+                       " pushed to partition ", id, ", which this server does not hold (tag ", m.tag, ")");
+        STRATA_REQUIRE(m.bytes == h->sum.nbytes(), invalid_argument, "strata.ps", "worker rank ", m.source, " pushed ",
+                       m.bytes,
+                       " bytes to partition ", id, " of ", h->sum.nbytes());
         if (s_.sync)
           push_sync(*h, w, m);
         else
@@ -169,8 +174,9 @@ class Server {
     }
     for (Held& h : held_) {
       complete_replies(h);
-      STRATA_CHECK(h.arrived == 0, "[strata.ps] server rank ", t_.rank(), ": the epoch ended with partition ", h.id,
-                   " waiting for ", workers_ - h.arrived, " more pushes (the workers ran different numbers of steps)");
+      STRATA_REQUIRE(h.arrived == 0, invalid_argument, "strata.ps", "server rank ", t_.rank(),
+                     ": the epoch ended with partition ", h.id,
+                     " waiting for ", workers_ - h.arrived, " more pushes (the workers ran different numbers of steps)");
     }
     running_.clear();
   }
@@ -212,8 +218,9 @@ class Server {
         lose(m.source, have);
         continue;
       }
-      STRATA_CHECK(m.tag == kRateTag, "[strata.ps] server rank ", t_.rank(), ": worker rank ", m.source,
-                   " sent tag ", m.tag, " while the job sums its rates (the workers ran different numbers of epochs?)");
+      STRATA_REQUIRE(m.tag == kRateTag, invalid_argument, "strata.ps", "server rank ", t_.rank(), ": worker rank ",
+                     m.source,
+                     " sent tag ", m.tag, " while the job sums its rates (the workers ran different numbers of epochs?)");
       double x = 0;
       t_.receive(m, &x);
       sum += x;
@@ -258,12 +265,14 @@ class Server {
     std::vector<Tensor> values;
     for (const Held& h : held_) {
       const std::string key = "partition." + std::to_string(h.id) + ".value";
-      STRATA_CHECK(r.find(key) != nullptr, "[strata.checkpoint.mismatch] '", r.name(), "' has no '", key,
-                   "': it was written with another placement of the variables");
+      STRATA_REQUIRE(r.find(key) != nullptr, invalid_argument, "strata.checkpoint.mismatch", "'", r.name(),
+                     "' has no '", key,
+                     "': it was written with another placement of the variables");
       Tensor v = r.read(key);
-      STRATA_CHECK(v.shape() == h.value.shape() && v.dtype() == h.value.dtype(), "[strata.checkpoint.mismatch] '",
-                   r.name(), "': '", key, "' is ", v.shape(), " ", name_of(v.dtype()), ", this server holds ",
-                   h.value.shape(), " ", name_of(h.value.dtype()));
+      STRATA_REQUIRE(v.shape() == h.value.shape() && v.dtype() == h.value.dtype(), invalid_argument,
+                     "strata.checkpoint.mismatch", "'",
+                     r.name(), "': '", key, "' is ", v.shape(), " ", name_of(v.dtype()), ", this server holds ",
+                     h.value.shape(), " ", name_of(h.value.dtype()));
       values.push_back(std::move(v));
     }
     for (std::size_t k = 0; k < held_.size(); ++k) {
@@ -277,8 +286,9 @@ class Server {
 
   /// Writes this server's shard at `step`; returns the file's CRC-32C.
   std::int64_t save_shard(std::int64_t step) {
-    STRATA_CHECK(!checkpoint_dir_.empty(), "[strata.ps] server rank ", t_.rank(), ": asked for a checkpoint shard "
-                 "without a checkpoint directory (TrainingCheckpoints sets it on every rank)");
+    STRATA_REQUIRE(!checkpoint_dir_.empty(), invalid_argument, "strata.ps", "server rank ", t_.rank(),
+                   ": asked for a checkpoint shard "
+                   "without a checkpoint directory (TrainingCheckpoints sets it on every rank)");
     checkpoint::NamedTensors tensors;
     for (const Held& h : held_) {
       const std::string p = "partition." + std::to_string(h.id);
@@ -339,8 +349,9 @@ class Server {
       t_.wait_all(std::span(&h.replies[k], 1), deadline, [&](const std::string& why) {
         // Async: a reply to a worker that died is dropped (the loop hears of the loss).
         if (!s_.sync && runtime::is_gone(runtime::settled_state([&] { return t_.peer_state(to); }))) return;
-        t_.abort("[strata.ps.timeout] server rank " + std::to_string(t_.rank()) + ": the reply of partition " +
-                 std::to_string(h.id) + " to worker rank " + std::to_string(to) + " failed: " + why + "; aborting the job");
+        t_.abort(strata::detail::error_text("strata.ps.timeout", "server rank ", t_.rank(),
+                                            ": the reply of partition ", h.id, " to worker rank ", to, " failed: ",
+                                            why, "; aborting the job"));
       });
     }
     h.replies.clear();
@@ -348,9 +359,10 @@ class Server {
   }
 
   void update(Held& h) {
-    STRATA_CHECK(h.opt != nullptr, "[strata.ps] partition ", h.id, " (variable ", shards_.partitions[h.id].variable,
-                 ") has no optimizer: create the optimizer under the strategy's scope(), or set update_on_servers = "
-                 "false");
+    STRATA_REQUIRE(h.opt != nullptr, invalid_argument, "strata.ps", "partition ", h.id, " (variable ",
+                   shards_.partitions[h.id].variable,
+                   ") has no optimizer: create the optimizer under the strategy's scope(), or set update_on_servers = "
+                   "false");
     h.value.impl()->ag.grad = h.sum;
     const Tensor one[1] = {h.value};
     h.opt->apply_gradients(Gradients{one});
@@ -368,8 +380,8 @@ class Server {
   int lose(int r, std::vector<char>& done) {
     const auto i = static_cast<std::size_t>(t_.roles().index_of(r));
     if (s_.sync)
-      t_.abort("[strata.ps.peer_lost] server rank " + std::to_string(t_.rank()) + ": worker rank " + std::to_string(r) +
-               " is gone; a Sync step cannot complete without it; aborting the job");
+      t_.abort(strata::detail::error_text("strata.ps.peer_lost", "server rank ", t_.rank(), ": worker rank ", r,
+                                          " is gone; a Sync step cannot complete without it; aborting the job"));
     if (lost_[i]) return 0;
     lost_[i] = 1;
     if (!running_.empty()) running_[i] = 0;
@@ -435,7 +447,7 @@ class Server {
     for (const Held& h : held_) {
       if (h.arrived == 0 || now - h.first < t_.timeout()) continue;
       std::ostringstream os;
-      os << "[strata.ps.timeout] server rank " << t_.rank() << ": partition " << h.id << " has " << h.arrived << " of "
+      os << strata::detail::error_text("strata.ps.timeout") << "server rank " << t_.rank() << ": partition " << h.id << " has " << h.arrived << " of "
          << workers_ << " pushes of its step after " << std::chrono::duration<double>(t_.timeout()).count()
          << " s; missing:";
       for (int r : t_.roles().workers) {

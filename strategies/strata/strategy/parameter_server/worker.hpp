@@ -143,7 +143,7 @@ class Worker {
 
   std::string timeout_message(const char* what, const std::string& why) {
     std::ostringstream os;
-    os << "[strata.ps.timeout] worker rank " << t_.rank() << ": " << what << " not complete (" << why
+    os << strata::detail::error_text("strata.ps.timeout") << "worker rank " << t_.rank() << ": " << what << " not complete (" << why
        << "); waiting for";
     std::vector<int> named;
     for (std::size_t k = 0; k < requests_.size(); ++k) {

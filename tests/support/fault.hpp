@@ -1,13 +1,13 @@
 /// \file
-/// Fault injection for tests. A program compiled with -DSTRATA_FAULT_INJECTION=1 honours
+/// Fault injection for the tests' programs (the fault suite's job, the resume trainer). A
+/// program compiled with -DSTRATA_FAULT_INJECTION=1 honours
 ///   STRATA_FAULT="rank;step;point;kind[,rank;step;point;kind...]"
 /// at every STRATA_FAULT_POINT(rank, step, "point") it passes: when rank, step and point
 /// match (`*` matches any rank or step), the process does `kind` — sigkill, sigterm, sigstop
 /// (raises the signal), exit0, exit1 (_Exit), abort, or throw (a strata::error). The kinds
 /// skip, stall, nan, shape, dtype and op change what the caller does next, so only a point
 /// that names them as handled accepts them (it gets the kind back); anywhere else they are an
-/// error, never silently ignored. Without the macro the points compile to nothing, so a user's
-/// build carries no hook.
+/// error, never silently ignored. Without the macro the points compile to nothing.
 #pragma once
 
 #include <csignal>
@@ -50,9 +50,10 @@ inline const std::vector<Fault>& requested_faults() {
       bool known = false;
       for (const char* k : kinds) known = known || (f.size() == 4 && f[3] == k);
       if (f.size() != 4 || !known)
-        throw invalid_argument("[strata.fault] STRATA_FAULT='" + all + "': expected rank;step;point;kind with kind one of "
-                               "sigkill, sigterm, sigstop, exit0, exit1, abort, throw, skip, stall, nan, shape, "
-                               "dtype, op; got '" + one + "'");
+        STRATA_THROW(invalid_argument, "strata.fault", "STRATA_FAULT='", all,
+                     "': expected rank;step;point;kind with kind one of "
+                     "sigkill, sigterm, sigstop, exit0, exit1, abort, throw, skip, stall, nan, shape, "
+                     "dtype, op; got '", one, "'");
       out.push_back({f[0], f[1], f[2], f[3]});
       at = end + 1;
     }
@@ -80,8 +81,9 @@ inline std::string fault_point(int rank, std::int64_t step, std::string_view poi
     if (f.kind == "exit0") std::_Exit(0);
     if (f.kind == "exit1") std::_Exit(1);
     if (f.kind == "abort") std::abort();
-    if (f.kind == "throw") throw error("[strata.fault] injected at " + std::string(point) + ", step " + std::to_string(step));
-    throw invalid_argument("[strata.fault] kind " + f.kind + " is not available at point " + std::string(point));
+    // The tests match these messages whole: no file:line (STRATA_THROW's) after them.
+    if (f.kind == "throw") throw error(detail::error_text("strata.fault", "injected at ", point, ", step ", step));
+    throw invalid_argument(detail::error_text("strata.fault", "kind ", f.kind, " is not available at point ", point));
   }
   return {};
 }

@@ -1,6 +1,6 @@
 /// \file
-/// The CUDA DeviceKernels table: each entry switches on the dtype and launches the kernel of
-/// this directory on the device's compute stream. backend.cuh registers it.
+/// The CUDA DeviceKernels table: each entry switches on the dtype and launches a kernel of
+/// kernels/strata/kernels/cuda on the device's compute stream. backend.cuh registers it.
 #pragma once
 
 #include <strata/kernels/cuda/allocator.hpp>
@@ -23,8 +23,7 @@ void floating(int device, DType t, const char* op, F&& f) {
   DeviceGuard on(device);
   if (t == DType::f32) return f(float{});
   if (t == DType::f64) return f(double{});
-  throw invalid_argument(std::string("[strata.dtype] ") + op + " on a CUDA device needs float32 or float64, got " +
-                         name_of(t));
+  STRATA_THROW(invalid_argument, "strata.dtype", op, " on a CUDA device needs float32 or float64, got ", name_of(t));
 }
 
 inline cudaStream_t stream(int device) { return compute_stream(device); }
@@ -135,7 +134,7 @@ template <class F>
 void label_type(DType t, F&& f) {
   if (t == DType::i32) return f(std::int32_t{});
   if (t == DType::i64) return f(std::int64_t{});
-  throw invalid_argument(std::string("[strata.dtype] labels must be int32 or int64, got ") + name_of(t));
+  STRATA_THROW(invalid_argument, "strata.dtype", "labels must be int32 or int64, got ", name_of(t));
 }
 
 inline void softmax_xent_forward(int device, DType dt, DType lt, std::int64_t rows, std::int64_t cols, const void* x,

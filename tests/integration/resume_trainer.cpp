@@ -1,0 +1,126 @@
+// The resume tests' trainer (run_resume.sh): the reference model trained under the strategy
+// the flags name, saving a checkpoint every --checkpoint-every steps and at the end, resuming
+// from the newest complete one in --checkpoint-dir, with the fault hook live after each step
+// (STRATA_FAULT, tests/support/fault.hpp) so a test can kill a rank at a chosen step.
+//   resume_trainer --checkpoint-dir DIR [--checkpoint-every N] [--model mlp|cnn] [--epochs E]
+//                  [--max-steps S] [--strategy one_device|mirrored|central_storage|
+//                  multi_worker_mirrored|parameter_server] [--replicas R] [--collective mpi|gloo]
+//                  [--servers S] [--mode sync] [--update-on servers|workers]
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <strata/runtime/fail_job.hpp>
+#include <strata/strategy/parameter_server.hpp>
+#include "support/fault.hpp"
+#if STRATA_HAS_MPI
+#include <strata/collective/mpi.hpp>
+#endif
+#if STRATA_HAS_GLOO
+#include <strata/collective/gloo.hpp>
+#endif
+
+#include "support/train_step.hpp"
+
+namespace {
+
+struct Args {
+  std::string dir, model = "mlp", strategy = "one_device", collective = "mpi", update_on = "servers";
+  std::int64_t every = 0, max_steps = -1;
+  int epochs = 1, replicas = 2, servers = 1;
+};
+
+template <strata::Strategy S>
+void train(S& strategy, const Args& a) {
+  strata::manual_seed(0);
+  auto model = strategy.scope([&] { return strata::models::fashion_mnist(a.model); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(model.parameters(), 0.05, {.momentum = 0.9}); });
+  auto pipeline = strata::data::Pipeline(strata::data::fashion_mnist_train()).shuffle(0).batch(64 * strategy.num_replicas_in_sync());
+  if (a.max_steps >= 0) pipeline = pipeline.take(a.max_steps);
+  strata::TrainingCheckpoints checkpoints(strategy, model, opt, a.dir);
+  strata::checkpoint::TrainingPosition pos;
+  if (auto at = checkpoints.restore()) {
+    pos = *at;
+    if (strategy.is_chief())
+      std::printf("resumed from step %lld (epoch %lld, batch %lld)\n", static_cast<long long>(pos.step),
+                  static_cast<long long>(pos.epoch), static_cast<long long>(pos.batch));
+  }
+  pipeline.set_position(pos.epoch, pos.batch);
+  auto data = strategy.distribute(pipeline);
+  const int rank = strata::runtime::detect_process().rank;
+  for (auto epoch = pos.epoch; epoch < a.epochs; ++epoch) {
+    std::int64_t batch = epoch == pos.epoch ? pos.batch : 0;  // batches of this epoch done
+    for (auto& b : data) {
+      (void)support::train_step(strategy, model, opt, b);
+      ++batch, ++pos.step;
+      if (a.every > 0 && pos.step % a.every == 0) {
+        const bool epoch_done = batch == data.num_batches();
+        checkpoints.save({pos.step, epoch + (epoch_done ? 1 : 0), epoch_done ? 0 : batch});
+      }
+      STRATA_FAULT_POINT(rank, pos.step, "after_step");
+    }
+  }
+  checkpoints.save({pos.step, a.epochs, 0});
+}
+
+template <class F>
+void with_strategy(const Args& a, F&& f) {
+  if (a.strategy == "one_device") {
+    strata::OneDeviceStrategy s;
+    f(s);
+  } else if (a.strategy == "mirrored") {
+    strata::MirroredStrategy s(a.replicas);
+    f(s);
+  } else if (a.strategy == "central_storage") {
+    strata::CentralStorageStrategy s(a.replicas);
+    f(s);
+  } else if (a.strategy == "multi_worker_mirrored" || a.strategy == "parameter_server") {
+    const strata::ParameterServerOptions ps{.servers = a.servers, .update_on_servers = a.update_on == "servers"};
+    auto run = [&]<class C>(C*) {
+      if (a.strategy == "multi_worker_mirrored") {
+        strata::MultiWorkerMirroredStrategy<C> s;
+        f(s);
+      } else {
+        strata::ParameterServerStrategy<C, strata::ps::Sync> s(ps);
+        f(s);
+      }
+    };
+#if STRATA_HAS_MPI
+    if (a.collective == "mpi") return run(static_cast<strata::collective::Mpi*>(nullptr));
+#endif
+#if STRATA_HAS_GLOO
+    if (a.collective == "gloo") return run(static_cast<strata::collective::Gloo*>(nullptr));
+#endif
+    STRATA_THROW(strata::invalid_argument, "resume_trainer", "no collective '", a.collective, "' in this build");
+  } else {
+    STRATA_THROW(strata::invalid_argument, "resume_trainer", "unknown strategy '", a.strategy, "'");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], v = argv[i + 1];
+    if (flag == "--checkpoint-dir") a.dir = v;
+    else if (flag == "--checkpoint-every") a.every = std::atoll(v.c_str());
+    else if (flag == "--model") a.model = v;
+    else if (flag == "--epochs") a.epochs = std::atoi(v.c_str());
+    else if (flag == "--max-steps") a.max_steps = std::atoll(v.c_str());
+    else if (flag == "--strategy") a.strategy = v;
+    else if (flag == "--replicas") a.replicas = std::atoi(v.c_str());
+    else if (flag == "--collective") a.collective = v;
+    else if (flag == "--servers") a.servers = std::atoi(v.c_str());
+    else if (flag == "--update-on") a.update_on = v;
+    else if (flag == "--mode") STRATA_REQUIRE(v == "sync", strata::invalid_argument, "resume_trainer", "--mode sync only");
+    else STRATA_THROW(strata::invalid_argument, "resume_trainer", "unknown flag ", flag);
+  }
+  STRATA_REQUIRE(!a.dir.empty(), strata::invalid_argument, "resume_trainer", "--checkpoint-dir is required");
+  with_strategy(a, [&](auto& strategy) { train(strategy, a); });
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "resume_trainer: %s\n", e.what());
+  strata::runtime::fail_job(e.what());
+  return 1;
+}
