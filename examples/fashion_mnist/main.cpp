@@ -116,11 +116,12 @@ void with_collective(const Options& o, F&& f) {
 #if STRATA_HAS_GLOO
   if (c == "gloo") return f(static_cast<strata::collective::Gloo*>(nullptr));
 #endif
-#if STRATA_HAS_NCCL
+#if STRATA_HAS_NCCL && (STRATA_HAS_MPI || STRATA_HAS_GLOO)  // NCCL's ranks meet through MPI or Gloo
   if (c == "nccl") return f(static_cast<strata::collective::Nccl*>(nullptr));
 #endif
+  (void)f;  // a build with no collective at all
   STRATA_THROW(strata::invalid_argument, "strata.example", "this build has no ", c, ": configure with -D", c,
-               "=enabled", c == "nccl" ? " and run the CUDA trainer, fashion_mnist_cuda" : "");
+               "=enabled", c == "nccl" ? " (and -Dmpi or -Dgloo), and run the CUDA trainer, fashion_mnist_cuda" : "");
 }
 
 /// Runs f(strategy) with the strategy the options name.

@@ -87,7 +87,7 @@ inline void gather_strided(int device, void* dst, const void* src, DType dtype, 
   DeviceGuard on(device);
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    cuda::gather(static_cast<T*>(dst), static_cast<const T*>(src), shape, strides, compute_stream(device));
+    cuda::gather(static_cast<T*>(dst), static_cast<const T*>(src), shape.dims(), strides.dims(), compute_stream(device));
   };
   switch (size_of(dtype)) {
     case 1: return run(std::uint8_t{});

@@ -102,7 +102,7 @@ inline void binary_broadcast(int device, DType dt, math::BinaryKind kind, const 
   floating(device, dt, "binary", [&](auto tag) {
     using T = decltype(tag);
     cuda::binary_broadcast<T>(kind, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out),
-                              strided_index(shape, contiguous_strides(shape), sa, sb), shape.numel(), stream(device));
+                              strided_index(shape.dims(), contiguous_strides(shape).dims(), sa.dims(), sb.dims()), shape.numel(), stream(device));
   });
 }
 

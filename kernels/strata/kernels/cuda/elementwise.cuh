@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include <span>
+
 #include <strata/kernels/cuda/launch.cuh>
 #include <strata/kernels/math/binary.hpp>
 #include <strata/kernels/math/unary.hpp>
@@ -119,23 +121,27 @@ void fill(T* p, std::int64_t n, T v, cudaStream_t s) {
   STRATA_CUDA_CHECK_LAUNCH("fill");
 }
 
+/// Extents or strides, outermost first (a tensor's Shape gives them with dims()).
+using Dims = std::span<const std::int64_t>;
+
 /// The strided index of `shape` with up to three stride vectors (missing ones are zero).
-inline StridedIndex strided_index(const Shape& shape, const Shape& s0, const Shape& s1 = {}, const Shape& s2 = {}) {
+inline StridedIndex strided_index(Dims shape, Dims s0, Dims s1 = {}, Dims s2 = {}) {
   StridedIndex ix;
-  ix.ndim = shape.ndim();
-  for (int d = 0; d < ix.ndim; ++d) {
+  ix.ndim = static_cast<int>(shape.size());
+  for (std::size_t d = 0; d < shape.size(); ++d) {
     ix.shape[d] = shape[d];
-    ix.strides[0][d] = s0.ndim() > d ? s0[d] : 0;
-    ix.strides[1][d] = s1.ndim() > d ? s1[d] : 0;
-    ix.strides[2][d] = s2.ndim() > d ? s2[d] : 0;
+    ix.strides[0][d] = s0.size() > d ? s0[d] : 0;
+    ix.strides[1][d] = s1.size() > d ? s1[d] : 0;
+    ix.strides[2][d] = s2.size() > d ? s2[d] : 0;
   }
   return ix;
 }
 
 /// dst (contiguous) = the elements of the view (shape, strides) at src, in row-major order.
 template <class T>
-void gather(T* dst, const T* src, const Shape& shape, const Shape& strides, cudaStream_t s) {
-  const std::int64_t n = shape.numel();
+void gather(T* dst, const T* src, Dims shape, Dims strides, cudaStream_t s) {
+  std::int64_t n = 1;
+  for (std::int64_t e : shape) n *= e;
   if (n == 0) return;
   kernel::gather<T><<<blocks_for(n), kThreads, 0, s>>>(dst, src, n, strided_index(shape, strides));
   STRATA_CUDA_CHECK_LAUNCH("gather");
