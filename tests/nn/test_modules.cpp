@@ -77,3 +77,11 @@ TEST_CASE("NN.Loss.ReductionsScaleTheSum") {
   const double row1 = std::log(2 + std::exp(5)) - 0;
   CHECK(sum == doctest::Approx(row0 + row1));
 }
+
+TEST_CASE("NN.Loss.ZeroClassesIsAnError") {
+  // Padding labels pass the label check, so the class count is checked on its own: a device
+  // kernel would otherwise read the first logit of an empty row.
+  Tensor logits = strata::Tensor::empty({2, 0}, strata::DType::f32);
+  Tensor pad = strata::from_vector<std::int64_t>({2}, {-1, -1});
+  CHECK_THROWS_WITH_AS(nn::cross_entropy(logits, pad), doctest::Contains("zero classes"), strata::invalid_argument);
+}

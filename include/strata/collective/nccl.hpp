@@ -27,6 +27,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -143,14 +144,14 @@ class Nccl : public TypedFrontEnd<Nccl> {
     ncclUniqueId id{};
     if (boot_.rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     boot_.broadcast(&id, sizeof id, DType::u8, 0);
-    kernels::cuda::DeviceGuard on(device_);
+    kernels::cuda::set_thread_device(device_);  // this rank's GPU from now on: no context on another one
     STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // every call returns at once; wait_ready() polls with the deadline
     const ncclResult_t rc = ncclCommInitRankConfig(&comm_, boot_.size, id, boot_.rank, &config);
     if (rc != ncclInProgress) check(rc, "ncclCommInitRankConfig");
-    wait_ready("communicator set-up", deadline());
+    wait_ready("communicator set-up", setup_deadline());
   }
 
 #if STRATA_HAS_MPI || STRATA_HAS_GLOO
@@ -214,6 +215,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
     if (scratch_ == nullptr) {
       kernels::cuda::DeviceGuard on(device_);
       STRATA_CUDA_CHECK(cudaMalloc(&scratch_, sizeof(float)));
+      STRATA_CUDA_CHECK(cudaMemset(scratch_, 0, sizeof(float)));  // a defined word: no NaN to carry around
     }
     const Fingerprint fp{OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0, 0};
     run(fp, [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
@@ -256,6 +258,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
                  "blocking allreduce also takes host memory, through the bootstrap)");
     Fingerprint fp{OpKind::allreduce, op, dtype_v<T>, x.size(), 0, seq_++};
     if (options_.check_fingerprints) check_fingerprint(fp);
+    kernels::cuda::DeviceGuard on(device_);  // Work's event belongs to the device current when it is made
     order_after(after);
     Work w(this, fp);
     enqueue(fp, [&] {
@@ -309,7 +312,18 @@ class Nccl : public TypedFrontEnd<Nccl> {
   friend class TypedFrontEnd<Nccl>;
   void before_blocking() noexcept {}  // the NCCL stream orders this rank's calls
 
-  std::chrono::steady_clock::time_point deadline() const { return std::chrono::steady_clock::now() + options_.timeout; }
+  /// Set-up (communicator creation and its census) may take seconds on many GPUs: it gets at
+  /// least this long, whatever the collectives' timeout.
+  static constexpr std::chrono::milliseconds kSetupTimeout{30'000};
+
+  std::chrono::steady_clock::time_point deadline() const {
+    budget_ = options_.timeout;
+    return std::chrono::steady_clock::now() + budget_;
+  }
+  std::chrono::steady_clock::time_point setup_deadline() const {
+    budget_ = std::max(options_.timeout, kSetupTimeout);
+    return std::chrono::steady_clock::now() + budget_;
+  }
 
   void check(ncclResult_t rc, const char* call) const {
     if (rc == ncclSuccess) return;
@@ -397,7 +411,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
   [[noreturn]] void expire(const char* what) {
     const std::string head = strata::detail::error_text("strata.collective.timeout", "rank ", boot_.rank, ": ", what,
                                                         " did not complete within ",
-                                                        std::to_string(options_.timeout.count()), " ms");
+                                                        budget_.count(), " ms");
     abort(head);
     try {
       boot_.barrier();
@@ -416,6 +430,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
   }
 
   Options options_;
+  mutable std::chrono::milliseconds budget_{0};  // the budget of the deadline last set (its timeout message)
   std::shared_ptr<void> owned_boot_;  ///< the bootstrap this rank made itself (default constructor)
   detail::Bootstrap boot_;
   int device_ = 0;

@@ -83,6 +83,7 @@ inline Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, 
   STRATA_CHECK(logits.defined() && logits.ndim() == 2, "cross_entropy needs logits [N, C], got ", logits.shape());
   STRATA_CHECK(labels.defined() && labels.ndim() == 1 && labels.dim(0) == logits.dim(0), "cross_entropy: labels shape ",
                labels.shape(), " does not match logits ", logits.shape());
+  STRATA_CHECK(logits.dim(1) > 0, "cross_entropy over zero classes: logits ", logits.shape());
   const std::int64_t rows = logits.dim(0), cols = logits.dim(1);
   Tensor xc = logits.contiguous(), lc = labels.contiguous();
   const Tensor host_labels = lc.to(Device::cpu());  // checked on the host (a device's labels: one small copy)

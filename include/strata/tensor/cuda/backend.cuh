@@ -56,11 +56,9 @@ inline void copy(void* dst, Device dd, const void* src, Device sd, std::size_t b
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
     return;
   }
-  Event src_ready;  // the source's producers run on its own device's stream
-  {
-    DeviceGuard on(sd.index);
-    src_ready.record(compute_stream(sd.index));
-  }
+  DeviceGuard on_src(sd.index);
+  Event src_ready;  // on the source's device (an event belongs to the device current at its creation),
+  src_ready.record(compute_stream(sd.index));  // whose stream the source's producers run on
   DeviceGuard on(dd.index);
   src_ready.block(s);
   STRATA_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dd.index, src, sd.index, bytes, s));

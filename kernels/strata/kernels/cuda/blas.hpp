@@ -11,6 +11,7 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <climits>
@@ -62,14 +63,17 @@ void gemm(int device, const math::GemmArgs<T>& g) {
   // Row-major C = A B is column-major C^T = B^T A^T: swap the operands and the m/n extents.
   const auto ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
+  // k == 0 (C = beta C, as on the CPU): cuBLAS still wants leading dimensions >= 1 for the
+  // operands it reads nothing of; a row-major [m, 0] operand has 0.
+  const int lda = std::max(1, static_cast<int>(g.lda)), ldb = std::max(1, static_cast<int>(g.ldb));
   if constexpr (std::is_same_v<T, float>) {
     check(cublasSetMathMode(h, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
           "cublasSetMathMode");
-    check(cublasSgemm(h, tb, ta, n, m, k, &g.alpha, g.b, static_cast<int>(g.ldb), g.a, static_cast<int>(g.lda),
+    check(cublasSgemm(h, tb, ta, n, m, k, &g.alpha, g.b, ldb, g.a, lda,
                       &g.beta, g.c, static_cast<int>(g.ldc)),
           "cublasSgemm");
   } else {
-    check(cublasDgemm(h, tb, ta, n, m, k, &g.alpha, g.b, static_cast<int>(g.ldb), g.a, static_cast<int>(g.lda),
+    check(cublasDgemm(h, tb, ta, n, m, k, &g.alpha, g.b, ldb, g.a, lda,
                       &g.beta, g.c, static_cast<int>(g.ldc)),
           "cublasDgemm");
   }

@@ -23,6 +23,7 @@
 
 #include <strata/kernels/math/conv_geometry.hpp>
 #include <strata/kernels/cuda/allocator.hpp>
+#include <strata/kernels/cuda/blas.hpp>  // tf32_allowed
 #include <strata/kernels/cuda/runtime.hpp>
 
 namespace strata::kernels::cuda {
@@ -69,8 +70,15 @@ class ConvDescriptors {
     check(cudnnSetConvolution2dDescriptor(conv, i(g.pad), i(g.pad), i(g.stride), i(g.stride), 1, 1,
                                           CUDNN_CROSS_CORRELATION, dt),
           "cudnnSetConvolution2dDescriptor");
-    check(cudnnSetConvolutionMathType(conv, CUDNN_DEFAULT_MATH), "cudnnSetConvolutionMathType");
+    check(cudnnSetConvolutionMathType(conv, allowed_math()), "cudnnSetConvolutionMathType");
   }
+  /// FMA only (full float32), unless TF32 is allowed (allow_tf32): CUDNN_DEFAULT_MATH lets
+  /// float32 convolutions run in TF32 on tensor cores from sm_80 on.
+  static cudnnMathType_t allowed_math() {
+    return std::is_same_v<T, float> && tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  }
+  /// The math type of the algorithm a direction runs (set before each call and size query).
+  void use_math(cudnnMathType_t m) const { check(cudnnSetConvolutionMathType(conv, m), "cudnnSetConvolutionMathType"); }
   ~ConvDescriptors() {
     cudnnDestroyConvolutionDescriptor(conv);
     cudnnDestroyFilterDescriptor(w);
@@ -85,27 +93,34 @@ class ConvDescriptors {
   cudnnConvolutionDescriptor_t conv = nullptr;
 };
 
-/// The first of cuDNN's ranked candidates that succeeded, is deterministic and fits the limit.
+/// The first of cuDNN's ranked candidates that succeeded, is deterministic, runs in a math
+/// type the descriptors allow (no tensor-op math for float32 unless TF32 is allowed) and whose
+/// heuristic workspace fits the limit.
 template <class Perf>
-auto pick(const Perf* perf, int n, const char* direction) {
+const Perf& pick(const Perf* perf, int n, cudnnMathType_t allowed, const char* direction) {
   for (int k = 0; k < n; ++k)
     if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].determinism == CUDNN_DETERMINISTIC &&
+        (allowed == CUDNN_DEFAULT_MATH || perf[k].mathType == CUDNN_FMA_MATH || perf[k].mathType == CUDNN_DEFAULT_MATH) &&
         perf[k].memory <= kConvWorkspaceLimit)
-      return std::pair{perf[k].algo, perf[k].memory};
+      return perf[k];
   STRATA_THROW(cuda_error, "strata.cudnn", "no deterministic ", direction, " convolution algorithm fits in ",
                kConvWorkspaceLimit >> 20, " MiB of workspace");
 }
 
-using ConvKey = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+using ConvKey = std::tuple<int, int, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                            std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
 
-/// The algorithms chosen for one geometry, device and dtype, with their workspace sizes.
+/// The algorithms chosen for one geometry, device, dtype and math mode: each with its math
+/// type and its workspace size (as cuDNN computes it for that algorithm and math type).
 struct ConvPlan {
   cudnnConvolutionFwdAlgo_t fwd;
+  cudnnMathType_t fwd_math;
   std::size_t fwd_bytes;
   cudnnConvolutionBwdDataAlgo_t bwd_data;
+  cudnnMathType_t bwd_data_math;
   std::size_t bwd_data_bytes;
   cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+  cudnnMathType_t bwd_filter_math;
   std::size_t bwd_filter_bytes;
 };
 
@@ -113,7 +128,9 @@ template <class T>
 const ConvPlan& plan(int device, const math::ConvGeometry& g, std::int64_t oc, const ConvDescriptors<T>& d) {
   static std::map<ConvKey, ConvPlan> plans;
   static std::mutex mu;
-  const ConvKey key{device, static_cast<int>(sizeof(T)), g.n, g.c, g.h, g.w, g.kh, g.kw, g.stride, g.pad, oc};
+  const cudnnMathType_t allowed = ConvDescriptors<T>::allowed_math();
+  const ConvKey key{device, static_cast<int>(sizeof(T)), allowed == CUDNN_DEFAULT_MATH, g.n, g.c, g.h, g.w, g.kh, g.kw,
+                    g.stride, g.pad, oc};
   std::lock_guard lock(mu);
   if (auto it = plans.find(key); it != plans.end()) return it->second;
   cudnnHandle_t h = cudnn_handle(device);
@@ -123,15 +140,29 @@ const ConvPlan& plan(int device, const math::ConvGeometry& g, std::int64_t oc, c
   cudnnConvolutionFwdAlgoPerf_t fwd[kMax];
   check(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMax, &n, fwd),
         "cudnnGetConvolutionForwardAlgorithm_v7");
-  std::tie(p.fwd, p.fwd_bytes) = pick(fwd, n, "forward");
+  const auto& f = pick(fwd, n, allowed, "forward");
+  p.fwd = f.algo, p.fwd_math = f.mathType;
+  d.use_math(p.fwd_math);
+  check(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, p.fwd, &p.fwd_bytes),
+        "cudnnGetConvolutionForwardWorkspaceSize");
+  d.use_math(allowed);
   cudnnConvolutionBwdDataAlgoPerf_t bd[kMax];
   check(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMax, &n, bd),
         "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-  std::tie(p.bwd_data, p.bwd_data_bytes) = pick(bd, n, "backward-data");
+  const auto& b = pick(bd, n, allowed, "backward-data");
+  p.bwd_data = b.algo, p.bwd_data_math = b.mathType;
+  d.use_math(p.bwd_data_math);
+  check(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, p.bwd_data, &p.bwd_data_bytes),
+        "cudnnGetConvolutionBackwardDataWorkspaceSize");
+  d.use_math(allowed);
   cudnnConvolutionBwdFilterAlgoPerf_t bf[kMax];
   check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMax, &n, bf),
         "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-  std::tie(p.bwd_filter, p.bwd_filter_bytes) = pick(bf, n, "backward-filter");
+  const auto& w = pick(bf, n, allowed, "backward-filter");
+  p.bwd_filter = w.algo, p.bwd_filter_math = w.mathType;
+  d.use_math(p.bwd_filter_math);
+  check(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, p.bwd_filter, &p.bwd_filter_bytes),
+        "cudnnGetConvolutionBackwardFilterWorkspaceSize");
   return plans.emplace(key, p).first->second;
 }
 
@@ -158,6 +189,7 @@ template <class T>
 void conv2d_forward(int device, const math::ConvGeometry& g, std::int64_t out_channels, const T* x, const T* w, T* y) {
   detail::ConvDescriptors<T> d(g, out_channels);
   const auto& p = detail::plan<T>(device, g, out_channels, d);
+  d.use_math(p.fwd_math);
   detail::Workspace ws(device, p.fwd_bytes);
   const T one = 1, zero = 0;
   check(cudnnConvolutionForward(cudnn_handle(device), &one, d.x, x, d.w, w, d.conv, p.fwd, ws.get(), p.fwd_bytes,
@@ -171,6 +203,7 @@ void conv2d_backward_data(int device, const math::ConvGeometry& g, std::int64_t 
                           T* dx, bool accumulate) {
   detail::ConvDescriptors<T> d(g, out_channels);
   const auto& p = detail::plan<T>(device, g, out_channels, d);
+  d.use_math(p.bwd_data_math);
   detail::Workspace ws(device, p.bwd_data_bytes);
   const T one = 1, beta = accumulate ? 1 : 0;
   check(cudnnConvolutionBackwardData(cudnn_handle(device), &one, d.w, w, d.y, dy, d.conv, p.bwd_data, ws.get(),
@@ -184,6 +217,7 @@ void conv2d_backward_filter(int device, const math::ConvGeometry& g, std::int64_
                             T* dw, bool accumulate) {
   detail::ConvDescriptors<T> d(g, out_channels);
   const auto& p = detail::plan<T>(device, g, out_channels, d);
+  d.use_math(p.bwd_filter_math);
   detail::Workspace ws(device, p.bwd_filter_bytes);
   const T one = 1, beta = accumulate ? 1 : 0;
   check(cudnnConvolutionBackwardFilter(cudnn_handle(device), &one, d.x, x, d.y, dy, d.conv, p.bwd_filter, ws.get(),

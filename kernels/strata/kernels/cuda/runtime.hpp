@@ -60,19 +60,39 @@ inline std::string no_device_reason() {
   return c == 0 ? "the CUDA runtime reports 0 devices" : "";
 }
 
-/// Makes `device` current for this thread while in scope.
+namespace detail {
+/// The device this thread has chosen (set_thread_device or a DeviceGuard), -1 before any.
+inline int& thread_device() noexcept {
+  thread_local int d = -1;
+  return d;
+}
+}  // namespace detail
+
+/// Makes `device` this thread's device from now on (a replica's or a rank's GPU): the guards
+/// then come back to it.
+inline void set_thread_device(int device) {
+  STRATA_CUDA_CHECK(cudaSetDevice(device));
+  detail::thread_device() = device;
+}
+
+/// Makes `device` current for this thread while in scope. A thread that had chosen no device
+/// stays on `device` afterwards: "restoring" it to device 0 would create a context there
+/// (cudaSetDevice does, since CUDA 12), one per rank of a job on one GPU 0 otherwise unused.
 class DeviceGuard {
  public:
-  explicit DeviceGuard(int device) {
-    STRATA_CUDA_CHECK(cudaGetDevice(&previous_));
+  explicit DeviceGuard(int device) : previous_(detail::thread_device()) {
+    if (previous_ >= 0) STRATA_CUDA_CHECK(cudaGetDevice(&previous_));  // the thread may have moved since
     if (device != previous_) STRATA_CUDA_CHECK(cudaSetDevice(device));
+    if (previous_ < 0) detail::thread_device() = device;
   }
-  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
+  ~DeviceGuard() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
-  int previous_ = 0;
+  int previous_;
 };
 
 /// An owned, non-blocking stream on the current device.

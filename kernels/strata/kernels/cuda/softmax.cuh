@@ -71,6 +71,8 @@ inline constexpr int kRowsPerBlock = 8;
 template <class T, class Label>
 void softmax_xent_forward(int device, std::int64_t rows, std::int64_t cols, const T* x, const Label* label, T* prob,
                           T* row_loss, T* loss, double scale, cudaStream_t s) {
+  // Each row's warp starts its maximum from the row's first element.
+  if (cols == 0 && rows > 0) STRATA_THROW(invalid_argument, "strata.cuda", "softmax cross-entropy over zero classes");
   if (rows == 0) {
     STRATA_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(T), s));
     return;
