@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The documentation checks CI runs: every public header opens with a /// \file brief, and the
-# API reference (doxygen docs/Doxyfile, Debian's doxygen) builds with no warnings.
+# The documentation checks CI runs: every public header opens with a /// \file brief, every file
+# a document cites exists, and the API reference (doxygen docs/Doxyfile, Debian's doxygen) builds with no warnings.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 status=0
@@ -8,6 +8,11 @@ for h in $(find include strategies kernels -name '*.hpp' | sort); do
   { head -1 "$h" | grep -qx '/// \\file' && sed -n 2p "$h" | grep -q '^/// [^ ]'; } ||
     { echo "docs: $h does not open with '/// \\file' and a '/// ' brief"; status=1; }
 done
+# No document cites a file the repository does not have (paths from the repository's root).
+while IFS=: read -r doc line path; do
+  [[ -e $path ]] || { echo "docs: $doc:$line cites $path, which is not in the repository"; status=1; }
+done < <(git ls-files '*.md' | xargs grep -HnoP \
+           '(?<![A-Za-z0-9_/.-])(include|strategies|kernels|tests|examples|bench|tools|docs)/[A-Za-z0-9_./-]+\.(hpp|cuh|cpp|cu|py|sh|md)')
 mkdir -p build/docs
 doxygen docs/Doxyfile || { echo "docs: doxygen failed"; exit 1; }
 if [[ -s build/docs/doxygen-warnings.log ]]; then
