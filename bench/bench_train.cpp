@@ -1,8 +1,10 @@
 // strata's side of bench/train_vs_pytorch.py: trains the reference model on Fashion-MNIST
 // for a fixed number of steps on one thread and prints the median step time after warm-up,
-// the examples/s it implies, and the peak RSS, as one JSON line.
+// the examples/s it implies, and the peak RSS, as one JSON line. Each timed step ends with the
+// loss on the host, so on a GPU it covers the batch's copy in and all the step's kernels.
 //
 //   bench_train --model mlp|cnn [--steps N] [--warmup W] [--batch B] [--data DIR]
+//   bench_train_cuda ... --device cuda:0        (the same program with the CUDA kernels)
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 int main(int argc, char** argv) try {
   std::string model_name = "mlp", dir = strata::data::default_fashion_mnist_dir();
   long steps = -1, warmup = 30, batch = 64;
+  strata::Device device = strata::Device::cpu();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--model") model_name = argv[i + 1];
@@ -24,12 +27,14 @@ int main(int argc, char** argv) try {
     else if (a == "--warmup") warmup = std::atol(argv[i + 1]);
     else if (a == "--batch") batch = std::atol(argv[i + 1]);
     else if (a == "--data") dir = argv[i + 1];
+    else if (a == "--device") device = std::string(argv[i + 1]) == "cpu" ? strata::Device::cpu()
+                                       : strata::Device::cuda(std::atoi(argv[i + 1] + 5));
     else throw strata::invalid_argument("unknown flag " + a);
   }
   if (steps < 0) steps = model_name == "mlp" ? 300 : 120;
   strata::kernels::cpu::set_blas_threads(1);
   strata::manual_seed(0);
-  strata::OneDeviceStrategy strategy;
+  strata::OneDeviceStrategy strategy(device);
   auto model = strategy.scope([&] { return strata::models::fashion_mnist(model_name); });
   strata::optim::Sgd opt(model.parameters(), 0.05, 0.9);
   auto data = strategy.distribute(
@@ -46,9 +51,11 @@ int main(int argc, char** argv) try {
   const double median = timed.empty() ? 0 : timed[timed.size() / 2];
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  std::printf("{\"impl\":\"strata\",\"model\":\"%s\",\"steps\":%zu,\"median_step_ms\":%.4f,\"examples_per_s\":%.1f,"
+  std::printf("{\"impl\":\"strata\",\"device\":\"%s\",\"batch\":%ld,\"model\":\"%s\",\"steps\":%zu,"
+              "\"median_step_ms\":%.4f,\"examples_per_s\":%.1f,"
               "\"peak_rss_mib\":%.1f}\n",
-              model_name.c_str(), timed.size(), median, median > 0 ? 1000.0 * static_cast<double>(batch) / median : 0.0,
+              device.kind == strata::DeviceKind::cpu ? "cpu" : "cuda", batch, model_name.c_str(), timed.size(), median,
+              median > 0 ? 1000.0 * static_cast<double>(batch) / median : 0.0,
               static_cast<double>(ru.ru_maxrss) / 1024.0);
   return 0;
 } catch (const std::exception& e) {

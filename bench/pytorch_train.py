@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """PyTorch's side of train_vs_pytorch.py: the reference model, trained on Fashion-MNIST on one
-thread; prints the median step time after warm-up and the peak RSS as one JSON line.
+thread; prints the median step time after warm-up and the peak RSS as one JSON line. With
+--device cuda each timed step copies the batch in and ends with the loss on the host, as
+bench_train_cuda's does, and float32 stays float32 (no TF32 in cuDNN, whose default is TF32).
 
-    /usr/bin/python3 bench/pytorch_train.py --model mlp|cnn [--steps N] [--warmup W]
+    /usr/bin/python3 bench/pytorch_train.py --model mlp|cnn [--steps N] [--warmup W] [--device cuda]
 """
 import argparse
 import gzip
@@ -38,6 +40,7 @@ def main():
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("--data", default=os.environ.get("STRATA_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
     a = ap.parse_args()
     steps = a.steps or (300 if a.model == "mlp" else 120)
@@ -47,7 +50,10 @@ def main():
     x = x.reshape(-1, 1, 28, 28)
     y = torch.from_numpy(read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz")).astype(np.int64))
     order = torch.from_numpy(np.random.default_rng(0).permutation(len(x)))
-    model = make(a.model)
+    dev = torch.device(a.device)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = make(a.model).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     times = []
@@ -55,6 +61,7 @@ def main():
         idx = order[k * a.batch:(k + 1) * a.batch]
         xb, yb = x[idx], y[idx]  # the batch is assembled outside the timed step, as strata prefetches it
         t0 = time.perf_counter()
+        xb, yb = xb.to(dev), yb.to(dev)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(xb), yb)
         loss.backward()
@@ -63,7 +70,7 @@ def main():
         times.append((time.perf_counter() - t0) * 1000.0)
     timed = sorted(times[a.warmup:])
     median = timed[len(timed) // 2]
-    print(json.dumps({"impl": "pytorch-" + torch.__version__, "model": a.model, "steps": len(timed),
+    print(json.dumps({"impl": "pytorch-" + torch.__version__, "device": dev.type, "batch": a.batch, "model": a.model, "steps": len(timed),
                       "median_step_ms": round(median, 4), "examples_per_s": round(1000.0 * a.batch / median, 1),
                       "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)}))
 

@@ -1,0 +1,126 @@
+// strata::collective::Nccl's all-reduce against raw ncclAllReduce on the same GPUs: for each
+// size, calls of the two alternate (A B A B ...) and each side's median wall time per call is
+// printed with the ratio raw/strata (1.0: strata costs what NCCL costs). Both calls block until
+// the result is on the device: strata's blocking allreduce, and ncclAllReduce followed by
+// cudaStreamSynchronize on a communicator of the default (blocking) configuration.
+//
+// One process drives every visible GPU (one thread per GPU, bootstrapped in process), so
+// the world size is the number of GPUs; on one GPU NCCL's all-reduce is a copy (out of
+// place) or nothing (in place), and what is measured is the cost of the call itself.
+//
+//   bench_nccl [--min-bytes 4096] [--max-bytes 268435456] [--iters 40] [--inplace]
+#include <nccl.h>
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <strata/collective/in_process.hpp>
+#include <strata/collective/nccl.hpp>
+#include <strata/tensor/cuda/backend.cuh>
+
+namespace {
+
+void nccl_ok(ncclResult_t rc, const char* what) {
+  if (rc != ncclSuccess) {
+    std::fprintf(stderr, "bench_nccl: %s: %s\n", what, ncclGetErrorString(rc));
+    std::exit(1);
+  }
+}
+
+void cuda_ok(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) {
+    std::fprintf(stderr, "bench_nccl: %s: %s\n", what, cudaGetErrorString(rc));
+    std::exit(1);
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::size_t min_bytes = 4096, max_bytes = std::size_t{256} << 20;
+  int iters = 40;
+  bool inplace = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--inplace") inplace = true;
+    else if (i + 1 >= argc) throw strata::invalid_argument(a + " needs a value");
+    else if (a == "--min-bytes") min_bytes = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--max-bytes") max_bytes = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--iters") iters = std::atoi(argv[++i]);
+    else throw strata::invalid_argument("unknown flag " + a);
+  }
+  const int gpus = strata::kernels::cuda::device_count();
+  if (gpus < 1) throw strata::invalid_argument("no CUDA device");
+
+  std::vector<int> devs(static_cast<std::size_t>(gpus));
+  for (int d = 0; d < gpus; ++d) devs[static_cast<std::size_t>(d)] = d;
+  std::vector<ncclComm_t> raw(static_cast<std::size_t>(gpus));
+  nccl_ok(ncclCommInitAll(raw.data(), gpus, devs.data()), "ncclCommInitAll");
+  auto boot = strata::collective::InProcess::make_group(gpus);
+  std::barrier sync(gpus);
+
+  std::printf("# world size %d (one thread per GPU), %s, float32 sum, %d calls per side per size\n", gpus,
+              inplace ? "in place" : "out of place", iters);
+  std::printf("%12s %14s %14s %12s\n", "bytes", "raw_us", "strata_us", "raw/strata");
+  std::vector<std::vector<double>> raw_us(64), strata_us(64);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < gpus; ++r) {
+    threads.emplace_back([&, r] {
+      strata::collective::Nccl nccl(boot[static_cast<std::size_t>(r)], r);
+      cuda_ok(cudaSetDevice(r), "cudaSetDevice");
+      cudaStream_t s;
+      cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+      float *in = nullptr, *out = nullptr;
+      cuda_ok(cudaMalloc(&in, max_bytes), "cudaMalloc");
+      cuda_ok(cudaMalloc(&out, max_bytes), "cudaMalloc");
+      cuda_ok(cudaMemset(in, 0x3f, max_bytes), "cudaMemset");  // 0x3f3f3f3f: 0.747..., not zeros
+      cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      int k = 0;
+      for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4, ++k) {
+        const std::size_t n = bytes / sizeof(float);
+        float* dst = inplace ? in : out;
+        using Clock = std::chrono::steady_clock;
+        for (int it = -5; it < iters; ++it) {  // 5 warm-up calls of each side
+          sync.arrive_and_wait();
+          auto t0 = Clock::now();
+          nccl_ok(ncclAllReduce(in, dst, n, ncclFloat32, ncclSum, raw[static_cast<std::size_t>(r)], s), "ncclAllReduce");
+          cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+          const double a = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+          sync.arrive_and_wait();
+          t0 = Clock::now();
+          nccl.allreduce_raw(in, dst, n, strata::DType::f32, strata::ReduceOp::Sum);
+          const double b = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+          if (r == 0 && it >= 0) {
+            raw_us[static_cast<std::size_t>(k)].push_back(a);
+            strata_us[static_cast<std::size_t>(k)].push_back(b);
+          }
+        }
+      }
+      cuda_ok(cudaFree(in), "cudaFree");
+      cuda_ok(cudaFree(out), "cudaFree");
+      cuda_ok(cudaStreamDestroy(s), "cudaStreamDestroy");
+    });
+  }
+  for (auto& t : threads) t.join();
+  int k = 0;
+  for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4, ++k) {
+    const double a = median(raw_us[static_cast<std::size_t>(k)]), b = median(strata_us[static_cast<std::size_t>(k)]);
+    std::printf("%12zu %14.2f %14.2f %12.3f\n", bytes, a, b, b > 0 ? a / b : 0.0);
+  }
+  for (auto c : raw) ncclCommDestroy(c);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_nccl: %s\n", e.what());
+  return 1;
+}
