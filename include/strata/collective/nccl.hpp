@@ -357,15 +357,17 @@ class Nccl : public TypedFrontEnd<Nccl> {
     wait_ready(fp.str().c_str(), deadline());
   }
 
-  /// A blocking collective: queue it after the compute stream, then wait for it.
+  /// A blocking collective: queue it after the compute stream, then wait for it. The NCCL
+  /// stream holds this rank's collectives only, so "the stream is idle" is "it finished":
+  /// polling the stream spares recording an event after each call.
   template <class Call>
   void run(Fingerprint fp, Call&& call) {
     fp.seq = seq_++;
     if (options_.check_fingerprints) check_fingerprint(fp);
+    kernels::cuda::DeviceGuard on(device_);
     order_after(nullptr);
     enqueue(fp, call);
-    STRATA_CUDA_CHECK(cudaEventRecord(done_, stream_));
-    wait_event(done_, fp);
+    wait_stream(fp);
   }
 
   /// Polls the communicator until it is no longer busy with its last call.
@@ -387,17 +389,33 @@ class Nccl : public TypedFrontEnd<Nccl> {
     if (st != ncclSuccess && st != ncclInProgress) fail(st, fp.str().c_str());
   }
 
-  /// Waits on the host for `event` (recorded after a collective), with the deadline.
-  void wait_event(cudaEvent_t event, const Fingerprint& fp) {
+  /// Waits on the host until `done()` says the collective finished, with the deadline. NCCL's
+  /// own error state is read every 64th poll: a failed peer surfaces within microseconds
+  /// either way, and the spin stays one CUDA query.
+  template <class Done>
+  void wait_until(Done&& done, const Fingerprint& fp) {
     const auto until = deadline();
     for (int spins = 0;; ++spins) {
-      const cudaError_t rc = cudaEventQuery(event);
-      if (rc == cudaSuccess) return;
-      if (rc != cudaErrorNotReady) kernels::cuda::check(rc, "cudaEventQuery");
-      poll_error(fp);
-      if (std::chrono::steady_clock::now() > until) expire(fp.str().c_str());
+      if (done()) return;
+      if ((spins & 63) == 63) {
+        poll_error(fp);
+        if (std::chrono::steady_clock::now() > until) expire(fp.str().c_str());
+      }
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
+  }
+  /// Waits on the host for `event` (recorded after a collective), with the deadline.
+  void wait_event(cudaEvent_t event, const Fingerprint& fp) {
+    wait_until([&] { return query(cudaEventQuery(event), "cudaEventQuery"); }, fp);
+  }
+  /// Waits on the host until the NCCL stream has run everything queued on it.
+  void wait_stream(const Fingerprint& fp) {
+    wait_until([&] { return query(cudaStreamQuery(stream_), "cudaStreamQuery"); }, fp);
+  }
+  static bool query(cudaError_t rc, const char* call) {
+    if (rc == cudaSuccess) return true;
+    if (rc != cudaErrorNotReady) kernels::cuda::check(rc, call);
+    return false;
   }
 
   [[noreturn]] void fail(ncclResult_t st, const char* what) {

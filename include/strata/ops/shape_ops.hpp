@@ -6,6 +6,8 @@
 #include <initializer_list>
 
 #include <strata/autograd/tape.hpp>
+#include <strata/kernels/math/binary.hpp>
+#include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -16,6 +18,15 @@ inline void reshape_backward(autograd::Node& n, std::uint64_t epoch) {
   auto s = autograd::grad_slot(n.in[0], epoch);
   if (!s) return;
   const Tensor& g = autograd::grad_output(n);
+  if (on_device(g)) {  // the same elements in the same order: a copy, or an add
+    const auto& dk = device_kernels("reshape", g, s.dst);
+    if (s.accumulate)
+      dk.binary(g.device().index, g.dtype(), kernels::math::BinaryKind::add, g.numel(), s.dst.raw_data(), g.raw_data(),
+                s.dst.raw_data());
+    else
+      backend_of(g.device()).copy(s.dst.raw_data(), g.device(), g.raw_data(), g.device(), g.nbytes());
+    return;
+  }
   strata::detail::visit_floating(g.dtype(), "reshape", [&](auto tag) {
     using T = decltype(tag);
     const T* gp = g.template data<T>();
