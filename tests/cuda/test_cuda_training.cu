@@ -106,7 +106,8 @@ TEST_CASE("elementwise ops, sum and mean on the device: values and gradients equ
     x = x.detach().requires_grad_(true);
     y = y.detach().requires_grad_(true);
     Tensor out = mean(tanh(x) * y + exp(x) / y - sigmoid(y) * 3.0);
-    auto g = grad(out, std::vector<Tensor>{x, y});
+    const std::vector<Tensor> wrt{x, y};  // Gradients views this list
+    auto g = grad(out, wrt);
     return std::tuple{out.item(), g[0].to_vector<double>(), g[1].to_vector<double>()};
   };
   const auto [vc, gac, gbc] = run(a, b);

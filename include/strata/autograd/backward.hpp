@@ -10,6 +10,7 @@
 #include <cstring>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include <strata/autograd/tape.hpp>    // Tape, Node, grad_slot
 #include <strata/tensor/factory.hpp>   // ones
@@ -170,5 +171,10 @@ inline Gradients grad(const Tensor& loss, std::span<const Tensor> params,
   autograd::GradientCompletion* completion = params.empty() ? nullptr : params[0].impl()->ag.completion;
   return Gradients{params, completion && completion->claim() ? completion : nullptr};
 }
+
+/// Gradients is a view over the caller's list: a temporary list would be gone before the
+/// view is read, so pass a list that outlives the result (model.parameters(), a named vector).
+Gradients grad(const Tensor& loss, std::vector<Tensor>&& params, GradAccumulation mode = GradAccumulation::overwrite) =
+    delete;
 
 }  // namespace strata

@@ -113,7 +113,8 @@ inline GradSlot grad_slot(const Tensor& t, std::uint64_t epoch) {
   if (!t.defined() || !tracks_grad(t)) return {};
   auto& ag = t.impl()->ag;
   if (ag.grad_epoch == epoch && ag.grad.defined()) return {ag.grad, true};
-  if (!ag.grad.defined() || !(ag.grad.shape() == t.shape()) || ag.grad.dtype() != t.dtype())
+  if (!ag.grad.defined() || !(ag.grad.shape() == t.shape()) || ag.grad.dtype() != t.dtype() ||
+      ag.grad.device() != t.device())  // a tensor moved in place (Module::to) gets its gradient where it now is
     ag.grad = Tensor::empty(t.shape(), t.dtype(), t.device());
   ag.grad_epoch = epoch;
   return {ag.grad, false};
