@@ -20,12 +20,18 @@ using strata::Tensor;
 constexpr strata::SplitChoiceOptions kSwitchEveryProbe{
     .warmup = 0, .first_probe = 1, .probe_every = 2, .probe_steps = 2, .margin = -1e9};
 
+/// The loss each replica computes: the fused cross-entropy over the global batch, a regression
+/// (MSE against targets of +-1 from the labels), or a label-smoothed cross-entropy's
+/// per-example losses averaged by compute_average_loss.
+enum class Loss { cross_entropy, mse, smoothed_cross_entropy };
+
 struct Setup {
   std::int64_t examples = 530;      // 21 batches of 26, the last one partial (10 examples)
   std::int64_t global_batch = 26;   // uneven over 3 and 4 replicas
   int accumulation = 1;             // micro-batches per step (k)
   bool conv = false;                // a small CNN instead of the MLP
   strata::data::Remainder remainder = strata::data::Remainder::keep;  // of the last, partial batch
+  Loss loss = Loss::cross_entropy;
   // Called on every replica, with its id and its count of rows, as its step begins (a test
   // slows a replica down with it).
   std::function<void(int, std::int64_t)> on_replica_rows;
@@ -47,9 +53,25 @@ inline strata::nn::Sequential model(bool conv) {
   return Sequential(Linear(20, 32), ReLU(), Linear(32, 32), ReLU(), Linear(32, 5));
 }
 
+/// Regression targets [N, 5] for labels [N]: +1 at the label's column, -1 elsewhere.
+inline Tensor regression_targets(const Tensor& y) {
+  const std::int64_t n = y.dim(0);
+  Tensor t = strata::full({n, 5}, -1.0);
+  for (std::int64_t i = 0; i < n; ++i) t.data<float>()[i * 5 + y.data<std::int64_t>()[i]] = 1.0f;
+  return t;
+}
+
 /// The loss of one replica's rows (or of one micro-batch of them), scaled by the global batch.
-inline Tensor replica_loss(strata::nn::Module& m, const Tensor& x, const Tensor& y, std::int64_t global) {
-  return strata::nn::cross_entropy(m(x), y, strata::nn::Reduction::sum_over_global_batch, global);
+inline Tensor replica_loss(strata::nn::Module& m, const Tensor& x, const Tensor& y, std::int64_t global,
+                           Loss loss = Loss::cross_entropy) {
+  using strata::nn::Reduction;
+  switch (loss) {
+    case Loss::mse: return strata::nn::mse_loss(m(x), regression_targets(y), Reduction::sum_over_global_batch, global);
+    case Loss::smoothed_cross_entropy:
+      return strata::compute_average_loss(strata::nn::cross_entropy(m(x), y, Reduction::none, 0, 0.1), global);
+    case Loss::cross_entropy: break;
+  }
+  return strata::nn::cross_entropy(m(x), y, Reduction::sum_over_global_batch, global);
 }
 
 /// Trains under `strategy` and returns the final parameters (replica 0's) and the losses.
@@ -69,7 +91,7 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
             const std::int64_t lo = strata::data::detail::split_begin(b.size, m, k);
             const std::int64_t hi = strata::data::detail::split_begin(b.size, m + 1, k);
             Tensor loss = replica_loss(net, strata::data::slice_rows(b.x, lo, hi), strata::data::slice_rows(b.y, lo, hi),
-                                       b.global_size);
+                                       b.global_size, s.loss);
             total += loss.item();
             const auto mode = m == 0 ? strata::GradAccumulation::overwrite : strata::GradAccumulation::accumulate;
             if (m + 1 < k) {

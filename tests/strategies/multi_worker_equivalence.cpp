@@ -69,6 +69,20 @@ int check_all() {
       std::printf("%s rank %d of %d: %s k=%d  parameters differ by %.3g (relative), losses by %.3g over %zu steps\n",
                   ok ? "ok  " : "FAIL", rank, n, conv ? "cnn" : "mlp", k, diff, loss_diff, losses.size());
     }
+  // The user's losses: MSE and a label-smoothed cross-entropy (compute_average_loss), on a
+  // global batch of 25 (uneven over 2 and 3 processes).
+  for (auto loss : {equivalence::Loss::mse, equivalence::Loss::smoothed_cross_entropy}) {
+    equivalence::Setup s;
+    s.loss = loss;
+    s.global_batch = 25;
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_steps(one, s);
+    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
+                rank, n, loss == equivalence::Loss::mse ? "mse" : "smoothed cross-entropy", diff);
+  }
   // gather: rank r contributes r + 1 rows of the value r, everyone gets them in rank order.
   {
     strata::PerReplica<strata::Tensor> v(1);

@@ -72,6 +72,21 @@ int check_sync(int servers) {
                     strategy.num_servers(), strategy.num_workers(), on_servers ? "servers" : "workers",
                     conv ? "cnn" : "mlp", k, diff, loss_diff, losses.size());
       }
+  // The user's losses: MSE and a label-smoothed cross-entropy (compute_average_loss), on a
+  // global batch of 25 (uneven over the workers).
+  for (auto loss : {equivalence::Loss::mse, equivalence::Loss::smoothed_cross_entropy}) {
+    equivalence::Setup s;
+    s.loss = loss;
+    s.global_batch = 25;
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_steps(one, s);
+    strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .partition_bytes = 2048});
+    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d: sync, %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
+                strategy.rank(), loss == equivalence::Loss::mse ? "mse" : "smoothed cross-entropy", diff);
+  }
   return failures;
 }
 

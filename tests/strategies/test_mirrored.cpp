@@ -199,6 +199,27 @@ TEST_CASE("Strategy.CentralStorage.EquivalentToOneDevice") {
   }
 }
 
+TEST_CASE("Strategy.EveryLossEquivalentToOneDevice") {
+  // MSE regression and a label-smoothed cross-entropy through compute_average_loss, on a
+  // global batch of 25 (uneven over 2 and 3 replicas) and 26 (uneven over 3).
+  for (auto loss : {equivalence::Loss::mse, equivalence::Loss::smoothed_cross_entropy})
+    for (std::int64_t global : {25, 26}) {
+      equivalence::Setup s;
+      s.loss = loss;
+      s.global_batch = global;
+      const auto ref = reference(s);
+      for (int n : {2, 3}) {
+        CAPTURE(static_cast<int>(loss));
+        CAPTURE(global);
+        CAPTURE(n);
+        strata::MirroredStrategy mirrored(n);
+        CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, s), ref) < 1e-5);
+        strata::CentralStorageStrategy central(n);
+        CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, s), ref) < 1e-5);
+      }
+    }
+}
+
 TEST_CASE("Strategy.Mirrored.CopiesStayIdenticalAndResolvePerReplica") {
   strata::MirroredStrategy strategy(3);
   strata::manual_seed(3);

@@ -179,7 +179,7 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
   template <class R, class Step>
   auto run_replica(Step&& step) {
     detail::check_cross_replica("run()");
-    detail::ReplicaScope scope(0, /*step=*/true);
+    detail::ReplicaScope scope(0, /*step=*/true, /*in_sync=*/comm_.size());
     detail::CollectiveReplicaContext<C> ctx(comm_, comm_.rank(), comm_.size(), engines_, splits_);
     // A step that fails on this rank alone would leave the others waiting at their next
     // collective until its deadline (under mpirun, this rank's exit waits in MPI_Finalize):

@@ -352,7 +352,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
     detail::check_cross_replica("run()");
     STRATA_CHECK(worker_.has_value(), "run() on server rank ", t_.rank(), ": servers serve inside the loop over "
                  "distribute(), whose body runs on the workers only");
-    detail::ReplicaScope scope(0, /*step=*/true);
+    detail::ReplicaScope scope(0, /*step=*/true, /*in_sync=*/num_replicas_in_sync());
     Context ctx(*this);
     return detail::run_single_replica<R>(ctx, step);
   }

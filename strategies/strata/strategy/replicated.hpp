@@ -15,37 +15,29 @@
 
 #include <strata/strategy/per_replica.hpp>
 #include <strata/support/check.hpp>
+#include <strata/support/replica_scope.hpp>
 
 namespace strata {
 
 namespace detail {
 /// The local replica the calling thread runs (set by the strategies' run()).
-inline int& current_replica_slot() noexcept {
-  thread_local int replica = 0;
-  return replica;
-}
+inline int& current_replica_slot() noexcept { return replica_info_slot().local_replica; }
 
 /// True while the calling thread runs a replica's step (inside Strategy::run).
-inline bool& in_replica_step_slot() noexcept {
-  thread_local bool inside = false;
-  return inside;
-}
+inline bool& in_replica_step_slot() noexcept { return replica_info_slot().in_step; }
 
-/// Sets the calling thread's replica (and whether it runs a step) for its lifetime.
+/// Sets the calling thread's replica (whether it runs a step, and how many replicas are in
+/// sync with it) for its lifetime.
 class ReplicaScope {
  public:
-  explicit ReplicaScope(int r, bool step = false) noexcept
-      : saved_(std::exchange(current_replica_slot(), r)), saved_step_(std::exchange(in_replica_step_slot(), step)) {}
-  ~ReplicaScope() {
-    current_replica_slot() = saved_;
-    in_replica_step_slot() = saved_step_;
-  }
+  explicit ReplicaScope(int r, bool step = false, int in_sync = 1) noexcept
+      : saved_(std::exchange(replica_info_slot(), ReplicaInfo{r, step, in_sync})) {}
+  ~ReplicaScope() { replica_info_slot() = saved_; }
   ReplicaScope(const ReplicaScope&) = delete;
   ReplicaScope& operator=(const ReplicaScope&) = delete;
 
  private:
-  int saved_;
-  bool saved_step_;
+  ReplicaInfo saved_;
 };
 
 /// Rejects a cross-replica call (reduce, run) made from inside a replica's step, where it

@@ -84,7 +84,7 @@ class ReplicaPool {
   static int handoff_spins() noexcept { return collective::detail::spin_backoff().brief_left() > 0 ? 256 : 20000; }
 
   void execute(int r) {
-    ReplicaScope scope(r, /*step=*/true);
+    ReplicaScope scope(r, /*step=*/true, /*in_sync=*/n_);
     try {
       call_(job_, r);
     } catch (const std::exception& e) {

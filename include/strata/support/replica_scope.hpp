@@ -1,0 +1,27 @@
+/// \file
+/// ReplicaInfo: what the calling thread runs as a replica of a strategy, for every layer.
+/// The strategies' run() sets it on each replica thread for the replica function's duration
+/// (strategies' detail::ReplicaScope); the layers below the strategies read it (a loss checks
+/// its reduction against the replicas in sync), as tf.distribute code reads
+/// get_replica_context().
+#pragma once
+
+namespace strata {
+
+struct ReplicaInfo {
+  int local_replica = 0;     ///< this process's replica the thread runs (0 outside run())
+  bool in_step = false;      ///< inside Strategy::run
+  int replicas_in_sync = 1;  ///< replicas whose gradients are summed in this step, across every process
+};
+
+namespace detail {
+inline ReplicaInfo& replica_info_slot() noexcept {
+  thread_local ReplicaInfo info;
+  return info;
+}
+}  // namespace detail
+
+/// The calling thread's replica: {0, false, 1} outside Strategy::run.
+inline const ReplicaInfo& replica_info() noexcept { return detail::replica_info_slot(); }
+
+}  // namespace strata
