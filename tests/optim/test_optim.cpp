@@ -1,6 +1,8 @@
 #include "doctest.hpp"
 
 #include <cmath>
+#include <numbers>
+#include <utility>
 #include <vector>
 
 #include <strata/strata.hpp>
@@ -80,4 +82,110 @@ TEST_CASE("Optim.State.IsNamedAndGradientsMustMatch") {
   CHECK(opt.steps() == 1);
   CHECK_THROWS_AS(opt.apply_gradients(strata::grad(strata::sum(a) + strata::sum(b), others)), strata::invalid_argument);
   CHECK_THROWS_AS(strata::optim::Sgd(params, -1.0), strata::invalid_argument);
+}
+
+TEST_CASE("Optim.Schedules: each schedule's rate at each step") {
+  using strata::optim::Schedule;
+  const auto c = Schedule::constant(0.1);
+  CHECK(c(0) == 0.1);
+  CHECK(c(1000) == 0.1);
+  const auto p = Schedule::piecewise({3, 5}, {1.0, 0.5, 0.25});
+  const std::vector<double> pw{1.0, 1.0, 1.0, 0.5, 0.5, 0.25, 0.25};
+  for (std::int64_t k = 0; k < 7; ++k) CHECK(p(k) == pw[static_cast<std::size_t>(k)]);
+  const auto e = Schedule::exponential(0.8, 0.5, 4), es = Schedule::exponential(0.8, 0.5, 4, true);
+  for (std::int64_t k : {0, 1, 4, 6, 9}) {
+    CHECK(e(k) == doctest::Approx(0.8 * std::pow(0.5, static_cast<double>(k) / 4.0)).epsilon(1e-15));
+    CHECK(es(k) == doctest::Approx(0.8 * std::pow(0.5, static_cast<double>(k / 4))).epsilon(1e-15));
+  }
+  const auto cos = Schedule::cosine(1.0, 10, 2, 0.1);
+  CHECK(cos(0) == doctest::Approx(0.5));
+  CHECK(cos(1) == doctest::Approx(1.0));
+  CHECK(cos(2) == doctest::Approx(1.0));                                         // the peak, after the warm-up
+  CHECK(cos(6) == doctest::Approx(0.1 + 0.45 * (1 + std::cos(std::numbers::pi * 0.5))));  // half-way down
+  CHECK(cos(10) == doctest::Approx(0.1));
+  CHECK(cos(50) == doctest::Approx(0.1));
+  const Schedule user([](std::int64_t k) { return 1.0 / static_cast<double>(k + 1); });
+  CHECK(user(3) == 0.25);
+  CHECK_THROWS_WITH_AS(Schedule::piecewise({3, 2}, {1, 2, 3}), doctest::Contains("positive and increasing"),
+                       strata::invalid_argument);
+  CHECK_THROWS_WITH_AS(Schedule::piecewise({3}, {1}), doctest::Contains("1 boundaries need 2 values"),
+                       strata::invalid_argument);
+  CHECK_THROWS_WITH_AS(Schedule::cosine(1.0, 5, 5), doctest::Contains("0 <= warmup_steps < total_steps"),
+                       strata::invalid_argument);
+  CHECK_THROWS_WITH_AS(Schedule([](std::int64_t) { return -1.0; })(7),
+                       doctest::Contains("the learning rate at step 7 is -1"), strata::invalid_argument);
+}
+
+TEST_CASE("Optim.Schedules: the optimizer's rate follows its step count, also after load_state") {
+  using strata::optim::Schedule;
+  const auto sched = Schedule::piecewise({2, 4}, {0.5, 0.1, 0.01});
+  auto run = [&](int steps) {
+    strata::Tensor w = strata::full({1}, 1.0, strata::DType::f64).requires_grad_(true);
+    strata::optim::Sgd opt({w}, 123.0);  // the schedule overrides the constructor's rate
+    opt.set_schedule(sched);
+    for (int k = 0; k < steps; ++k) {
+      strata::Tensor loss = strata::mul(w, 2.0);  // gradient 2 at every step
+      opt.apply_gradients(strata::grad(loss, opt.params()));
+      CHECK(opt.lr() == sched(k));
+    }
+    return std::pair{w.item(), opt.steps()};
+  };
+  const auto [w6, n6] = run(6);
+  CHECK(n6 == 6);
+  CHECK(w6 == doctest::Approx(1.0 - 2.0 * (0.5 + 0.5 + 0.1 + 0.1 + 0.01 + 0.01)).epsilon(1e-14));
+  // Three steps, then a fresh optimizer resumed from their state: the rate continues at step 3.
+  strata::Tensor w = strata::full({1}, 1.0, strata::DType::f64).requires_grad_(true);
+  strata::optim::Sgd first({w}, 0.0);
+  first.set_schedule(sched);
+  for (int k = 0; k < 3; ++k) first.apply_gradients(strata::grad(strata::mul(w, 2.0), first.params()));
+  CHECK(first.lr() == 0.1);
+  strata::optim::Sgd resumed({w}, 0.0);
+  resumed.set_schedule(sched);
+  resumed.load_state(first.state(), first.steps());
+  resumed.apply_gradients(strata::grad(strata::mul(w, 2.0), resumed.params()));
+  CHECK(resumed.lr() == 0.1);  // step 3
+  resumed.apply_gradients(strata::grad(strata::mul(w, 2.0), resumed.params()));
+  CHECK(resumed.lr() == 0.01);  // step 4
+  CHECK(w.item() == doctest::Approx(run(5).first).epsilon(1e-14));  // five steps, uninterrupted
+}
+
+TEST_CASE("Optim.GradientTransforms: clipping by global norm and by value, and a user's transform") {
+  auto step = [](auto configure, std::vector<double> g0, std::vector<double> g1) {
+    strata::Tensor a = strata::zeros({2}, strata::DType::f64).requires_grad_(true);
+    strata::Tensor b = strata::zeros({3}, strata::DType::f64).requires_grad_(true);
+    strata::optim::Sgd opt({a, b}, 1.0);  // plain SGD, rate 1: the update is minus the gradient
+    configure(opt);
+    // The loss sum(a * g0) + sum(b * g1) has the gradients g0 and g1.
+    strata::Tensor loss = strata::add(strata::sum(strata::mul(a, strata::from_vector<double>({2}, g0))),
+                                      strata::sum(strata::mul(b, strata::from_vector<double>({3}, g1))));
+    opt.apply_gradients(strata::grad(loss, opt.params()));
+    std::vector<double> out = a.to_vector<double>(), rest = b.to_vector<double>();
+    out.insert(out.end(), rest.begin(), rest.end());
+    for (double& v : out) v = -v;
+    return out;  // the transformed gradients
+  };
+  const std::vector<double> g0{3, -4}, g1{0, 12, 0};  // global norm 13
+  auto norm = step([](auto& o) { o.clip_by_global_norm(6.5); }, g0, g1);
+  const std::vector<double> half{1.5, -2, 0, 6, 0};
+  for (std::size_t i = 0; i < 5; ++i) CHECK(norm[i] == doctest::Approx(half[i]).epsilon(1e-15));
+  CHECK(step([](auto& o) { o.clip_by_global_norm(13.5); }, g0, g1) == std::vector<double>{3, -4, 0, 12, 0});
+  CHECK(step([](auto& o) { o.clip_by_value(3.5); }, g0, g1) == std::vector<double>{3, -3.5, 0, 3.5, 0});
+  // The user's transform first, then value, then norm: doubled (6, -8, 0, 24, 0), clamped to
+  // 10 (6, -8, 0, 10, 0), norm sqrt(200) scaled to 5.
+  auto all = step(
+      [](auto& o) {
+        o.set_gradient_transform([](const strata::Gradients& g) {
+          for (std::size_t i = 0; i < g.size(); ++i) g[i].copy_(strata::mul(g[i], 2.0));
+        });
+        o.clip_by_value(10);
+        o.clip_by_global_norm(5);
+      },
+      g0, g1);
+  const double s = 5 / std::sqrt(200.0);
+  const std::vector<double> want{6 * s, -8 * s, 0, 10 * s, 0};
+  for (std::size_t i = 0; i < 5; ++i) CHECK(all[i] == doctest::Approx(want[i]).epsilon(1e-14));
+  strata::Tensor w = strata::zeros({1}).requires_grad_(true);
+  strata::optim::Sgd opt({w}, 0.1);
+  CHECK_THROWS_WITH_AS(opt.clip_by_global_norm(-1), doctest::Contains("max_norm must be finite and non-negative"),
+                       strata::invalid_argument);
 }

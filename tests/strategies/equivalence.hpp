@@ -32,6 +32,8 @@ struct Setup {
   bool conv = false;                // a small CNN instead of the MLP
   strata::data::Remainder remainder = strata::data::Remainder::keep;  // of the last, partial batch
   Loss loss = Loss::cross_entropy;
+  bool schedule = false;  // a cosine learning-rate schedule with warm-up instead of the constant rate
+  double clip_norm = 0;   // > 0: clip the aggregated gradients to this global norm
   // Called on every replica, with its id and its count of rows, as its step begins (a test
   // slows a replica down with it).
   std::function<void(int, std::int64_t)> on_replica_rows;
@@ -80,6 +82,8 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
   strata::manual_seed(7);
   auto net = strategy.scope([&] { return model(s.conv); });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2, {.momentum = 0.9}); });
+  if (s.schedule) opt.set_schedule(strata::optim::Schedule::cosine(0.3, 20, 4, 0.01));
+  if (s.clip_norm > 0) opt.clip_by_global_norm(s.clip_norm);
   auto data = strategy.distribute(strata::data::Pipeline(dataset(s)).shuffle(3).batch(s.global_batch, s.remainder));
   for (auto& batch : data) {
     auto out = strategy.run(

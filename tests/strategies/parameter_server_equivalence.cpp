@@ -78,14 +78,18 @@ int check_sync(int servers) {
     equivalence::Setup s;
     s.loss = loss;
     s.global_batch = 25;
+    s.schedule = loss == equivalence::Loss::mse;                          // and a cosine schedule with warm-up
+    s.clip_norm = loss == equivalence::Loss::smoothed_cross_entropy ? 0.1 : 0;  // and global-norm clipping
     strata::OneDeviceStrategy one;
     const auto ref = equivalence::train_steps(one, s);
-    strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .partition_bytes = 2048});
+    // Clipping runs on the workers, before the update: the workers update (update_on_servers = false).
+    strata::ParameterServerStrategy<C, strata::ps::Sync> strategy(
+        {.servers = servers, .update_on_servers = s.clip_norm == 0, .partition_bytes = 2048});
     const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
     const bool ok = diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d: sync, %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
-                strategy.rank(), loss == equivalence::Loss::mse ? "mse" : "smoothed cross-entropy", diff);
+                strategy.rank(), loss == equivalence::Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1", diff);
   }
   return failures;
 }

@@ -199,6 +199,47 @@ TEST_CASE("Strategy.CentralStorage.EquivalentToOneDevice") {
   }
 }
 
+TEST_CASE("Strategy.ScheduleEquivalentToOneDevice") {
+  equivalence::Setup s;
+  s.schedule = true;
+  s.global_batch = 25;
+  const auto ref = reference(s);
+  CHECK(equivalence::max_relative_difference(reference(equivalence::Setup{.global_batch = 25}), ref) > 1e-3);
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    strata::MirroredStrategy mirrored(n);
+    CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, s), ref) < 1e-5);
+    strata::CentralStorageStrategy central(n);
+    CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, s), ref) < 1e-5);
+  }
+}
+
+TEST_CASE("Strategy.GlobalNormClippingEquivalentToOneDevice") {
+  equivalence::Setup s;
+  s.clip_norm = 0.5;
+  s.global_batch = 25;
+  const auto ref = reference(s);
+  CHECK(equivalence::max_relative_difference(reference(equivalence::Setup{.global_batch = 25}), ref) > 1e-3);
+  // The clip multi_worker_equivalence and parameter_server_equivalence run changes the result too.
+  equivalence::Setup smoothed{.global_batch = 25, .loss = equivalence::Loss::smoothed_cross_entropy};
+  const auto unclipped = reference(smoothed);
+  smoothed.clip_norm = 0.1;
+  CHECK(equivalence::max_relative_difference(reference(smoothed), unclipped) > 1e-3);
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    strata::MirroredStrategy mirrored(n);
+    CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, s), ref) < 1e-5);
+    // Sharded gradients with the update split (each replica updates its share), small buckets.
+    strata::MirroredStrategy sharded(n, {.bucket_bytes = 2048, .split_update = strata::UpdateSplit::on,
+                                         .gradients = strata::GradientLayout::sharded});
+    CHECK(equivalence::max_relative_difference(equivalence::train_steps(sharded, s), ref) < 1e-5);
+    strata::MirroredStrategy split(n, {.bucket_bytes = 2048, .split_update = strata::UpdateSplit::on});
+    CHECK(equivalence::max_relative_difference(equivalence::train_steps(split, s), ref) < 1e-5);
+    strata::CentralStorageStrategy central(n);
+    CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, s), ref) < 1e-5);
+  }
+}
+
 TEST_CASE("Strategy.EveryLossEquivalentToOneDevice") {
   // MSE regression and a label-smoothed cross-entropy through compute_average_loss, on a
   // global batch of 25 (uneven over 2 and 3 replicas) and 26 (uneven over 3).

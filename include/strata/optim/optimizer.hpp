@@ -12,13 +12,16 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <strata/autograd/backward.hpp>  // Gradients
+#include <strata/optim/gradient_transforms.hpp>
 #include <strata/optim/nonfinite.hpp>
+#include <strata/optim/schedule.hpp>
 #include <strata/tensor/factory.hpp>     // zeros
 
 namespace strata::optim {
@@ -56,6 +59,36 @@ class Optimizer {
     lr_ = lr;
   }
   std::int64_t steps() const noexcept { return steps_; }
+
+  /// Sets the learning rate from `s` before each update from now on (schedule.hpp); the rate
+  /// of the update at step k is s(k), whatever set_lr said before.
+  void set_schedule(Schedule s) { schedule_ = std::move(s); }
+  /// Drops the schedule: the rate stays where it is.
+  void clear_schedule() noexcept { schedule_.reset(); }
+  const std::optional<Schedule>& schedule() const noexcept { return schedule_; }
+  /// Scales the aggregated gradients by max_norm / their global norm where it exceeds
+  /// max_norm (tf.clip_by_global_norm, PyTorch's clip_grad_norm_); 0 turns it off.
+  void clip_by_global_norm(double max_norm) {
+    STRATA_CHECK(max_norm >= 0 && std::isfinite(max_norm), "clip_by_global_norm: max_norm must be finite and "
+                 "non-negative, got ", max_norm);
+    transforms_.max_global_norm = max_norm;
+  }
+  /// Clamps every aggregated gradient element to [-max_abs, max_abs]; 0 turns it off.
+  void clip_by_value(double max_abs) {
+    STRATA_CHECK(max_abs >= 0 && std::isfinite(max_abs), "clip_by_value: max_abs must be finite and non-negative, "
+                 "got ", max_abs);
+    transforms_.max_value = max_abs;
+  }
+  /// A transform of the aggregated gradients of your own, changing them in place (grads[i] is
+  /// parameter i's); it runs before the clipping. An empty function removes it.
+  void set_gradient_transform(std::function<void(const Gradients&)> fn) { transforms_.user = std::move(fn); }
+  const GradientTransforms& gradient_transforms() const noexcept { return transforms_; }
+
+  /// Sets the rate for the coming update from the schedule, if there is one (the update
+  /// protocol calls it first, before the parameter servers are told the rate).
+  void begin_update() {
+    if (schedule_) lr_ = (*schedule_)(steps_);
+  }
   const std::vector<Tensor>& params() const noexcept { return params_; }
 
   /// Updates every parameter from its .grad(); parameters without a gradient are skipped.
@@ -126,7 +159,10 @@ class Optimizer {
   /// Steps with `grads` as they are (one replica, nothing to aggregate).
   void apply_gradients(Gradients grads) {
     check_matches(grads);
-    if (admits(grads, [] { return std::string(); })) step();
+    begin_update();
+    if (!admits(grads, [] { return std::string(); })) return;
+    transforms_.apply(grads);
+    step();
   }
 
   /// Counts a step whose update another replica or the parameter servers applied to the
@@ -249,6 +285,8 @@ class Optimizer {
 
   std::vector<Tensor> params_;
   double lr_;
+  std::optional<Schedule> schedule_;
+  GradientTransforms transforms_;
   std::int64_t steps_ = 0, skipped_ = 0;
   std::uint64_t state_version_ = 0;
   NonFinite nonfinite_ = NonFinite::apply;

@@ -342,6 +342,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
       return !s_.o_.update_on_servers;  // else the servers updated and the parameters hold their values
     }
     void set_gradient_sync(bool on) override { sync_on_ = on; }
+    bool updates_elsewhere() const override { return s_.o_.update_on_servers; }
 
     ParameterServerStrategy& s_;
     bool sync_on_ = true;

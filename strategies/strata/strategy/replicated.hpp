@@ -122,6 +122,30 @@ class Replicated {
   {
     for (auto& c : copies_) c->set_lr(lr);
   }
+  /// Gives every copy the learning-rate schedule `sched` (optim/schedule.hpp).
+  template <class Sched>
+  void set_schedule(const Sched& sched)
+    requires requires(T& t) { t.set_schedule(sched); }
+  {
+    for (auto& c : copies_) c->set_schedule(sched);
+  }
+  /// Every copy's gradient clipping and transform (optim/gradient_transforms.hpp).
+  void clip_by_global_norm(double max_norm)
+    requires requires(T& t) { t.clip_by_global_norm(max_norm); }
+  {
+    for (auto& c : copies_) c->clip_by_global_norm(max_norm);
+  }
+  void clip_by_value(double max_abs)
+    requires requires(T& t) { t.clip_by_value(max_abs); }
+  {
+    for (auto& c : copies_) c->clip_by_value(max_abs);
+  }
+  template <class Fn>
+  void set_gradient_transform(const Fn& fn)
+    requires requires(T& t) { t.set_gradient_transform(fn); }
+  {
+    for (auto& c : copies_) c->set_gradient_transform(fn);
+  }
 
  private:
   std::vector<std::unique_ptr<T>> copies_;

@@ -6,8 +6,9 @@
 ///   1. aggregate — the strategy combines the replicas' gradients (the bucketed engine's
 ///                  all-reduce, the central sum, or a push to the parameter servers);
 ///   2. transform — on the aggregated gradients, the same bits on every replica: the
-///                  non-finite policy (skip or error) today; gradient clipping and user
-///                  transforms plug in here;
+///                  non-finite policy (skip or error), then the optimizer's gradient
+///                  transforms (optim/gradient_transforms.hpp: a user's, clipping by value
+///                  and by the global norm);
 ///   3. update    — the optimizer's rule on the whole of each parameter, on this replica's
 ///                  share of it (a split update), or nowhere (another replica updates);
 ///   4. publish   — the strategy makes the new values visible to every replica.
@@ -24,6 +25,7 @@
 #include <strata/optim/optimizer.hpp>
 #include <strata/strategy/detail/replica_step.hpp>
 #include <strata/strategy/replica_context.hpp>
+#include <strata/support/check.hpp>
 #include <strata/tensor/factory.hpp>  // full
 
 namespace strata {
@@ -49,10 +51,21 @@ inline std::string first_nonfinite_replica(ReplicaContext& ctx, const ReplicaSte
          std::to_string(static_cast<std::int64_t>(which.item())) + ")";
 }
 
-/// Stage 2 on the aggregated gradients: whether the update goes ahead.
+/// Stage 2 on the aggregated gradients: whether the update goes ahead (the non-finite
+/// policy), then the optimizer's transforms (clipping, the user's), the same on every replica.
 inline bool transform_gradients(ReplicaContext& ctx, const ReplicaStep& step, optim::Optimizer& opt,
                                 const Gradients& grads) {
-  return opt.admits(grads, [&] { return first_nonfinite_replica(ctx, step); });
+  if (!opt.admits(grads, [&] { return first_nonfinite_replica(ctx, step); })) return false;
+  if (!opt.gradient_transforms().active()) return true;
+  if (grads.completion != nullptr) {  // sums kept in shares (GradientLayout::sharded)
+    grads.make_whole();
+    // Making them whole, the replicas read each other's shares: none may change its own in
+    // place before every one has (an all-reduce of one word is the barrier).
+    Tensor word = full(Shape{1}, 0.0, DType::f64);
+    ctx.all_reduce(ReduceOp::Sum, word);
+  }
+  opt.gradient_transforms().apply(grads);
+  return true;
 }
 
 /// Stage 3: `opt`'s rule where `layout` places this replica's update.
@@ -77,7 +90,12 @@ inline void update(optim::Optimizer& opt, const Gradients& grads, UpdateLayout l
 /// what Optimizer::apply_gradients(ctx, grads) does.
 inline void run_update(ReplicaContext& ctx, optim::Optimizer& opt, Gradients grads) {
   opt.check_matches(grads);
+  opt.begin_update();  // the schedule's rate, before stage 1 hands it to parameter servers
   detail::ReplicaStep& step = detail::step_of(ctx);
+  STRATA_REQUIRE(!(opt.gradient_transforms().active() && step.updates_elsewhere()), invalid_argument,
+                 "strata.optim.transform", "gradient clipping and transforms run on the aggregated gradients before "
+                 "the update, which the parameter servers apply here: construct ParameterServerStrategy with "
+                 "update_on_servers = false to clip on the workers");
   bool here;
   {
     observe::ScopedEvent ev("aggregate gradients", "communication");

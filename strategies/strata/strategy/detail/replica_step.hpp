@@ -44,6 +44,10 @@ class ReplicaStep {
   /// ReplicaContext::all_reduce when the summed gradients are non-finite.
   virtual std::int64_t local_nonfinite_parameter() const { return -2; }
 
+  /// Whether stage 3 happens off this replica (on parameter servers), so that stage 2's
+  /// gradient transforms cannot run here.
+  virtual bool updates_elsewhere() const { return false; }
+
   /// Stage 3: how this replica applies `opt`'s rule to `g` (already aggregated and
   /// transformed). The default: every replica updates the whole of its own copy.
   virtual UpdateLayout layout(const Gradients& g, optim::Optimizer& opt) {

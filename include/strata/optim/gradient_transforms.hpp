@@ -1,0 +1,58 @@
+/// \file
+/// GradientTransforms: what an optimizer does to the aggregated gradients before its rule
+/// (the update protocol's stage 2): a user's transform, clipping by value, then clipping by
+/// the global norm. They run on the gradients every replica holds after aggregation (the
+/// same bits everywhere), so N replicas clip exactly as one replica does.
+#pragma once
+
+#include <cmath>
+#include <functional>
+#include <utility>
+
+#include <strata/autograd/backward.hpp>  // Gradients, NoGradGuard
+#include <strata/ops/elementwise.hpp>
+#include <strata/ops/reduce.hpp>
+#include <strata/support/check.hpp>
+
+namespace strata::optim {
+
+struct GradientTransforms {
+  double max_global_norm = 0;  ///< > 0: scale every gradient by max / norm where the norm of all of them exceeds it
+  double max_value = 0;        ///< > 0: clamp every element to [-max_value, max_value]
+  std::function<void(const Gradients&)> user;  ///< runs first; changes the gradients in place
+
+  bool active() const noexcept { return max_global_norm > 0 || max_value > 0 || static_cast<bool>(user); }
+
+  /// The norm of all of `g`'s gradients together: sqrt of the sum of every element's square.
+  static double global_norm(const Gradients& g) {
+    double sq = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const Tensor t = g[i];
+      if (t.defined()) sq += sum(mul(t, t)).item();
+    }
+    return std::sqrt(sq);
+  }
+
+  /// Applies the transforms to `g` in place (a sharded strategy's shares are made whole first).
+  void apply(const Gradients& g) const {
+    if (!active()) return;
+    NoGradGuard no_grad;
+    g.make_whole();
+    if (user) user(g);
+    if (max_value > 0)
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        Tensor t = g[i];
+        if (t.defined()) t.copy_(add(sub(t, relu(add(t, -max_value))), relu(add(neg(t), -max_value))));
+      }
+    if (max_global_norm > 0) {
+      const double norm = global_norm(g);
+      if (norm > max_global_norm)  // tf.clip_by_global_norm: max / norm, no epsilon; a NaN norm passes through
+        for (std::size_t i = 0; i < g.size(); ++i) {
+          Tensor t = g[i];
+          if (t.defined()) t.copy_(mul(t, max_global_norm / norm));
+        }
+    }
+  }
+};
+
+}  // namespace strata::optim
