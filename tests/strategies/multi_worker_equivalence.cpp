@@ -85,6 +85,14 @@ int check_all() {
     std::printf("%s rank %d of %d: %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
                 rank, n, loss == equivalence::Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1", diff);
   }
+  // reduce of an integer per replica (a count of correct answers): exact, on every rank.
+  {
+    strata::PerReplica<std::int64_t> c(1);
+    c[0] = rank + 1;
+    const bool ok = strategy.reduce(strata::ReduceOp::Sum, c) == std::int64_t{n} * (n + 1) / 2;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: reduce of an int64_t per replica\n", ok ? "ok  " : "FAIL", rank, n);
+  }
   // gather: rank r contributes r + 1 rows of the value r, everyone gets them in rank order.
   {
     strata::PerReplica<strata::Tensor> v(1);

@@ -293,6 +293,27 @@ TEST_CASE("Strategy.Mirrored.CopiesStayIdenticalAndResolvePerReplica") {
       CHECK(net.replica(r).parameters()[k].to_vector<float>() == net.replica(0).parameters()[k].to_vector<float>());
 }
 
+TEST_CASE("Strategy.ReduceTakesAnyArithmeticPerReplica") {
+  auto check = [](auto& strategy, int n) {
+    // count_correct's int64_t, a float and an int, as run() returns them.
+    auto counts = strategy.run([](strata::ReplicaContext& ctx) { return std::int64_t{ctx.replica_id_in_sync_group() + 1}; });
+    const std::int64_t total = strategy.reduce(strata::ReduceOp::Sum, counts);
+    CHECK(total == n * (n + 1) / 2);
+    auto f = strategy.run([](strata::ReplicaContext& ctx) { return 0.5f * static_cast<float>(ctx.replica_id_in_sync_group()); });
+    const float largest = strategy.reduce(strata::ReduceOp::Max, f);
+    CHECK(largest == 0.5f * static_cast<float>(n - 1));
+    auto big = strata::PerReplica<std::int64_t>(static_cast<std::size_t>(n));
+    for (auto& v : big) v = std::int64_t{1} << 52;  // integers stay exact up to 2^53
+    CHECK(strategy.reduce(strata::ReduceOp::Sum, big) == static_cast<std::int64_t>(n) << 52);
+  };
+  strata::OneDeviceStrategy one;
+  check(one, 1);
+  strata::MirroredStrategy mirrored(3);
+  check(mirrored, 3);
+  strata::CentralStorageStrategy central(2);
+  check(central, 2);
+}
+
 TEST_CASE("Strategy.Mirrored.ReduceAndAllReduce") {
   strata::MirroredStrategy strategy(4);
   auto v = strategy.run([](strata::ReplicaContext& ctx) {

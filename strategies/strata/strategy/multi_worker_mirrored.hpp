@@ -56,7 +56,8 @@ struct MultiWorkerOptions {
 /// strata::MultiWorkerMirroredStrategy<strata::collective::Gloo> strategy;  // under strata-run
 /// @endcode
 template <class C>
-class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
+class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
+                                    public detail::ReducesArithmeticValues<MultiWorkerMirroredStrategy<C>> {
   static_assert(Collective<C>, "MultiWorkerMirroredStrategy<C>: C must be a collective policy (collective::Mpi, "
                                "collective::Gloo, collective::Nccl)");
   static_assert(!std::is_same_v<C, collective::InProcess>,
@@ -170,6 +171,7 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues {
   }
   using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
   using detail::RejectsReplicaValues::reduce;
+  using detail::ReducesArithmeticValues<MultiWorkerMirroredStrategy<C>>::reduce;  // int64_t, float, ...
   double reduce(ReduceOp op, const PerReplica<double>& v) {
     detail::check_cross_replica("reduce()");
     return detail::allreduce_value(comm_, op, v);

@@ -25,7 +25,7 @@ namespace strata {
 /// for (auto& batch : strategy.distribute(pipeline))
 ///   strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) { ...; return loss; }, batch);
 /// @endcode
-class OneDeviceStrategy : detail::RejectsReplicaValues {
+class OneDeviceStrategy : detail::RejectsReplicaValues, public detail::ReducesArithmeticValues<OneDeviceStrategy> {
  public:
   static constexpr const char* name = "one_device";
 
@@ -86,6 +86,7 @@ class OneDeviceStrategy : detail::RejectsReplicaValues {
   }
   using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
   using detail::RejectsReplicaValues::reduce;
+  using detail::ReducesArithmeticValues<OneDeviceStrategy>::reduce;  // int64_t, float, ...
   double reduce(ReduceOp, const PerReplica<double>& v) const {
     STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
     return v[0];

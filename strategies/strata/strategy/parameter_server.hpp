@@ -66,7 +66,8 @@ class ParameterServerStrategy {
 
 template <class C, class Mode>
   requires ps::TransportOf<C> && ps::Mode<Mode>
-class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
+class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
+                                        public detail::ReducesArithmeticValues<ParameterServerStrategy<C, Mode>> {
   static constexpr bool sync = std::is_same_v<Mode, ps::Sync>;
   using T = ps::Transport<C>;
 
@@ -158,6 +159,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues {
     }
   }
   using detail::RejectsReplicaValues::reduce;  // a replica's own value: a compile-time error
+  using detail::ReducesArithmeticValues<ParameterServerStrategy<C, Mode>>::reduce;  // int64_t, float, ...
 
   /// Sync: every worker's tensor concatenated along axis 0, in worker order, on each worker.
   /// Async: this worker's value.

@@ -77,6 +77,21 @@ struct RejectsReplicaValues {
     reject_replica_value<V>();
   }
 };
+
+/// Part of every strategy's reduce() overload set (a CRTP base, brought in with `using`): a
+/// PerReplica of any other arithmetic type (a count as int64_t, a flag as int) reduces through
+/// the strategy's double reduction, exactly for integers up to 2^53; ReduceOp::Mean of
+/// integers rounds toward zero.
+template <class Derived>
+struct ReducesArithmeticValues {
+  template <class T>
+    requires(std::is_arithmetic_v<T> && !std::is_same_v<T, double> && !std::is_same_v<T, bool>)
+  T reduce(ReduceOp op, const PerReplica<T>& v) {
+    PerReplica<double> d(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) d[i] = static_cast<double>(v[i]);
+    return static_cast<T>(static_cast<Derived&>(*this).reduce(op, d));
+  }
+};
 }  // namespace detail
 
 }  // namespace strata

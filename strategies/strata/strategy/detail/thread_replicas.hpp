@@ -28,7 +28,7 @@
 namespace strata::detail {
 
 template <class Derived>
-class ThreadReplicas : RejectsReplicaValues {
+class ThreadReplicas : RejectsReplicaValues, public ReducesArithmeticValues<ThreadReplicas<Derived>> {
  public:
   ThreadReplicas(const ThreadReplicas&) = delete;
   ThreadReplicas& operator=(const ThreadReplicas&) = delete;
@@ -101,6 +101,7 @@ class ThreadReplicas : RejectsReplicaValues {
   }
   using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
   using detail::RejectsReplicaValues::reduce;
+  using ReducesArithmeticValues<ThreadReplicas<Derived>>::reduce;  // int64_t, float, ...
   double reduce(ReduceOp op, const PerReplica<double>& v) const {
     check_cross_replica("reduce()");
     check_size(v.size(), "reduce");
