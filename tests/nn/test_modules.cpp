@@ -85,3 +85,11 @@ TEST_CASE("NN.Loss.ZeroClassesIsAnError") {
   Tensor pad = strata::from_vector<std::int64_t>({2}, {-1, -1});
   CHECK_THROWS_WITH_AS(nn::cross_entropy(logits, pad), doctest::Contains("zero classes"), strata::invalid_argument);
 }
+
+TEST_CASE("NN.Modules: Tanh and Sigmoid modules apply their functions") {
+  strata::Generator g(3);
+  const strata::Tensor x = strata::uniform({4, 3}, -3, 3, g, strata::DType::f64);
+  strata::nn::Sequential net{strata::nn::Tanh(), strata::nn::Sigmoid()};
+  const auto got = net(x).to_vector<double>(), in = x.to_vector<double>();
+  for (std::size_t i = 0; i < in.size(); ++i) CHECK(got[i] == doctest::Approx(1 / (1 + std::exp(-std::tanh(in[i])))).epsilon(1e-15));
+}

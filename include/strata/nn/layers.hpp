@@ -76,6 +76,18 @@ class ReLU : public Module {
   Tensor forward(const Tensor& x) override { return relu(x); }
 };
 
+/// tanh(x), elementwise.
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return tanh(x); }
+};
+
+/// 1 / (1 + exp(-x)), elementwise.
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return sigmoid(x); }
+};
+
 /// 2-D max pooling; the stride defaults to the window.
 class MaxPool2d : public Module {
  public:
