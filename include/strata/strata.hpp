@@ -48,3 +48,4 @@
 #include <strata/strategy/checkpointing.hpp>
 #include <strata/strategy/job_timeline.hpp>
 #include <strata/checkpoint/manager.hpp>
+#include <strata/checkpoint/weights.hpp>

@@ -1,0 +1,82 @@
+/// \file
+/// Weights for inference: a model's parameters alone, in the checkpoint file format (one
+/// tensor per parameter, named as named_parameters() names it), separate from training
+/// checkpoints (no optimizer state, no position, no generators). Loading checks every name,
+/// shape and dtype against the model and names the first mismatch before changing anything.
+///
+/// @code
+/// if (strategy.is_chief()) strata::save_weights(model, "model.weights");   // any strategy
+/// strata::nn::Sequential fresh = make_model();
+/// strata::load_weights(fresh, "model.weights");                           // then model(x)
+/// @endcode
+#pragma once
+
+#include <filesystem>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/checkpoint/file.hpp>
+#include <strata/nn/module.hpp>
+
+namespace strata {
+
+namespace detail {
+/// The module whose parameters a save reads: a Module itself, or the running replica's copy of
+/// a Replicated<T> (what scope() returns under MirroredStrategy and CentralStorageStrategy),
+/// whose copies hold the same values.
+template <class M>
+const nn::Module& weights_source(const M& model) {
+  if constexpr (std::is_base_of_v<nn::Module, M>) return model;
+  else return model.local();
+}
+}  // namespace detail
+
+/// Writes `model`'s parameters to `path` (atomically: a crash leaves the old file or none).
+template <class M>
+void save_weights(const M& model, const std::filesystem::path& path) {
+  checkpoint::NamedTensors tensors;
+  for (auto& [name, t] : detail::weights_source(model).named_parameters())
+    tensors.emplace_back(name, t.to(Device::cpu()).contiguous());
+  checkpoint::write_checkpoint(path, tensors);
+}
+
+/// Sets `model`'s parameters (on whatever device they are) to the values saved in `path`. The
+/// file must hold exactly the model's parameters, with their shapes and dtypes; anything else
+/// is an error naming the first mismatch, and the model is left as it was.
+template <class M>
+void load_weights(M& model, const std::filesystem::path& path) {
+  const checkpoint::Reader reader(path);
+  const std::string file = path.string();
+  auto apply = [&](nn::Module& m) {
+    const auto params = m.named_parameters();
+    std::set<std::string> expected;
+    for (const auto& [name, t] : params) {
+      expected.insert(name);
+      const checkpoint::Entry* e = reader.find(name);
+      STRATA_REQUIRE(e != nullptr, invalid_argument, "strata.weights", "load_weights '", file, "': no tensor '", name,
+                     "' for the model's parameter of shape ", t.shape());
+      STRATA_REQUIRE(e->shape == t.shape() && e->dtype == t.dtype(), invalid_argument, "strata.weights",
+                     "load_weights '", file, "': '", name, "' is ", e->shape, " ", name_of(e->dtype),
+                     " in the file, ", t.shape(), " ", name_of(t.dtype()), " in the model");
+    }
+    for (const checkpoint::Entry& e : reader.entries())
+      STRATA_REQUIRE(expected.count(e.name) == 1, invalid_argument, "strata.weights", "load_weights '", file,
+                     "': the file's '", e.name, "' is no parameter of the model");
+    NoGradGuard no_grad;
+    for (const auto& [name, t] : params) {
+      Tensor dst = t;
+      dst.copy_(reader.read(name).to(t.device()));
+    }
+  };
+  if constexpr (requires { model.num_replicas(); model.replica(0); }) {  // every copy of a Replicated<T>
+    for (std::size_t r = 0; r < model.num_replicas(); ++r) apply(model.replica(r));
+  } else {
+    apply(model);
+  }
+}
+
+}  // namespace strata
