@@ -130,7 +130,9 @@ TEST_CASE("NN.Losses: gradients equal finite differences") {
       {"cross_entropy fused", [&](const Tensor& p) { return nn::cross_entropy(p, labels_of(y), Reduction::sum_over_global_batch, 7); }},
       {"compute_average_loss", [&](const Tensor& p) { return compute_average_loss(nn::mse_loss(p, t, Reduction::none), 10); }},
   };
-  for (const auto& [name, fn] : losses) {
+  for (const auto& entry : losses) {  // not a structured binding: the lambda below captures fn
+    const std::string& name = entry.first;
+    const Fn& fn = entry.second;
     CAPTURE(name);
     // Inputs away from the kinks of |x| and min(|x|, delta), where a finite difference straddles two pieces.
     Tensor p = f64({4, 3}, 13);

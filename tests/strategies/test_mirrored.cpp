@@ -199,12 +199,20 @@ TEST_CASE("Strategy.CentralStorage.EquivalentToOneDevice") {
   }
 }
 
+/// The plain setup on a global batch of `global`, with `loss`.
+static equivalence::Setup setup(std::int64_t global, equivalence::Loss loss = equivalence::Loss::cross_entropy) {
+  equivalence::Setup s;
+  s.global_batch = global;
+  s.loss = loss;
+  return s;
+}
+
 TEST_CASE("Strategy.ScheduleEquivalentToOneDevice") {
   equivalence::Setup s;
   s.schedule = true;
   s.global_batch = 25;
   const auto ref = reference(s);
-  CHECK(equivalence::max_relative_difference(reference(equivalence::Setup{.global_batch = 25}), ref) > 1e-3);
+  CHECK(equivalence::max_relative_difference(reference(setup(25)), ref) > 1e-3);
   for (int n : {2, 3}) {
     CAPTURE(n);
     strata::MirroredStrategy mirrored(n);
@@ -219,9 +227,9 @@ TEST_CASE("Strategy.GlobalNormClippingEquivalentToOneDevice") {
   s.clip_norm = 0.5;
   s.global_batch = 25;
   const auto ref = reference(s);
-  CHECK(equivalence::max_relative_difference(reference(equivalence::Setup{.global_batch = 25}), ref) > 1e-3);
+  CHECK(equivalence::max_relative_difference(reference(setup(25)), ref) > 1e-3);
   // The clip multi_worker_equivalence and parameter_server_equivalence run changes the result too.
-  equivalence::Setup smoothed{.global_batch = 25, .loss = equivalence::Loss::smoothed_cross_entropy};
+  equivalence::Setup smoothed = setup(25, equivalence::Loss::smoothed_cross_entropy);
   const auto unclipped = reference(smoothed);
   smoothed.clip_norm = 0.1;
   CHECK(equivalence::max_relative_difference(reference(smoothed), unclipped) > 1e-3);
