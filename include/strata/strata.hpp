@@ -26,6 +26,8 @@
 #include <strata/nn/layers.hpp>
 #include <strata/nn/sequential.hpp>
 #include <strata/nn/loss.hpp>
+#include <strata/metrics/mean.hpp>
+#include <strata/metrics/accuracy.hpp>
 #include <strata/models/fashion_mnist.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/optim/sgd.hpp>
@@ -47,5 +49,6 @@
 #include <strata/strategy/multi_worker_mirrored.hpp>
 #include <strata/strategy/checkpointing.hpp>
 #include <strata/strategy/job_timeline.hpp>
+#include <strata/strategy/evaluate.hpp>
 #include <strata/checkpoint/manager.hpp>
 #include <strata/checkpoint/weights.hpp>

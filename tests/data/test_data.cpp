@@ -300,3 +300,105 @@ TEST_CASE("Data.Pipeline.ParallelRowsYieldTheSameBatches") {
     CHECK(rows->calls == static_cast<int>(want.size()) - 1);
   }
 }
+
+TEST_CASE("Data.TensorDataset.SeveralInputsAndNoLabels") {
+  using namespace strata;
+  // Three inputs of different shapes and dtypes, example i holding i in each, and labels.
+  const std::int64_t n = 23;
+  std::vector<float> a(n * 2), c(n);
+  std::vector<std::int64_t> b(n), y(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    a[static_cast<std::size_t>(2 * i)] = a[static_cast<std::size_t>(2 * i + 1)] = static_cast<float>(i);
+    b[static_cast<std::size_t>(i)] = y[static_cast<std::size_t>(i)] = i;
+    c[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  }
+  data::TensorDataset ds(data::Inputs(from_vector<float>({n, 2}, a), from_vector<std::int64_t>({n}, b), from_vector<float>({n, 1, 1}, c)),
+                         from_vector<std::int64_t>({n}, y));
+  CHECK(ds.num_inputs() == 3);
+  for (const auto split : {1, 3}) {
+    std::int64_t seen = 0;
+    for (const data::Batch& batch : data::Pipeline(ds).shuffle(4).batch(5).prefetch(1).split(split, split - 1)) {
+      REQUIRE(batch.num_inputs() == 3);
+      CHECK(batch.input(1).dim(0) == batch.size);
+      CHECK(batch.input(2).shape() == Shape{batch.size, 1, 1});
+      for (std::int64_t r = 0; r < batch.size; ++r) {  // every input's row r is the same example
+        const std::int64_t i = batch.y.data<std::int64_t>()[r];
+        CHECK(batch.x.data<float>()[2 * r + 1] == static_cast<float>(i));
+        CHECK(batch.input(1).data<std::int64_t>()[r] == i);
+        CHECK(batch.input(2).data<float>()[r] == static_cast<float>(i));
+      }
+      seen += batch.size;
+    }
+    CHECK(seen == (split == 1 ? n : 5));  // the last of 3 parts: 1 row of each batch of 5, 5, 5, 5, 3 rows
+  }
+  CHECK_THROWS_WITH_AS(data::Batch().input(1), doctest::Contains("the dataset has 1 input(s)"), invalid_argument);
+
+  // Without labels: batches have no y; a padded remainder needs labels and says so.
+  data::TensorDataset unlabelled(data::Inputs(from_vector<float>({n, 2}, a)));
+  std::int64_t rows = 0;
+  for (const data::Batch& batch : data::Pipeline(unlabelled).batch(10)) {
+    CHECK(!batch.y.defined());
+    rows += batch.size;
+  }
+  CHECK(rows == n);
+  CHECK_THROWS_WITH_AS(data::Pipeline(unlabelled).batch(10, data::Remainder::pad), doctest::Contains("no labels"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(data::TensorDataset(data::Inputs(from_vector<float>({n, 2}, a), zeros({n - 1}))),
+                       doctest::Contains("input 1 differs in count"), invalid_argument);
+  CHECK_THROWS_WITH_AS(data::TensorDataset(zeros({3, 2}), Tensor()), doctest::Contains("TensorDataset(Inputs(x))"),
+                       invalid_argument);
+}
+
+TEST_CASE("Data.Pipeline.MapChangesBatchRowsNotTheDataset") {
+  using namespace strata;
+  // x[i] = i; the maps scale it and add noise drawn from the example's seed, then record the
+  // index in the second input. The noise an example gets must depend on (seed, epoch, index)
+  // only: the same for batches of 7 or 13, split 3 ways, prefetched or not.
+  const std::int64_t n = 40;
+  std::vector<float> xs(n);
+  for (std::int64_t i = 0; i < n; ++i) xs[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  data::TensorDataset ds(data::Inputs(from_vector<float>({n}, xs), zeros({n, 2})), from_vector<std::int64_t>({n}, std::vector<std::int64_t>(n, 1)));
+  auto mapped = [&](const data::Pipeline& p) {
+    return p.map([](data::Example& e) { e.x.data<float>()[0] *= 10; })
+        .map([](data::Example& e) {
+          Generator g(e.seed);
+          e.x.data<float>()[0] += static_cast<float>(g.below(1000)) / 1000.0f;
+          e.input(1).data<float>()[0] = static_cast<float>(e.index);
+          e.input(1).data<float>()[1] = static_cast<float>(e.epoch);
+        }, 99);
+  };
+  // What each example became, by index, over two epochs.
+  auto collect = [&](data::Pipeline p) {
+    std::vector<std::vector<float>> by_index(2, std::vector<float>(n, -1));
+    for (int epoch = 0; epoch < 2; ++epoch)
+      for (const data::Batch& b : p)
+        for (std::int64_t r = 0; r < b.size - b.padding; ++r) {
+          const auto i = static_cast<std::int64_t>(b.input(1).data<float>()[2 * r]);
+          CHECK(b.input(1).data<float>()[2 * r + 1] == static_cast<float>(epoch));
+          by_index[static_cast<std::size_t>(epoch)][static_cast<std::size_t>(i)] = b.x.data<float>()[r];
+        }
+    return by_index;
+  };
+  const auto base = collect(mapped(data::Pipeline(ds).shuffle(1).batch(7)));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = base[0][static_cast<std::size_t>(i)];
+    CHECK(v >= 10.0f * static_cast<float>(i));  // scaled, then noise in [0, 1)
+    CHECK(v < 10.0f * static_cast<float>(i) + 1.0f);
+  }
+  CHECK(base[0] != base[1]);  // another epoch, other noise
+  CHECK(collect(mapped(data::Pipeline(ds).shuffle(1).batch(13).prefetch(2))) == base);
+  // Split 3 ways, each part maps its own rows: together, the same examples alike.
+  auto merged = std::vector<std::vector<float>>(2, std::vector<float>(n, -1));
+  for (int part = 0; part < 3; ++part) {
+    const auto got = collect(mapped(data::Pipeline(ds).shuffle(1).batch(7).split(3, part)));
+    for (std::size_t e = 0; e < 2; ++e)
+      for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i)
+        if (got[e][i] != -1) merged[e][i] = got[e][i];
+  }
+  CHECK(merged == base);
+  // The dataset's own values are unchanged.
+  CHECK(ds.x.to_vector<float>() == xs);
+  // Padding rows are no examples: left as padding (zeros).
+  for (const data::Batch& b : mapped(data::Pipeline(ds).batch(16, data::Remainder::pad)))
+    for (std::int64_t r = b.size - b.padding; r < b.size; ++r) CHECK(b.x.data<float>()[r] == 0.0f);
+}

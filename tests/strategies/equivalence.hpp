@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <vector>
 
@@ -34,6 +35,11 @@ struct Setup {
   Loss loss = Loss::cross_entropy;
   bool schedule = false;  // a cosine learning-rate schedule with warm-up instead of the constant rate
   double clip_norm = 0;   // > 0: clip the aggregated gradients to this global norm
+  bool shuffle = true;
+  // Each worker shards the examples itself and batches its share (distribute(fn) with
+  // InputContext; workers that run out first join with empty batches). Unshuffled, with a
+  // global batch that divides by the workers, the global batches are one device's.
+  bool per_worker_input = false;
   // Called on every replica, with its id and its count of rows, as its step begins (a test
   // slows a replica down with it).
   std::function<void(int, std::int64_t)> on_replica_rows;
@@ -84,8 +90,16 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2, {.momentum = 0.9}); });
   if (s.schedule) opt.set_schedule(strata::optim::Schedule::cosine(0.3, 20, 4, 0.01));
   if (s.clip_norm > 0) opt.clip_by_global_norm(s.clip_norm);
-  auto data = strategy.distribute(strata::data::Pipeline(dataset(s)).shuffle(3).batch(s.global_batch, s.remainder));
-  for (auto& batch : data) {
+  auto pipeline = strata::data::Pipeline(dataset(s));
+  if (s.shuffle) pipeline = pipeline.shuffle(3);
+  auto per_worker = [&](const strata::InputContext& ctx) {
+    return pipeline.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        .batch(ctx.per_worker_batch_size(s.global_batch), s.remainder);
+  };
+  auto each_batch = [&](auto&& data, auto&& step) {
+    for (auto& batch : data) step(batch);
+  };
+  auto step = [&](const strata::data::Batch& batch) {
     auto out = strategy.run(
         [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
           if (s.on_replica_rows) s.on_replica_rows(ctx.replica_id_in_sync_group(), b.size);
@@ -117,10 +131,111 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
         batch);
     const double loss = strategy.reduce(strata::ReduceOp::Sum, out);
     if (losses) losses->push_back(loss);
-  }
+  };
+  if (!s.per_worker_input)
+    each_batch(strategy.distribute(pipeline.batch(s.global_batch, s.remainder)), step);
+  else if constexpr (requires { strategy.distribute(per_worker, strata::UnevenInputs::join); })
+    each_batch(strategy.distribute(per_worker, strata::UnevenInputs::join), step);
+  else
+    each_batch(strategy.distribute(per_worker), step);
   std::vector<std::vector<float>> params;
   for (const Tensor& p : net.parameters()) params.push_back(p.to_vector<float>());
   return params;
+}
+
+/// What an evaluation of the untrained model (seed 7) reports over 1001 rows.
+struct EvaluationFigures {
+  std::int64_t correct = 0, examples = 0;
+  std::vector<std::int64_t> confusion;  // [5 x 5], label-major
+  double mean_loss = 0;
+};
+constexpr std::int64_t kEvaluationRows = 1001;
+
+/// strata::evaluate under `strategy`: accuracy counts, the confusion count and the mean
+/// cross-entropy over 1001 rows in batches of `batch`, the last one kept, dropped or padded.
+template <strata::Strategy S>
+EvaluationFigures evaluate_figures(S& strategy, strata::data::Remainder remainder, std::int64_t batch) {
+  Setup s;
+  s.examples = kEvaluationRows;
+  strata::manual_seed(7);
+  auto net = strategy.scope([&] { return model(false); });
+  strata::metrics::Accuracy accuracy;
+  strata::metrics::ConfusionCount confusion(5);
+  strata::metrics::Mean loss;
+  strata::evaluate(strategy, net, strata::data::Pipeline(dataset(s)).batch(batch, remainder), accuracy, confusion,
+                   [&](const Tensor& logits, const strata::data::Batch& b) {
+                     loss.update(strata::nn::cross_entropy(logits, b.y, strata::nn::Reduction::none), b);
+                   });
+  EvaluationFigures f;
+  const auto counts = accuracy.counts(strategy);
+  f.correct = counts.correct;
+  f.examples = counts.examples;
+  f.confusion = confusion.result(strategy).template to_vector<std::int64_t>();
+  f.mean_loss = loss.result(strategy);
+  return f;
+}
+
+/// The same figures from one forward pass over the rows the policy keeps, in double: no
+/// strategy, pipeline or metric.
+inline EvaluationFigures direct_figures(strata::data::Remainder remainder, std::int64_t batch) {
+  Setup s;
+  s.examples = kEvaluationRows;
+  strata::manual_seed(7);
+  auto net = model(false);
+  net.eval();
+  const auto ds = dataset(s);
+  const std::int64_t kept = remainder == strata::data::Remainder::drop ? s.examples / batch * batch : s.examples;
+  const Tensor logits = net(strata::data::slice_rows(ds.x, 0, kept));
+  const auto x = logits.to_vector<float>();
+  const auto y = ds.y.to_vector<std::int64_t>();
+  EvaluationFigures f;
+  f.confusion.assign(25, 0);
+  double loss = 0;
+  for (std::int64_t r = 0; r < kept; ++r) {
+    const float* row = x.data() + r * 5;
+    std::int64_t best = 0;
+    double mx = row[0], z = 0;
+    for (std::int64_t c = 1; c < 5; ++c) {
+      if (row[c] > row[best]) best = c;
+      mx = std::max(mx, static_cast<double>(row[c]));
+    }
+    for (std::int64_t c = 0; c < 5; ++c) z += std::exp(static_cast<double>(row[c]) - mx);
+    const std::int64_t label = y[static_cast<std::size_t>(r)];
+    loss += mx + std::log(z) - row[label];
+    f.correct += best == label;
+    ++f.confusion[static_cast<std::size_t>(label * 5 + best)];
+  }
+  f.examples = kept;
+  f.mean_loss = loss / static_cast<double>(kept);
+  return f;
+}
+
+/// Whether `got` counts exactly what `want` counts, and its mean loss agrees to float32 sums.
+inline bool same_figures(const EvaluationFigures& got, const EvaluationFigures& want) {
+  return got.correct == want.correct && got.examples == want.examples && got.confusion == want.confusion &&
+         std::fabs(got.mean_loss - want.mean_loss) <= 1e-5 * std::fabs(want.mean_loss);
+}
+
+/// evaluate() under `strategy` against one forward pass, for every remainder policy and a
+/// batch that leaves some replicas without rows; prints a line each, returns the failures.
+template <strata::Strategy S>
+int check_evaluation(S& strategy, const char* who) {
+  int failures = 0;
+  for (const auto rem : {strata::data::Remainder::keep, strata::data::Remainder::drop, strata::data::Remainder::pad})
+    for (const std::int64_t batch : {64, 1000}) {
+      const auto want = direct_figures(rem, batch);
+      const auto got = evaluate_figures(strategy, rem, batch);
+      const bool ok = same_figures(got, want);
+      failures += ok ? 0 : 1;
+      std::printf("%s %s: evaluate over %lld rows, batch %lld, remainder %s: %lld of %lld correct (one pass: %lld of "
+                  "%lld), mean loss %.7g (%.7g)\n",
+                  ok ? "ok  " : "FAIL", who, static_cast<long long>(kEvaluationRows), static_cast<long long>(batch),
+                  rem == strata::data::Remainder::keep ? "keep" : rem == strata::data::Remainder::drop ? "drop" : "pad",
+                  static_cast<long long>(got.correct), static_cast<long long>(got.examples),
+                  static_cast<long long>(want.correct), static_cast<long long>(want.examples), got.mean_loss,
+                  want.mean_loss);
+    }
+  return failures;
 }
 
 /// max over parameters of max|a - b| / max|b|.

@@ -85,6 +85,22 @@ int check_all() {
     std::printf("%s rank %d of %d: %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
                 rank, n, loss == equivalence::Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1", diff);
   }
+  // Each worker shards and batches its input itself (distribute(fn), InputContext): a global
+  // batch of 24, unshuffled, is one device's batch; the workers whose shards end first join.
+  {
+    equivalence::Setup plain;
+    plain.shuffle = false;
+    plain.global_batch = 24;
+    equivalence::Setup own = plain;
+    own.per_worker_input = true;
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_steps(one, plain);
+    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, own), ref);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: per-worker input function: parameters differ by %.3g (relative)\n",
+                ok ? "ok  " : "FAIL", rank, n, diff);
+  }
   // reduce of an integer per replica (a count of correct answers): exact, on every rank.
   {
     strata::PerReplica<std::int64_t> c(1);
@@ -105,6 +121,18 @@ int check_all() {
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: gather of uneven rows\n", ok ? "ok  " : "FAIL", rank, n);
   }
+  // gather of a number per replica: every rank's, in rank order, on every rank.
+  {
+    strata::PerReplica<std::int64_t> c(1);
+    c[0] = 100 + rank;
+    std::vector<std::int64_t> want;
+    for (int r = 0; r < n; ++r) want.push_back(100 + r);
+    const bool ok = strategy.gather(c) == want;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: gather of an int64_t per replica\n", ok ? "ok  " : "FAIL", rank, n);
+  }
+  // Distributed evaluation: exactly the counts of one pass over the rows, on every rank.
+  failures += equivalence::check_evaluation(strategy, ("rank " + std::to_string(rank)).c_str());
   return failures + check_uneven(strategy) + check_compression<C>(n, rank) + check_nonfinite(strategy) +
          check_shared_saves(strategy) + check_split_update<C>(n, rank);
 }

@@ -91,6 +91,29 @@ int check_sync(int servers) {
     std::printf("%s rank %d: sync, %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
                 strategy.rank(), loss == equivalence::Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1", diff);
   }
+  // Each worker shards and batches its input itself (distribute(fn), InputContext): a global
+  // batch of 24, unshuffled, is one device's batch; the workers whose shards end first join.
+  {
+    equivalence::Setup plain;
+    plain.shuffle = false;
+    plain.global_batch = 24;
+    equivalence::Setup own = plain;
+    own.per_worker_input = true;
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_steps(one, plain);
+    strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .partition_bytes = 2048});
+    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, own), ref);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d: sync, per-worker input function: parameters differ by %.3g (relative)\n",
+                ok ? "ok  " : "FAIL", strategy.rank(), diff);
+  }
+  // Distributed evaluation: the workers' counts, exactly those of one pass, on every rank.
+  {
+    strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .partition_bytes = 2048});
+    const std::string who = "rank " + std::to_string(strategy.rank()) + (strategy.is_server() ? " (server)" : " (worker)");
+    failures += equivalence::check_evaluation(strategy, who.c_str());
+  }
   return failures;
 }
 

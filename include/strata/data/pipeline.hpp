@@ -17,9 +17,11 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <numeric>  // std::iota
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -40,6 +42,31 @@ class RowParallelism {
 /// What becomes of an epoch's last, partial batch.
 enum class Remainder { keep, drop, pad };
 
+/// One example as a per-example map (Pipeline::map) sees it: views of its rows in the batch
+/// being assembled, to change in place (the dataset itself is never changed), where it comes
+/// from, and a seed of its own for random augmentation.
+struct Example {
+  Tensor x, y;                      ///< its first input and its label (undefined without labels)
+  std::vector<Tensor> more_inputs;  ///< its other inputs (input(i))
+  std::int64_t index = 0;           ///< its index in the dataset
+  std::int64_t epoch = 0;
+  /// From (the map's seed, epoch, index): the same for this example whatever the batch size,
+  /// the split across replicas and workers, or where a run resumed.
+  std::uint64_t seed = 0;
+
+  const Tensor& input(std::size_t i) const {
+    STRATA_CHECK(i <= more_inputs.size(), "Example::input(", i, "): the dataset has ", 1 + more_inputs.size(),
+                 " input(s)");
+    return i == 0 ? x : more_inputs[i - 1];
+  }
+};
+
+/// A per-example function and the seed its examples' seeds derive from.
+struct ExampleMap {
+  std::function<void(Example&)> fn;
+  std::uint64_t seed = 0;
+};
+
 /// How one epoch is laid out: which examples, in which order, in batches of what size.
 struct PipelineOptions {
   bool shuffle = false;
@@ -53,6 +80,7 @@ struct PipelineOptions {
   std::int64_t take_batches = -1;  ///< at most this many batches per epoch (-1: all)
   std::int64_t first_batch = 0;    ///< the next epoch starts here (set_position: a resume); then 0
   std::shared_ptr<RowParallelism> parallel;  ///< copies a batch's rows on several threads (null: one)
+  std::vector<std::shared_ptr<const ExampleMap>> maps;  ///< applied in order to each example of a batch
 };
 
 namespace detail {
@@ -132,6 +160,14 @@ inline Tensor gather_rows(const Tensor& src, const std::int64_t* idx, std::int64
   return out;
 }
 
+/// Row `r` of `t` [N, ...] as a view of shape [...].
+inline Tensor row_view(const Tensor& t, std::int64_t r) {
+  const Shape& s = t.shape();
+  const Shape row_shape(std::span<const std::int64_t>(s.begin() + 1, s.end()));
+  const std::int64_t row = t.dim(0) == 0 ? 0 : t.numel() / t.dim(0);
+  return ::strata::detail::make_view(t, row_shape, contiguous_strides(row_shape), t.impl()->offset() + r * row);
+}
+
 /// One epoch in flight: the order, and (with prefetch) the producer thread and its ring.
 class EpochState {
  public:
@@ -189,15 +225,35 @@ class EpochState {
     const std::int64_t lo = split_begin(rows, o_.split_index, o_.num_splits);
     const std::int64_t hi = split_begin(rows, o_.split_index + 1, o_.num_splits);
     const std::int64_t real = std::max<std::int64_t>(0, std::min(hi, count) - lo);
+    const std::int64_t* idx = order_.data() + start + lo;
     Batch b;
-    b.x = gather_rows(ds_->x, order_.data() + start + lo, real, hi - lo, 0, o_.parallel.get());
-    b.y = gather_rows(ds_->y, order_.data() + start + lo, real, hi - lo, 0xFF, o_.parallel.get());  // -1: kPadLabel
+    b.x = gather_rows(ds_->x, idx, real, hi - lo, 0, o_.parallel.get());
+    if (ds_->y.defined()) b.y = gather_rows(ds_->y, idx, real, hi - lo, 0xFF, o_.parallel.get());  // -1: kPadLabel
+    for (const Tensor& in : ds_->more_inputs) b.more_inputs.push_back(gather_rows(in, idx, real, hi - lo, 0, o_.parallel.get()));
     b.size = hi - lo;
     b.padding = hi - lo - real;
     b.global_size = count;
     b.epoch = epoch_;
     b.index = k;
+    if (!o_.maps.empty()) apply_maps(b, idx, real);
     return b;
+  }
+  // Each map on each real row of `b` (padding rows are not examples), in place.
+  void apply_maps(Batch& b, const std::int64_t* idx, std::int64_t real) const {
+    Example e;
+    e.more_inputs.resize(b.more_inputs.size());
+    e.epoch = epoch_;
+    for (std::int64_t r = 0; r < real; ++r) {
+      e.x = row_view(b.x, r);
+      e.y = b.y.defined() ? row_view(b.y, r) : Tensor();
+      for (std::size_t i = 0; i < b.more_inputs.size(); ++i) e.more_inputs[i] = row_view(b.more_inputs[i], r);
+      e.index = idx[r];
+      for (const auto& m : o_.maps) {
+        e.seed = Generator::derive(Generator::derive(m->seed, static_cast<std::uint64_t>(epoch_)),
+                                   static_cast<std::uint64_t>(e.index));
+        m->fn(e);
+      }
+    }
   }
   void produce(std::int64_t first) {
     try {
@@ -264,9 +320,9 @@ class Pipeline {
   Pipeline batch(std::int64_t size, Remainder remainder) const {
     STRATA_CHECK(size > 0, "batch size must be positive, got ", size);
     if (remainder == Remainder::pad && ds_)
-      STRATA_CHECK(ds_->y.dtype() == DType::i64 || ds_->y.dtype() == DType::i32,
+      STRATA_CHECK(ds_->y.defined() && (ds_->y.dtype() == DType::i64 || ds_->y.dtype() == DType::i32),
                    "batch(", size, ", Remainder::pad) needs integer class labels (padding rows are labelled -1), got ",
-                   name_of(ds_->y.dtype()));
+                   ds_->y.defined() ? name_of(ds_->y.dtype()) : "no labels");
     Pipeline p = *this;
     p.o_.batch_size = size;
     p.o_.drop_remainder = remainder == Remainder::drop;
@@ -298,6 +354,17 @@ class Pipeline {
     STRATA_CHECK(depth >= 0, "prefetch depth must be non-negative, got ", depth);
     Pipeline p = *this;
     p.o_.prefetch = depth;
+    return p;
+  }
+  /// Applies `fn(Example&)` to each example of every batch as the batch is assembled (on the
+  /// prefetch thread, when there is one), after the maps given before: it changes the
+  /// example's rows in the batch in place (normalise, augment), never the dataset, and may
+  /// draw randomness from `Example::seed`, which depends on `seed`, the epoch and the
+  /// example's index only, so a resumed or differently split run maps every example alike.
+  Pipeline map(std::function<void(Example&)> fn, std::uint64_t seed = 0) const {
+    STRATA_CHECK(static_cast<bool>(fn), "Pipeline::map: an empty function");
+    Pipeline p = *this;
+    p.o_.maps.push_back(std::make_shared<const ExampleMap>(ExampleMap{std::move(fn), seed}));
     return p;
   }
   /// Copies each batch's rows on the threads of `parallel` (null: on the iterating thread).

@@ -6,7 +6,12 @@
 /// get_replica_context().
 #pragma once
 
+#include <cstddef>
+
 namespace strata {
+
+/// The most replicas one process runs (one per local device or thread).
+inline constexpr std::size_t kMaxLocalReplicas = 16;
 
 struct ReplicaInfo {
   int local_replica = 0;     ///< this process's replica the thread runs (0 outside run())

@@ -101,7 +101,12 @@ class DistributedPipeline {
         cur_ = *it_;
       } else {  // joined: an empty batch with the dataset's shapes
         const data::TensorDataset& ds = owner_->p_.dataset();
-        cur_ = data::Batch{data::slice_rows(ds.x, 0, 0), data::slice_rows(ds.y, 0, 0), 0, 0, cur_.epoch, step_};
+        const std::int64_t epoch = cur_.epoch;
+        cur_ = data::Batch();
+        cur_.x = data::slice_rows(ds.x, 0, 0);
+        if (ds.y.defined()) cur_.y = data::slice_rows(ds.y, 0, 0);
+        for (const Tensor& t : ds.more_inputs) cur_.more_inputs.push_back(data::slice_rows(t, 0, 0));
+        cur_.epoch = epoch;
       }
       cur_.global_size = total;
       cur_.index = step_++;

@@ -25,6 +25,7 @@
 #include <strata/data/pipeline.hpp>
 #include <strata/strategy/detail/collective_context.hpp>
 #include <strata/strategy/distributed_pipeline.hpp>
+#include <strata/strategy/input_context.hpp>
 #include <strata/strategy/gradient_engine.hpp>
 #include <strata/strategy/detail/local_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
@@ -57,7 +58,7 @@ struct MultiWorkerOptions {
 /// @endcode
 template <class C>
 class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
-                                    public detail::ReducesArithmeticValues<MultiWorkerMirroredStrategy<C>> {
+                                    public detail::TakesArithmeticValues<MultiWorkerMirroredStrategy<C>> {
   static_assert(Collective<C>, "MultiWorkerMirroredStrategy<C>: C must be a collective policy (collective::Mpi, "
                                "collective::Gloo, collective::Nccl)");
   static_assert(!std::is_same_v<C, collective::InProcess>,
@@ -118,6 +119,14 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
     return DistributedPipeline<C>(std::move(mine), comm_, inputs, uneven);
   }
 
+  /// This worker's input from a per-worker input function: `fn(context)` (one input pipeline
+  /// per process) returns this worker's pipeline, sharded and batched by the user; the
+  /// workers exchange their batch sizes each step, as distribute(p, Inputs::per_worker, uneven).
+  template <InputFunction F>
+  DistributedPipeline<C> distribute(F&& fn, UnevenInputs uneven = UnevenInputs::error) {
+    return distribute(fn(InputContext{comm_.size(), comm_.rank(), comm_.size()}), Inputs::per_worker, uneven);
+  }
+
   /// Runs fn(ctx, batch) as this process's replica.
   template <class F>
     requires std::invocable<F&, ReplicaContext&, const data::Batch&>
@@ -171,10 +180,17 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
   }
   using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
   using detail::RejectsReplicaValues::reduce;
-  using detail::ReducesArithmeticValues<MultiWorkerMirroredStrategy<C>>::reduce;  // int64_t, float, ...
+  using detail::TakesArithmeticValues<MultiWorkerMirroredStrategy<C>>::reduce;  // int64_t, float, ...
+  using detail::TakesArithmeticValues<MultiWorkerMirroredStrategy<C>>::gather;
   double reduce(ReduceOp op, const PerReplica<double>& v) {
     detail::check_cross_replica("reduce()");
     return detail::allreduce_value(comm_, op, v);
+  }
+  /// Adds `values` element-wise across every process, in place (the cross-process half of a
+  /// metric's read; metrics/replica_slots.hpp).
+  void sum_across_processes(std::span<double> values) {
+    detail::check_cross_replica("sum_across_processes()");
+    if (!values.empty()) comm_.allreduce_raw(values.data(), values.data(), values.size(), DType::f64, ReduceOp::Sum);
   }
 
  private:

@@ -3,11 +3,13 @@
 /// that device; reductions are identities. The basis for "the same loop on 1 or N devices".
 #pragma once
 
+#include <span>
 #include <type_traits>
 #include <utility>
 
 #include <strata/data/pipeline.hpp>
 #include <strata/strategy/detail/local_replicas.hpp>  // HasParameters
+#include <strata/strategy/input_context.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/detail/process_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
@@ -25,7 +27,7 @@ namespace strata {
 /// for (auto& batch : strategy.distribute(pipeline))
 ///   strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) { ...; return loss; }, batch);
 /// @endcode
-class OneDeviceStrategy : detail::RejectsReplicaValues, public detail::ReducesArithmeticValues<OneDeviceStrategy> {
+class OneDeviceStrategy : detail::RejectsReplicaValues, public detail::TakesArithmeticValues<OneDeviceStrategy> {
  public:
   static constexpr const char* name = "one_device";
 
@@ -51,6 +53,12 @@ class OneDeviceStrategy : detail::RejectsReplicaValues, public detail::ReducesAr
   /// The input pipeline, prefetching at least two batches ahead; its batches are global batches.
   data::Pipeline distribute(const data::Pipeline& p) const {
     return p.options().prefetch > 0 ? p : p.prefetch(2);
+  }
+
+  /// The input `fn(context)` returns, this process being the one worker (InputContext).
+  template <InputFunction F>
+  data::Pipeline distribute(F&& fn) const {
+    return distribute(fn(InputContext{1, 0, 1}));
   }
 
   /// Runs fn(ctx, batch) as the single replica and returns its result.
@@ -86,11 +94,15 @@ class OneDeviceStrategy : detail::RejectsReplicaValues, public detail::ReducesAr
   }
   using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
   using detail::RejectsReplicaValues::reduce;
-  using detail::ReducesArithmeticValues<OneDeviceStrategy>::reduce;  // int64_t, float, ...
+  using detail::TakesArithmeticValues<OneDeviceStrategy>::reduce;  // int64_t, float, ...
+  using detail::TakesArithmeticValues<OneDeviceStrategy>::gather;
   double reduce(ReduceOp, const PerReplica<double>& v) const {
     STRATA_CHECK_EQ(v.size(), std::size_t{1}, "reduce: a PerReplica from another strategy");
     return v[0];
   }
+
+  /// Adds `values` across the job's processes, in place: one process, so nothing to add.
+  void sum_across_processes(std::span<double>) const {}
 
  private:
   /// Reductions over one replica are identities.

@@ -15,6 +15,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -26,6 +27,8 @@
 #include <strata/optim/optimizer.hpp>
 #include <strata/strategy/checkpointing.hpp>     // checkpoints_supported
 #include <strata/strategy/detail/local_replicas.hpp>  // HasParameters
+#include <strata/strategy/distributed_pipeline.hpp>
+#include <strata/strategy/input_context.hpp>
 #include <strata/strategy/parameter_server/roles.hpp>
 #include <strata/strategy/parameter_server/server.hpp>
 #include <strata/strategy/parameter_server/shards.hpp>
@@ -67,7 +70,7 @@ class ParameterServerStrategy {
 template <class C, class Mode>
   requires ps::TransportOf<C> && ps::Mode<Mode>
 class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
-                                        public detail::ReducesArithmeticValues<ParameterServerStrategy<C, Mode>> {
+                                        public detail::TakesArithmeticValues<ParameterServerStrategy<C, Mode>> {
   static constexpr bool sync = std::is_same_v<Mode, ps::Sync>;
   using T = ps::Transport<C>;
 
@@ -126,6 +129,20 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     if (!t_.is_server() && mine.options().prefetch == 0) mine = mine.prefetch(2);
     return EpochRange(*this, std::move(mine));
   }
+  /// This rank's input from a per-worker input function: `fn(context)` (one input pipeline
+  /// per worker; a server is told it is pipeline 0 and its pipeline is not read) returns this
+  /// worker's pipeline, sharded and batched by the user. Sync: the workers exchange their batch
+  /// sizes each step, so Batch::global_size is the step's total, and `uneven` says what
+  /// happens when they run out at different steps (as MultiWorkerMirroredStrategy's).
+  template <InputFunction F>
+  EpochRange distribute(F&& fn, UnevenInputs uneven = UnevenInputs::error) {
+    const int w = t_.is_server() ? 0 : t_.roles().index_of(t_.rank());
+    data::Pipeline mine = fn(InputContext{num_workers(), w, num_replicas_in_sync()});
+    if (!t_.is_server() && mine.options().prefetch == 0) mine = mine.prefetch(2);
+    EpochRange range(*this, std::move(mine));
+    if constexpr (sync) range.exchange_sizes(uneven);
+    return range;
+  }
 
   template <class F>
     requires std::invocable<F&, ReplicaContext&, const data::Batch&>
@@ -159,7 +176,8 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     }
   }
   using detail::RejectsReplicaValues::reduce;  // a replica's own value: a compile-time error
-  using detail::ReducesArithmeticValues<ParameterServerStrategy<C, Mode>>::reduce;  // int64_t, float, ...
+  using detail::TakesArithmeticValues<ParameterServerStrategy<C, Mode>>::reduce;  // int64_t, float, ...
+  using detail::TakesArithmeticValues<ParameterServerStrategy<C, Mode>>::gather;
 
   /// Sync: every worker's tensor concatenated along axis 0, in worker order, on each worker.
   /// Async: this worker's value.
@@ -173,6 +191,14 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     }
   }
   using detail::RejectsReplicaValues::gather;
+
+  /// Adds `values` element-wise across every rank, servers included (they add what they hold,
+  /// nothing for a metric), in place: every rank then reads the workers' figures.
+  void sum_across_processes(std::span<double> values) {
+    detail::check_cross_replica("sum_across_processes()");
+    if (!values.empty())
+      t_.world().allreduce_raw(values.data(), values.data(), values.size(), DType::f64, ReduceOp::Sum);
+  }
 
   /// The job's training rate from this rank's: under Sync every worker counts the global
   /// batch (unchanged); under Async each worker counts its own examples, so the job's rate
@@ -270,6 +296,8 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
 
   /// The range distribute() returns.
   class EpochRange {
+    using PerWorker = DistributedPipeline<std::remove_cvref_t<decltype(std::declval<T&>().group())>>;
+
    public:
     struct Sentinel {};
     class Iterator {
@@ -278,28 +306,40 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
       using difference_type = std::ptrdiff_t;
       Iterator() = default;
       Iterator(ParameterServerStrategy* s, data::Pipeline::Iterator it) : s_(s), it_(std::move(it)) {
-        if (it_ == data::Pipeline::Sentinel{}) close();
+        if (at_end()) close();
       }
-      Iterator(Iterator&& o) noexcept : s_(std::exchange(o.s_, nullptr)), it_(std::move(o.it_)) {}
+      Iterator(ParameterServerStrategy* s, typename PerWorker::Iterator it)
+          : s_(s), sized_(std::move(it)), per_worker_(true) {
+        if (at_end()) close();
+      }
+      Iterator(Iterator&& o) noexcept
+          : s_(std::exchange(o.s_, nullptr)), it_(std::move(o.it_)), sized_(std::move(o.sized_)),
+            per_worker_(o.per_worker_) {}
       Iterator& operator=(Iterator&&) = delete;
       ~Iterator() {
         // Left early (break, an exception): the servers must still hear that this worker is done.
         if (s_ && std::uncaught_exceptions() == 0) close();
       }
-      const data::Batch& operator*() const noexcept { return *it_; }
-      const data::Batch* operator->() const noexcept { return &*it_; }
+      const data::Batch& operator*() const noexcept { return per_worker_ ? *sized_ : *it_; }
+      const data::Batch* operator->() const noexcept { return &**this; }
       Iterator& operator++() {
-        ++it_;
-        if (it_ == data::Pipeline::Sentinel{}) close();
+        if (per_worker_)
+          ++sized_;
+        else
+          ++it_;
+        if (at_end()) close();
         return *this;
       }
       void operator++(int) { ++*this; }
       friend bool operator==(const Iterator& i, Sentinel) noexcept { return i.s_ == nullptr; }
 
      private:
+      bool at_end() const { return per_worker_ ? sized_ == typename PerWorker::Sentinel{} : it_ == data::Pipeline::Sentinel{}; }
       void close() { std::exchange(s_, nullptr)->finish_epoch(); }
       ParameterServerStrategy* s_ = nullptr;
       data::Pipeline::Iterator it_;
+      typename PerWorker::Iterator sized_;  // per-worker input under Sync: sizes exchanged each step
+      bool per_worker_ = false;
     };
 
     EpochRange(ParameterServerStrategy& s, data::Pipeline p) : s_(&s), p_(std::move(p)) {}
@@ -311,15 +351,21 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
         return Iterator();
       }
       s_->in_epoch_ = true;
+      if (sized_) return Iterator(s_, sized_->begin());
       return Iterator(s_, p_.begin());
     }
     Sentinel end() const noexcept { return {}; }
     /// Batches per epoch of one worker.
     std::int64_t num_batches() const noexcept { return p_.num_batches(); }
+    /// Per-worker input under Sync: the workers exchange their batch sizes every step.
+    void exchange_sizes(UnevenInputs uneven) {
+      if (!s_->server_) sized_.emplace(p_, s_->t_.group(), Inputs::per_worker, uneven);
+    }
 
    private:
     ParameterServerStrategy* s_;
     data::Pipeline p_;
+    std::optional<PerWorker> sized_;
   };
 
  private:

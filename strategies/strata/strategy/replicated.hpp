@@ -111,6 +111,11 @@ class Replicated {
   {
     for (auto& c : copies_) c->eval();
   }
+  bool is_training() const
+    requires requires(const T& t) { t.is_training(); }
+  {
+    return local().is_training();
+  }
   double lr() const
     requires requires(const T& t) { t.lr(); }
   {

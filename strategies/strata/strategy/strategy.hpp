@@ -10,11 +10,13 @@
 ///   s.run(fn, input)           -> PerReplica<R>: fn(ReplicaContext&, const Batch&) once per local replica
 ///   s.reduce(op, per_replica)  -> the reduction across every replica, equal on every process
 ///   s.gather(per_replica)      -> every replica's tensor concatenated along axis 0, on every process
+///   s.sum_across_processes(v)  -> adds a span of doubles across the job's processes (a metric's read)
 /// A type opts in by specialising enable_strategy (semantics the compiler cannot check:
 /// every process calls run/reduce in the same order).
 #pragma once
 
 #include <concepts>
+#include <span>
 
 #include <strata/collective/reduce_op.hpp>
 #include <strata/data/pipeline.hpp>
@@ -43,7 +45,7 @@ struct ProbeStep {
 
 template <class S>
 concept Strategy = enable_strategy<S> && requires(S& s, const S& cs, PerReplica<Tensor> pt, PerReplica<double> pd,
-                                                  data::Pipeline p, const data::Batch& b) {
+                                                  data::Pipeline p, const data::Batch& b, std::span<double> v) {
   { cs.num_replicas_in_sync() } -> std::same_as<int>;
   { cs.is_chief() } -> std::same_as<bool>;
   s.scope(detail::ProbeFactory{});
@@ -52,6 +54,7 @@ concept Strategy = enable_strategy<S> && requires(S& s, const S& cs, PerReplica<
   { s.reduce(ReduceOp::Sum, pt) } -> std::same_as<Tensor>;
   { s.reduce(ReduceOp::Sum, pd) } -> std::same_as<double>;
   { s.gather(pt) } -> std::same_as<Tensor>;
+  s.sum_across_processes(v);
   { S::name } -> std::convertible_to<const char*>;
 };
 

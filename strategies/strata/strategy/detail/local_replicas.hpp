@@ -67,7 +67,8 @@ auto make_replicas(F& factory, int n) {
 inline data::Batch batch_rows(const data::Batch& global, std::int64_t lo, std::int64_t hi) {
   data::Batch b;
   b.x = data::slice_rows(global.x, lo, hi);
-  b.y = data::slice_rows(global.y, lo, hi);
+  if (global.y.defined()) b.y = data::slice_rows(global.y, lo, hi);
+  for (const Tensor& t : global.more_inputs) b.more_inputs.push_back(data::slice_rows(t, lo, hi));
   b.size = hi - lo;
   const std::int64_t real_end = global.size - global.padding;  // padding rows come last
   b.padding = hi - std::max(lo, std::min(hi, real_end));

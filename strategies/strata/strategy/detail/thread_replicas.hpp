@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>  // hardware_concurrency
 #include <type_traits>
@@ -20,6 +21,7 @@
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
 #include <strata/strategy/detail/local_replicas.hpp>
+#include <strata/strategy/input_context.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/detail/replica_pool.hpp>
@@ -28,7 +30,7 @@
 namespace strata::detail {
 
 template <class Derived>
-class ThreadReplicas : RejectsReplicaValues, public ReducesArithmeticValues<ThreadReplicas<Derived>> {
+class ThreadReplicas : RejectsReplicaValues, public TakesArithmeticValues<ThreadReplicas<Derived>> {
  public:
   ThreadReplicas(const ThreadReplicas&) = delete;
   ThreadReplicas& operator=(const ThreadReplicas&) = delete;
@@ -46,6 +48,12 @@ class ThreadReplicas : RejectsReplicaValues, public ReducesArithmeticValues<Thre
     if (p.options().prefetch > 0) return p;
     if (std::thread::hardware_concurrency() > static_cast<unsigned>(n_)) return p.prefetch(2);
     return n_ > 1 ? p.parallel_rows(std::make_shared<ReplicaPoolRows>(pool_)) : p;
+  }
+
+  /// The input `fn(context)` returns, this process being the one worker (InputContext).
+  template <InputFunction F>
+  data::Pipeline distribute(F&& fn) const {
+    return distribute(fn(InputContext{1, 0, n_}));
   }
 
   /// Runs fn(ctx, rows) on every replica at once, each with its contiguous share of the
@@ -101,12 +109,17 @@ class ThreadReplicas : RejectsReplicaValues, public ReducesArithmeticValues<Thre
   }
   using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
   using detail::RejectsReplicaValues::reduce;
-  using ReducesArithmeticValues<ThreadReplicas<Derived>>::reduce;  // int64_t, float, ...
+  using TakesArithmeticValues<ThreadReplicas<Derived>>::reduce;  // int64_t, float, ...
+  using TakesArithmeticValues<ThreadReplicas<Derived>>::gather;
   double reduce(ReduceOp op, const PerReplica<double>& v) const {
     check_cross_replica("reduce()");
     check_size(v.size(), "reduce");
     return reduce_local(op, v, static_cast<std::size_t>(n_));
   }
+
+  /// Adds `values` across the job's processes, in place: one process, so nothing to add (the
+  /// cross-process half of a metric's read; metrics/replica_slots.hpp).
+  void sum_across_processes(std::span<double>) const { check_cross_replica("sum_across_processes()"); }
 
  protected:
   ThreadReplicas(int replicas, const char* strategy, const collective::Options& o)
