@@ -32,18 +32,18 @@ void train(S& strategy, const std::string& dir, std::int64_t steps) {
   pipeline.set_position(at.epoch, at.batch);  // skips the batches already trained
 
   double loss = 0;
-  for (auto& batch : strategy.distribute(pipeline)) {
+  auto data = strategy.distribute(pipeline);
+  for (auto& batch : data) {
     auto losses = strategy.run([&](ReplicaContext& ctx, const data::Batch& b) {
       Tensor l = nn::cross_entropy(model(b.x), b.y, nn::Reduction::sum_over_global_batch, b.global_size);
       opt.apply_gradients(ctx, grad(l, model.parameters()));
       return l;
     }, batch);
     loss = strategy.reduce(ReduceOp::Sum, losses).item();
-    ++at.step;
-    at.batch = batch.index + 1;
+    at = at.after(batch, data.num_batches());  // a step more; the batch after this one
     if (at.step % 50 == 0) checkpoints.save(at);
   }
-  checkpoints.save({at.step, at.epoch + 1, 0});  // the epoch is done
+  checkpoints.save(at);  // the epoch is done: at is {steps, 1, 0}
   if (strategy.is_chief()) std::printf("step %lld: loss %.4f; checkpoints in %s\n", static_cast<long long>(at.step),
                                        loss, dir.c_str());
 }

@@ -107,6 +107,12 @@ TEST_CASE("Autograd.Gradcheck.Dropout") {
   }, {var({3, 4}, 36)});
 }
 
+TEST_CASE("Autograd.Gradcheck.KeyedDropout") {
+  expect_gradients_match("keyed dropout", [](const Inputs& v) {
+    return strata::dropout(v[0], 0.4, strata::DropoutKey{7, 3, 100});  // a pure function of the key
+  }, {var({5, 6}, 37)});
+}
+
 namespace {
 // A deliberately wrong backward (twice the true gradient of identity-like scaling).
 void wrong_backward(strata::autograd::Node& n, std::uint64_t epoch) {

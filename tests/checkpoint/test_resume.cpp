@@ -4,6 +4,7 @@
 // losses of every step and the final parameters — across an epoch boundary, for SGD with
 // momentum and for Adam, with a Dropout layer whose own generator must continue its mask
 // sequence. A checkpoint of another model or replica count fails before anything changes (C8).
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -141,4 +142,26 @@ TEST_CASE("Checkpoint.RestoreRejectsAnotherModelOrWorld") {  // RELIABILITY C8
   Run no_dropout = make_run(2, false, 16, false);
   CHECK(message(no_dropout, 4).find("holds 1 module generators (Dropout layers), the model has 0") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("Checkpoint.TrainingPositionAfterEachBatch") {
+  // 10 examples in batches of 4: 3 batches an epoch. The position after each step names the
+  // batch a resumed pipeline yields next.
+  const strata::data::TensorDataset ds(strata::zeros({10, 2}), strata::zeros({10}, strata::DType::i64));
+  auto pipeline = strata::data::Pipeline(ds).shuffle(1).batch(4);
+  strata::checkpoint::TrainingPosition at;
+  std::vector<std::array<std::int64_t, 3>> seen;
+  for (int epoch = 0; epoch < 2; ++epoch)
+    for (const auto& b : pipeline) {
+      at = at.after(b, pipeline.num_batches());
+      seen.push_back({at.step, at.epoch, at.batch});
+      if (at.step == 6) continue;  // the run's end: nothing to resume
+      auto resumed = pipeline;
+      resumed.set_position(at.epoch, at.batch);
+      const auto next = resumed.begin();
+      CHECK(next->epoch == at.epoch);
+      CHECK(next->index == at.batch);
+    }
+  const std::vector<std::array<std::int64_t, 3>> want = {{1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}};
+  CHECK(seen == want);
 }

@@ -2,7 +2,8 @@
 // the flags name, saving a checkpoint every --checkpoint-every steps and at the end, resuming
 // from the newest complete one in --checkpoint-dir, with the fault hook live after each step
 // (STRATA_FAULT, tests/support/fault.hpp) so a test can kill a rank at a chosen step.
-//   resume_trainer --checkpoint-dir DIR [--checkpoint-every N] [--model mlp|cnn] [--epochs E]
+//   resume_trainer --checkpoint-dir DIR [--checkpoint-every N] [--model mlp|cnn|mlp_dropout] [--epochs E]
+//                  [--rows N (the first N training images)] [--batch B (the global batch; default 64 per replica)]
 //                  [--max-steps S] [--strategy one_device|mirrored|central_storage|
 //                  multi_worker_mirrored|parameter_server] [--replicas R] [--collective mpi|gloo]
 //                  [--servers S] [--mode sync] [--update-on servers|workers]
@@ -26,16 +27,23 @@ namespace {
 
 struct Args {
   std::string dir, model = "mlp", strategy = "one_device", collective = "mpi", update_on = "servers";
-  std::int64_t every = 0, max_steps = -1;
+  std::int64_t every = 0, max_steps = -1, rows = -1, batch = -1;
   int epochs = 1, replicas = 2, servers = 1;
 };
 
 template <strata::Strategy S>
 void train(S& strategy, const Args& a) {
   strata::manual_seed(0);
-  auto model = strategy.scope([&] { return strata::models::fashion_mnist(a.model); });
+  auto model = strategy.scope([&] {
+    using namespace strata::nn;
+    if (a.model == "mlp_dropout") return Sequential(Flatten(), Linear(784, 128), ReLU(), Dropout(0.3), Linear(128, 10));
+    return strata::models::fashion_mnist(a.model);
+  });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(model.parameters(), 0.05, {.momentum = 0.9}); });
-  auto pipeline = strata::data::Pipeline(strata::data::fashion_mnist_train()).shuffle(0).batch(64 * strategy.num_replicas_in_sync());
+  strata::data::TensorDataset train = strata::data::fashion_mnist_train();
+  if (a.rows >= 0)
+    train = strata::data::TensorDataset(strata::data::slice_rows(train.x, 0, a.rows), strata::data::slice_rows(train.y, 0, a.rows));
+  auto pipeline = strata::data::Pipeline(train).shuffle(0).batch(a.batch > 0 ? a.batch : 64 * strategy.num_replicas_in_sync());
   if (a.max_steps >= 0) pipeline = pipeline.take(a.max_steps);
   strata::TrainingCheckpoints checkpoints(strategy, model, opt, a.dir);
   strata::checkpoint::TrainingPosition pos;
@@ -49,14 +57,10 @@ void train(S& strategy, const Args& a) {
   auto data = strategy.distribute(pipeline);
   const int rank = strata::runtime::detect_process().rank;
   for (auto epoch = pos.epoch; epoch < a.epochs; ++epoch) {
-    std::int64_t batch = epoch == pos.epoch ? pos.batch : 0;  // batches of this epoch done
     for (auto& b : data) {
       (void)support::train_step(strategy, model, opt, b);
-      ++batch, ++pos.step;
-      if (a.every > 0 && pos.step % a.every == 0) {
-        const bool epoch_done = batch == data.num_batches();
-        checkpoints.save({pos.step, epoch + (epoch_done ? 1 : 0), epoch_done ? 0 : batch});
-      }
+      pos = pos.after(b, data.num_batches());
+      if (a.every > 0 && pos.step % a.every == 0) checkpoints.save(pos);
       STRATA_FAULT_POINT(rank, pos.step, "after_step");
     }
   }
@@ -108,6 +112,8 @@ int main(int argc, char** argv) try {
     else if (flag == "--model") a.model = v;
     else if (flag == "--epochs") a.epochs = std::atoi(v.c_str());
     else if (flag == "--max-steps") a.max_steps = std::atoll(v.c_str());
+    else if (flag == "--rows") a.rows = std::atoll(v.c_str());
+    else if (flag == "--batch") a.batch = std::atoll(v.c_str());
     else if (flag == "--strategy") a.strategy = v;
     else if (flag == "--replicas") a.replicas = std::atoi(v.c_str());
     else if (flag == "--collective") a.collective = v;

@@ -36,6 +36,7 @@ struct Setup {
   bool schedule = false;  // a cosine learning-rate schedule with warm-up instead of the constant rate
   double clip_norm = 0;   // > 0: clip the aggregated gradients to this global norm
   bool shuffle = true;
+  bool dropout = false;  // a Dropout layer in the model (keyed masks: the same per example on every strategy)
   // Each worker shards the examples itself and batches its share (distribute(fn) with
   // InputContext; workers that run out first join with empty batches). Unshuffled, with a
   // global batch that divides by the workers, the global batches are one device's.
@@ -54,11 +55,28 @@ inline strata::data::TensorDataset dataset(const Setup& s) {
   return strata::data::TensorDataset(x, strata::from_vector<std::int64_t>({n}, labels));
 }
 
-inline strata::nn::Sequential model(bool conv) {
+/// The MLP or the small CNN; with `dropout`, a Dropout(0.3) after the first activation.
+inline strata::nn::Sequential model(bool conv, bool dropout = false) {
   using namespace strata::nn;
-  if (conv)
-    return Sequential(Conv2d(1, 4, 3, 1, 1), ReLU(), MaxPool2d(2), Flatten(), Linear(64, 16), ReLU(), Linear(16, 5));
-  return Sequential(Linear(20, 32), ReLU(), Linear(32, 32), ReLU(), Linear(32, 5));
+  Sequential m;
+  if (conv) {
+    m.add(Conv2d(1, 4, 3, 1, 1));
+    m.add(ReLU());
+    if (dropout) m.add(Dropout(0.3));
+    m.add(MaxPool2d(2));
+    m.add(Flatten());
+    m.add(Linear(64, 16));
+    m.add(ReLU());
+    m.add(Linear(16, 5));
+  } else {
+    m.add(Linear(20, 32));
+    m.add(ReLU());
+    if (dropout) m.add(Dropout(0.3));
+    m.add(Linear(32, 32));
+    m.add(ReLU());
+    m.add(Linear(32, 5));
+  }
+  return m;
 }
 
 /// Regression targets [N, 5] for labels [N]: +1 at the label's column, -1 elsewhere.
@@ -86,7 +104,7 @@ inline Tensor replica_loss(strata::nn::Module& m, const Tensor& x, const Tensor&
 template <strata::Strategy S>
 std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::vector<double>* losses = nullptr) {
   strata::manual_seed(7);
-  auto net = strategy.scope([&] { return model(s.conv); });
+  auto net = strategy.scope([&] { return model(s.conv, s.dropout); });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2, {.momentum = 0.9}); });
   if (s.schedule) opt.set_schedule(strata::optim::Schedule::cosine(0.3, 20, 4, 0.01));
   if (s.clip_norm > 0) opt.clip_by_global_norm(s.clip_norm);

@@ -85,6 +85,23 @@ int check_all() {
     std::printf("%s rank %d of %d: %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
                 rank, n, loss == equivalence::Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1", diff);
   }
+  // A model with Dropout: each example draws the mask it draws on one device (a global batch
+  // of 25, uneven over the processes; and with two micro-batches per step).
+  for (int k : {1, 2}) {
+    equivalence::Setup s;
+    s.dropout = true;
+    s.global_batch = 25;
+    s.accumulation = k;
+    equivalence::Setup plain = s;
+    plain.accumulation = 1;
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_steps(one, plain);
+    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: dropout, k=%d: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL", rank, n, k,
+                diff);
+  }
   // Each worker shards and batches its input itself (distribute(fn), InputContext): a global
   // batch of 24, unshuffled, is one device's batch; the workers whose shards end first join.
   {

@@ -91,6 +91,20 @@ int check_sync(int servers) {
     std::printf("%s rank %d: sync, %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
                 strategy.rank(), loss == equivalence::Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1", diff);
   }
+  // A model with Dropout: each example draws the mask it draws on one device.
+  {
+    equivalence::Setup s;
+    s.dropout = true;
+    s.global_batch = 25;
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_steps(one, s);
+    strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .partition_bytes = 2048});
+    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d: sync, dropout: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
+                strategy.rank(), diff);
+  }
   // Each worker shards and batches its input itself (distribute(fn), InputContext): a global
   // batch of 24, unshuffled, is one device's batch; the workers whose shards end first join.
   {

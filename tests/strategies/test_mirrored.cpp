@@ -269,6 +269,33 @@ TEST_CASE("Strategy.EveryLossEquivalentToOneDevice") {
     }
 }
 
+TEST_CASE("Strategy.DropoutEquivalentToOneDevice") {
+  // A model with Dropout: every example draws the mask it draws on one device, whichever
+  // replica runs it, on global batches uneven over 2 and 3 replicas, and with a replica's rows
+  // in two micro-batches (k = 2) against one device's whole batch.
+  for (bool conv : {false, true})
+    for (std::int64_t global : {25, 26}) {
+      equivalence::Setup s;
+      s.dropout = true;
+      s.conv = conv;
+      s.global_batch = global;
+      const auto ref = reference(s);
+      for (int n : {2, 3})
+        for (int k : {1, 2}) {
+          CAPTURE(conv);
+          CAPTURE(global);
+          CAPTURE(n);
+          CAPTURE(k);
+          equivalence::Setup sk = s;
+          sk.accumulation = k;
+          strata::MirroredStrategy mirrored(n);
+          CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, sk), ref) < 1e-5);
+          strata::CentralStorageStrategy central(n);
+          CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, sk), ref) < 1e-5);
+        }
+    }
+}
+
 TEST_CASE("Strategy.Mirrored.CopiesStayIdenticalAndResolvePerReplica") {
   strata::MirroredStrategy strategy(3);
   strata::manual_seed(3);

@@ -6,7 +6,8 @@
 /// file and every shape before it changes anything, so a mismatch fails before training.
 ///
 /// Generators that modules own (Dropout's, Module::generators()) are saved as "generator.<i>"
-/// when given, so a model with dropout resumes drawing the masks it would have drawn.
+/// when given: the seeds of a Dropout's keyed masks (and, outside a strategy's steps, where
+/// its draws have got to), so a model with dropout resumes drawing the masks it would have drawn.
 #pragma once
 
 #include <array>
@@ -19,6 +20,7 @@
 
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/checkpoint/file.hpp>
+#include <strata/data/dataset.hpp>  // Batch
 #include <strata/nn/init.hpp>  // default_generator
 #include <strata/optim/optimizer.hpp>
 #include <strata/tensor/factory.hpp>
@@ -26,9 +28,19 @@
 
 namespace strata::checkpoint {
 
-/// Where a run is: optimizer steps taken, and the next batch to read (epoch, batch in epoch).
+/// Where a run is: `step` steps taken, and the next batch to train, batch `batch` of epoch
+/// `epoch` (the batches of `epoch` before it are done; after an epoch's last batch the
+/// position is {epoch + 1, 0}). Pipeline::set_position(epoch, batch) resumes there.
 struct TrainingPosition {
   std::int64_t step = 0, epoch = 0, batch = 0;
+
+  /// The position once the step that trained `b` is done: a step more, and the batch after
+  /// b's, the next epoch's first when b was the last of its epoch's `batches_per_epoch`
+  /// (what the range distribute() returned says: `data.num_batches()`).
+  TrainingPosition after(const data::Batch& b, std::int64_t batches_per_epoch) const {
+    const bool last = b.index + 1 >= batches_per_epoch;
+    return {step + 1, last ? b.epoch + 1 : b.epoch, last ? 0 : b.index + 1};
+  }
 };
 
 /// A generator's state as a checkpoint tensor (4 x int64).

@@ -76,6 +76,7 @@ struct Batch {
   std::int64_t global_size = 0;  ///< examples in this step across every replica
   std::int64_t epoch = 0;        ///< 0-based epoch this batch belongs to
   std::int64_t index = 0;        ///< 0-based step within the epoch
+  std::int64_t global_offset = 0;  ///< the first of these rows among every replica's rows of the step
   std::vector<Tensor> more_inputs;  ///< the rows of the dataset's inputs after the first (input(i))
 
   /// Input `i` of the dataset's inputs, these rows of it (input(0) is x).

@@ -235,6 +235,7 @@ class EpochState {
     b.global_size = count;
     b.epoch = epoch_;
     b.index = k;
+    b.global_offset = lo;
     if (!o_.maps.empty()) apply_maps(b, idx, real);
     return b;
   }

@@ -12,6 +12,7 @@
 #include <strata/ops/elementwise.hpp>
 #include <strata/ops/linalg.hpp>  // linear
 #include <strata/ops/shape_ops.hpp>
+#include <strata/support/replica_scope.hpp>  // replica_info: Dropout's key
 
 namespace strata::nn {
 
@@ -105,21 +106,53 @@ class Flatten : public Module {
   Tensor forward(const Tensor& x) override { return flatten(x); }
 };
 
-/// Inverted dropout with its own generator, seeded from the default one at construction.
+/// Inverted dropout whose masks are keyed, not drawn in sequence (DropoutKey): inside
+/// Strategy::run(fn, batch) an element's mask is a function of the layer's seed, the step's
+/// (epoch, batch index) and the element's row among the step's global rows (and its place in
+/// the row). So replicas draw different masks for their different rows, N replicas drop what
+/// one device drops, and a resumed run drops what it would have dropped, however the batch is
+/// split. The k-th row the layer sees in a step is global row Batch::global_offset + k, so
+/// micro-batches of a replica's rows, run in order, continue its rows. Outside a strategy's
+/// step each call draws a new step from the layer's generator.
 class Dropout : public Module {
  public:
   explicit Dropout(double p = 0.5, Generator& seed_from = default_generator()) : p_(p), gen_(seed_from.next()) {
     STRATA_CHECK(p >= 0.0 && p < 1.0, "Dropout probability must be in [0, 1), got ", p);
   }
-  Tensor forward(const Tensor& x) override { return dropout(x, p_, gen_, is_training()); }
+  Tensor forward(const Tensor& x) override {
+    if (!is_training() || p_ == 0.0) return x;
+    return dropout(x, p_, next_key(x), true);
+  }
+  /// The generator the layer's seed lives in (saved and restored by checkpoints); inside a
+  /// strategy's step it is only read.
   Generator& generator() noexcept { return gen_; }
 
  protected:
   void own_generators(std::vector<Generator*>& out) override { out.push_back(&gen_); }
 
  private:
+  DropoutKey next_key(const Tensor& x) {
+    const auto st = gen_.state();
+    const std::uint64_t seed = Generator::derive(st[0] ^ st[2], st[1] ^ st[3]);
+    const ReplicaInfo& info = replica_info();
+    if (!info.has_batch) return {seed, gen_.next(), 0};
+    if (!stepped_ || info.epoch != epoch_ || info.batch_index != index_) {  // a new step: its rows start again
+      stepped_ = true;
+      epoch_ = info.epoch;
+      index_ = info.batch_index;
+      rows_seen_ = 0;
+    }
+    const DropoutKey key{seed,
+                         Generator::derive(static_cast<std::uint64_t>(info.epoch), static_cast<std::uint64_t>(info.batch_index)),
+                         info.first_row + rows_seen_};
+    rows_seen_ += x.ndim() == 0 ? 1 : x.dim(0);
+    return key;
+  }
+
   double p_;
   Generator gen_;
+  bool stepped_ = false;
+  std::int64_t epoch_ = 0, index_ = 0, rows_seen_ = 0;  // the step the layer last ran in, and its rows so far
 };
 
 }  // namespace strata::nn

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace strata {
 
@@ -17,6 +18,12 @@ struct ReplicaInfo {
   int local_replica = 0;     ///< this process's replica the thread runs (0 outside run())
   bool in_step = false;      ///< inside Strategy::run
   int replicas_in_sync = 1;  ///< replicas whose gradients are summed in this step, across every process
+  // Inside Strategy::run(fn, batch): which rows of which step the replica runs, what a layer
+  // that draws random numbers keys them by (nn::Dropout), so that they do not depend on how
+  // the step's rows are split.
+  bool has_batch = false;
+  std::int64_t epoch = 0, batch_index = 0;  ///< the batch's Batch::epoch and Batch::index
+  std::int64_t first_row = 0;               ///< Batch::global_offset: the replica's first row among the step's
 };
 
 namespace detail {

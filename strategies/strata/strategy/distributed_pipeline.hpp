@@ -15,6 +15,7 @@
 ///                       gradients) until every worker is done (DDP's Join).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <sstream>
@@ -109,6 +110,9 @@ class DistributedPipeline {
         cur_.epoch = epoch;
       }
       cur_.global_size = total;
+      cur_.global_offset = 0;  // this worker's rows come after the lower ranks'
+      for (int r = 0; r < owner_->comm_->rank(); ++r)
+        cur_.global_offset += std::max<std::int64_t>(sizes[static_cast<std::size_t>(r)], 0);
       cur_.index = step_++;
     }
 

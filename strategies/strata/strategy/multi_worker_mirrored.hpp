@@ -94,6 +94,7 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
       if constexpr (collective::DeviceCollective<C>)  // a device collective (Nccl): the replica lives on its GPU
         move_in_place(made.parameters(), Device::cuda(comm_.device()));
       detail::broadcast_parameters(comm_, made.parameters(), 0);
+      detail::broadcast_generators(comm_, made, 0);
       owned_.push_back(std::make_unique<GradientEngine<C>>(comm_, made.parameters(), options_.bucket_bytes,
                                                            options_.compression));
       engines_.push_back(owned_.back().get());
@@ -134,9 +135,9 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
     using R = std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>;
     if constexpr (collective::DeviceCollective<C>) {  // the input follows the variables to the GPU
       const data::Batch on_device = batch.to(Device::cuda(comm_.device()));
-      return run_replica<R>([&](ReplicaContext& ctx) { return fn(ctx, on_device); });
+      return run_replica<R>([&](ReplicaContext& ctx) { return detail::run_on_rows(fn, ctx, on_device); });
     } else {
-      return run_replica<R>([&](ReplicaContext& ctx) { return fn(ctx, batch); });
+      return run_replica<R>([&](ReplicaContext& ctx) { return detail::run_on_rows(fn, ctx, batch); });
     }
   }
   template <class F>

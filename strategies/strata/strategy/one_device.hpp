@@ -68,9 +68,9 @@ class OneDeviceStrategy : detail::RejectsReplicaValues, public detail::TakesArit
     using R = std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>;
     Context ctx;
     if (device_.kind == DeviceKind::cpu)
-      return detail::run_single_replica<R>(ctx, [&](ReplicaContext& c) { return fn(c, batch); });
+      return detail::run_single_replica<R>(ctx, [&](ReplicaContext& c) { return detail::run_on_rows(fn, c, batch); });
     const data::Batch on_device = batch.to(device_);  // the input follows the variables
-    return detail::run_single_replica<R>(ctx, [&](ReplicaContext& c) { return fn(c, on_device); });
+    return detail::run_single_replica<R>(ctx, [&](ReplicaContext& c) { return detail::run_on_rows(fn, c, on_device); });
   }
   /// Runs fn(ctx) as the single replica.
   template <class F>

@@ -111,6 +111,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     M made = factory();
     if constexpr (detail::HasParameters<M>) {
       detail::broadcast_parameters(t_.world(), made.parameters(), chief_rank());
+      detail::broadcast_generators(t_.world(), made, chief_rank());
       const auto ids = shards_.add(made.parameters(), o_.partition_bytes);
       if (server_) server_->hold(ids);
     }
@@ -148,7 +149,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     requires std::invocable<F&, ReplicaContext&, const data::Batch&>
   auto run(F&& fn, const data::Batch& batch) {
     return run_replica<std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>>(
-        [&](ReplicaContext& ctx) { return fn(ctx, batch); });
+        [&](ReplicaContext& ctx) { return detail::run_on_rows(fn, ctx, batch); });
   }
   template <class F>
     requires std::invocable<F&, ReplicaContext&>

@@ -8,6 +8,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -35,6 +36,25 @@ class ReplicaScope {
   ~ReplicaScope() { replica_info_slot() = saved_; }
   ReplicaScope(const ReplicaScope&) = delete;
   ReplicaScope& operator=(const ReplicaScope&) = delete;
+
+ private:
+  ReplicaInfo saved_;
+};
+
+/// Tells the layers below which rows of which step the calling replica runs (ReplicaInfo's
+/// batch fields), for the replica function's duration.
+class BatchScope {
+ public:
+  BatchScope(std::int64_t epoch, std::int64_t index, std::int64_t first_row) noexcept : saved_(replica_info_slot()) {
+    ReplicaInfo& info = replica_info_slot();
+    info.has_batch = true;
+    info.epoch = epoch;
+    info.batch_index = index;
+    info.first_row = first_row;
+  }
+  ~BatchScope() { replica_info_slot() = saved_; }
+  BatchScope(const BatchScope&) = delete;
+  BatchScope& operator=(const BatchScope&) = delete;
 
  private:
   ReplicaInfo saved_;

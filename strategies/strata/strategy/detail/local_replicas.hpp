@@ -75,7 +75,15 @@ inline data::Batch batch_rows(const data::Batch& global, std::int64_t lo, std::i
   b.global_size = global.global_size;
   b.epoch = global.epoch;
   b.index = global.index;
+  b.global_offset = global.global_offset + lo;
   return b;
+}
+
+/// fn(ctx, rows), with the layers told which rows of which step they run (BatchScope).
+template <class F, class Ctx>
+decltype(auto) run_on_rows(F& fn, Ctx& ctx, const data::Batch& rows) {
+  BatchScope scope(rows.epoch, rows.index, rows.global_offset);
+  return fn(ctx, rows);
 }
 
 /// Local replica r's rows of a global batch split evenly between n replicas.

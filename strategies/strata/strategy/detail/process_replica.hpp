@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/support/check.hpp>
+#include <strata/tensor/random.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::detail {
@@ -39,6 +41,23 @@ void broadcast_parameters(C& comm, const std::vector<Tensor>& params, int root) 
   for (const Tensor& p : params) {
     STRATA_CHECK(p.is_contiguous(), "scope(): parameters must be contiguous to be broadcast");
     comm.broadcast_raw(p.raw_data(), static_cast<std::size_t>(p.numel()), p.dtype(), root);
+  }
+}
+
+/// The generators a model's layers own (Dropout's seeds) set to rank `root`'s over `comm`, so
+/// that every process draws the chief's masks whatever its own default generator was.
+template <class C, class M>
+void broadcast_generators(C& comm, M& model, int root) {
+  if constexpr (requires { model.generators(); }) {
+    for (Generator* g : model.generators()) {
+      const auto st = g->state();
+      std::int64_t words[4];
+      std::memcpy(words, st.data(), sizeof words);
+      comm.broadcast_raw(words, 4, DType::i64, root);
+      std::array<std::uint64_t, 4> got;
+      std::memcpy(got.data(), words, sizeof words);
+      g->set_state(got);
+    }
   }
 }
 

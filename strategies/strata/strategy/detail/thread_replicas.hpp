@@ -62,7 +62,7 @@ class ThreadReplicas : RejectsReplicaValues, public TakesArithmeticValues<Thread
     requires std::invocable<F&, ReplicaContext&, const data::Batch&>
   auto run(F&& fn, const data::Batch& batch) {
     using R = std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>;
-    if (!balance_) return run_replicas<R>([&](ReplicaContext& ctx, int r) { return fn(ctx, replica_rows(batch, r, n_)); });
+    if (!balance_) return run_replicas<R>([&](ReplicaContext& ctx, int r) { return run_on_rows(fn, ctx, replica_rows(batch, r, n_)); });
     balance_->bounds(batch.size, bounds_);
     auto timed = [&](ReplicaContext& ctx, int r) {
       const auto ur = static_cast<std::size_t>(r);
@@ -77,7 +77,7 @@ class ThreadReplicas : RejectsReplicaValues, public TakesArithmeticValues<Thread
                 (collective::detail::thread_wait_seconds() - waited);
         }
       } busy{busy_[ur], waited, from};
-      return fn(ctx, batch_rows(batch, bounds_[ur], bounds_[ur + 1]));
+      return run_on_rows(fn, ctx, batch_rows(batch, bounds_[ur], bounds_[ur + 1]));
     };
     if constexpr (std::is_void_v<R>) {
       run_replicas<R>(timed);
