@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <strata/strata.hpp>
@@ -254,6 +255,21 @@ int check_evaluation(S& strategy, const char* who) {
                   want.mean_loss);
     }
   return failures;
+}
+
+/// Inside `strategy.run`, a loss reduced as a local mean: the error it raises there (caught in
+/// the replica function, so the job goes on), or "" if it raised none.
+template <strata::Strategy S>
+std::string local_mean_error(S& strategy) {
+  std::string message;
+  strategy.run([&](strata::ReplicaContext&) {
+    try {
+      (void)strata::nn::mse_loss(strata::ones({4, 2}), strata::zeros({4, 2}));
+    } catch (const strata::invalid_argument& e) {
+      message = e.what();
+    }
+  });
+  return message;
 }
 
 /// max over parameters of max|a - b| / max|b|.

@@ -148,6 +148,15 @@ int check_all() {
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: gather of an int64_t per replica\n", ok ? "ok  " : "FAIL", rank, n);
   }
+  // A loss reduced as a local mean inside run() with n processes in sync: an error naming the fix.
+  {
+    const std::string e = equivalence::local_mean_error(strategy);
+    const bool ok = e.find("Reduction::mean inside Strategy::run with " + std::to_string(n) + " replicas in sync") !=
+                        std::string::npos &&
+                    e.find("sum_over_global_batch") != std::string::npos;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: local mean inside run: %s\n", ok ? "ok  " : "FAIL", rank, n, e.c_str());
+  }
   // Distributed evaluation: exactly the counts of one pass over the rows, on every rank.
   failures += equivalence::check_evaluation(strategy, ("rank " + std::to_string(rank)).c_str());
   return failures + check_uneven(strategy) + check_compression<C>(n, rank) + check_nonfinite(strategy) +
