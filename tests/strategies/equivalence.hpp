@@ -42,6 +42,8 @@ struct Setup {
   // InputContext; workers that run out first join with empty batches). Unshuffled, with a
   // global batch that divides by the workers, the global batches are one device's.
   bool per_worker_input = false;
+  // Called on every process with its model (replica 0's copy) once the epoch is done.
+  std::function<void(strata::nn::Module&)> after_training;
   // Called on every replica, with its id and its count of rows, as its step begins (a test
   // slows a replica down with it).
   std::function<void(int, std::int64_t)> on_replica_rows;
@@ -157,6 +159,10 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
     each_batch(strategy.distribute(per_worker, strata::UnevenInputs::join), step);
   else
     each_batch(strategy.distribute(per_worker), step);
+  if (s.after_training) {
+    strata::nn::Module& trained = net;
+    s.after_training(trained);
+  }
   std::vector<std::vector<float>> params;
   for (const Tensor& p : net.parameters()) params.push_back(p.to_vector<float>());
   return params;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <unistd.h>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -84,6 +85,34 @@ int check_all() {
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
                 rank, n, loss == equivalence::Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1", diff);
+  }
+  // Weights for inference from the chief: a fresh one-device model loaded from the file holds
+  // what every rank holds, bit for bit, and what one device trained.
+  {
+    equivalence::Setup s;
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_steps(one, s);
+    const auto path = std::filesystem::temp_directory_path() / ("strata_mwm_weights_" + std::to_string(n) + ".weights");
+    double loaded_diff = 1, held_diff = 1;
+    s.after_training = [&](strata::nn::Module& trained) {
+      if (strategy.is_chief()) strata::save_weights(trained, path);
+      double written = 0;  // every rank waits for the chief's file
+      strategy.sum_across_processes(std::span<double>(&written, 1));
+      auto fresh = equivalence::model(false);
+      strata::load_weights(fresh, path);
+      std::vector<std::vector<float>> mine, loaded;
+      for (const strata::Tensor& p : trained.parameters()) mine.push_back(p.to_vector<float>());
+      for (const strata::Tensor& p : fresh.parameters()) loaded.push_back(p.to_vector<float>());
+      held_diff = equivalence::max_relative_difference(loaded, mine);
+      loaded_diff = equivalence::max_relative_difference(loaded, ref);
+      strategy.sum_across_processes(std::span<double>(&written, 1));  // every rank has read it
+      if (strategy.is_chief()) std::filesystem::remove(path);
+    };
+    (void)equivalence::train_steps(strategy, s);
+    const bool ok = held_diff == 0 && loaded_diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: save_weights from the chief, loaded into a one-device model: %.3g from this rank's "
+                "parameters, %.3g from one device's (relative)\n", ok ? "ok  " : "FAIL", rank, n, held_diff, loaded_diff);
   }
   // A model with Dropout: each example draws the mask it draws on one device (a global batch
   // of 25, uneven over the processes; and with two micro-batches per step).

@@ -6,6 +6,8 @@
 //   parameter_server_equivalence mpi|gloo SERVERS   exit status 0: every check held on this rank
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,6 +92,38 @@ int check_sync(int servers) {
     failures += ok ? 0 : 1;
     std::printf("%s rank %d: sync, %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
                 strategy.rank(), loss == equivalence::Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1", diff);
+  }
+  // Weights for inference from the chief, after training with the variables on the servers
+  // (split over them): a fresh one-device model loaded from the file holds what every rank
+  // holds, bit for bit, and what one device trained.
+  {
+    equivalence::Setup s;
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_steps(one, s);
+    strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .partition_bytes = 2048});
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("strata_ps_weights_" + std::to_string(servers) + "_" + std::to_string(strategy.num_workers()) + ".weights");
+    double loaded_diff = 1, held_diff = 1;
+    s.after_training = [&](strata::nn::Module& trained) {
+      if (strategy.is_chief()) strata::save_weights(trained, path);
+      double written = 0;  // every rank waits for the chief's file
+      strategy.sum_across_processes(std::span<double>(&written, 1));
+      auto fresh = equivalence::model(false);
+      strata::load_weights(fresh, path);
+      std::vector<std::vector<float>> mine, loaded;
+      for (const strata::Tensor& p : trained.parameters()) mine.push_back(p.to_vector<float>());
+      for (const strata::Tensor& p : fresh.parameters()) loaded.push_back(p.to_vector<float>());
+      held_diff = equivalence::max_relative_difference(loaded, mine);
+      loaded_diff = equivalence::max_relative_difference(loaded, ref);
+      strategy.sum_across_processes(std::span<double>(&written, 1));  // every rank has read it
+      if (strategy.is_chief()) std::filesystem::remove(path);
+    };
+    (void)equivalence::train_steps(strategy, s);
+    const bool ok = held_diff == 0 && loaded_diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d: save_weights from the chief, loaded into a one-device model: %.3g from this rank's "
+                "parameters, %.3g from one device's (relative)\n",
+                ok ? "ok  " : "FAIL", strategy.rank(), held_diff, loaded_diff);
   }
   // A model with Dropout: each example draws the mask it draws on one device.
   {
