@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,45 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
     strata::nn::Module& trained = net;
     s.after_training(trained);
   }
+  std::vector<std::vector<float>> params;
+  for (const Tensor& p : net.parameters()) params.push_back(p.to_vector<float>());
+  return params;
+}
+
+/// out = A x + B z: a model of two inputs.
+class TwoInputs : public strata::nn::Module {
+ public:
+  TwoInputs() {
+    a_ = &register_module("a", std::make_unique<strata::nn::Linear>(20, 5));
+    b_ = &register_module("b", std::make_unique<strata::nn::Linear>(3, 5));
+  }
+  Tensor operator()(const Tensor& x, const Tensor& z) { return strata::add((*a_)(x), (*b_)(z)); }
+  Tensor forward(const Tensor&) override {
+    STRATA_CHECK(false, "TwoInputs takes two inputs: call model(x, z)");
+    return {};
+  }
+
+ private:
+  strata::nn::Module *a_, *b_;
+};
+
+/// A few steps of TwoInputs with Adam on a dataset of three inputs and no labels (the target is
+/// input 2), MSE over the global batch; the final parameters.
+template <strata::Strategy S>
+std::vector<std::vector<float>> train_two_inputs(S& strategy, std::int64_t global_batch) {
+  using namespace strata;
+  Generator g(11);
+  const std::int64_t n = 230;
+  const data::TensorDataset ds(data::Inputs(uniform({n, 20}, -1, 1, g), uniform({n, 3}, -1, 1, g), uniform({n, 5}, -1, 1, g)));
+  manual_seed(2);
+  auto net = strategy.scope([] { return TwoInputs(); });
+  auto opt = strategy.scope([&] { return optim::Adam(net.parameters(), 0.01); });
+  for (auto& batch : strategy.distribute(data::Pipeline(ds).shuffle(5).batch(global_batch)))
+    strategy.run([&](ReplicaContext& ctx, const data::Batch& b) {
+      STRATA_CHECK(!b.y.defined(), "a dataset without labels gave a batch labels");
+      Tensor loss = nn::mse_loss(net(b.x, b.input(1)), b.input(2), nn::Reduction::sum_over_global_batch, b.global_size);
+      opt.apply_gradients(ctx, grad(loss, net.parameters()));
+    }, batch);
   std::vector<std::vector<float>> params;
   for (const Tensor& p : net.parameters()) params.push_back(p.to_vector<float>());
   return params;

@@ -131,6 +131,16 @@ int check_all() {
     std::printf("%s rank %d of %d: dropout, k=%d: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL", rank, n, k,
                 diff);
   }
+  // A dataset of three inputs and no labels, for a model of two (global batch 25, uneven).
+  {
+    strata::OneDeviceStrategy one;
+    const double diff = equivalence::max_relative_difference(equivalence::train_two_inputs(strategy, 25),
+                                                             equivalence::train_two_inputs(one, 25));
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: several inputs, no labels: parameters differ by %.3g (relative)\n",
+                ok ? "ok  " : "FAIL", rank, n, diff);
+  }
   // Each worker shards and batches its input itself (distribute(fn), InputContext): a global
   // batch of 24, unshuffled, is one device's batch; the workers whose shards end first join.
   {

@@ -139,6 +139,17 @@ int check_sync(int servers) {
     std::printf("%s rank %d: sync, dropout: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
                 strategy.rank(), diff);
   }
+  // A dataset of three inputs and no labels, for a model of two (global batch 25, uneven).
+  {
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_two_inputs(one, 25);
+    strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .partition_bytes = 2048});
+    const double diff = equivalence::max_relative_difference(equivalence::train_two_inputs(strategy, 25), ref);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d: sync, several inputs, no labels: parameters differ by %.3g (relative)\n",
+                ok ? "ok  " : "FAIL", strategy.rank(), diff);
+  }
   // Each worker shards and batches its input itself (distribute(fn), InputContext): a global
   // batch of 24, unshuffled, is one device's batch; the workers whose shards end first join.
   {

@@ -1,7 +1,7 @@
 // The user's own input under the strategies of one process: a dataset of several inputs and no
 // labels (a two-input regression whose target is a third input), and a per-worker input
 // function, each ending where OneDeviceStrategy ends after every step of an epoch. The
-// multi-process strategies run the per-worker check in multi_worker_equivalence and
+// multi-process strategies run both checks in multi_worker_equivalence and
 // parameter_server_equivalence.
 #include "doctest.hpp"
 
@@ -11,57 +11,17 @@
 
 using namespace strata;
 
-namespace {
-
-/// out = A x + B z: a model of two inputs.
-class TwoInputs : public nn::Module {
- public:
-  TwoInputs() {
-    a_ = &register_module("a", std::make_unique<nn::Linear>(20, 5));
-    b_ = &register_module("b", std::make_unique<nn::Linear>(3, 5));
-  }
-  Tensor operator()(const Tensor& x, const Tensor& z) { return add((*a_)(x), (*b_)(z)); }
-  Tensor forward(const Tensor&) override {
-    STRATA_CHECK(false, "TwoInputs takes two inputs: call model(x, z)");
-    return {};
-  }
-
- private:
-  nn::Module *a_, *b_;
-};
-
-template <Strategy S>
-std::vector<std::vector<float>> train_two_inputs(S& strategy, std::int64_t global_batch) {
-  Generator g(11);
-  const std::int64_t n = 230;
-  const data::TensorDataset ds(data::Inputs(uniform({n, 20}, -1, 1, g), uniform({n, 3}, -1, 1, g), uniform({n, 5}, -1, 1, g)));
-  manual_seed(2);
-  auto net = strategy.scope([] { return TwoInputs(); });
-  auto opt = strategy.scope([&] { return optim::Adam(net.parameters(), 0.01); });
-  for (auto& batch : strategy.distribute(data::Pipeline(ds).shuffle(5).batch(global_batch)))
-    strategy.run([&](ReplicaContext& ctx, const data::Batch& b) {
-      CHECK(!b.y.defined());
-      Tensor loss = nn::mse_loss(net(b.x, b.input(1)), b.input(2), nn::Reduction::sum_over_global_batch, b.global_size);
-      opt.apply_gradients(ctx, grad(loss, net.parameters()));
-    }, batch);
-  std::vector<std::vector<float>> params;
-  for (const Tensor& p : net.parameters()) params.push_back(p.to_vector<float>());
-  return params;
-}
-
-}  // namespace
-
 TEST_CASE("Strategy.SeveralInputsWithoutLabelsEquivalentToOneDevice") {
   for (std::int64_t global : {25, 26}) {
     OneDeviceStrategy one;
-    const auto ref = train_two_inputs(one, global);
+    const auto ref = equivalence::train_two_inputs(one, global);
     for (int n : {2, 3}) {
       CAPTURE(global);
       CAPTURE(n);
       MirroredStrategy<> mirrored(n);
-      CHECK(equivalence::max_relative_difference(train_two_inputs(mirrored, global), ref) < 1e-5);
+      CHECK(equivalence::max_relative_difference(equivalence::train_two_inputs(mirrored, global), ref) < 1e-5);
       CentralStorageStrategy<> central(n);
-      CHECK(equivalence::max_relative_difference(train_two_inputs(central, global), ref) < 1e-5);
+      CHECK(equivalence::max_relative_difference(equivalence::train_two_inputs(central, global), ref) < 1e-5);
     }
   }
 }
