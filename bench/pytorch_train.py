@@ -4,7 +4,7 @@ thread; prints the median step time after warm-up and the peak RSS as one JSON l
 --device cuda each timed step copies the batch in and ends with the loss on the host, as
 bench_train_cuda's does, and float32 stays float32 (no TF32 in cuDNN, whose default is TF32).
 
-    /usr/bin/python3 bench/pytorch_train.py --model mlp|cnn [--steps N] [--warmup W] [--device cuda]
+    /usr/bin/python3 bench/pytorch_train.py --model mlp|cnn|resnet [--steps N] [--warmup W] [--device cuda]
 """
 import argparse
 import gzip
@@ -26,7 +26,30 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * nd).reshape(dims)
 
 
+class BasicBlock(nn.Module):
+    """torchvision's basic block: strata::nn::BasicBlock's shape and names."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(h))
+        return torch.relu(y + (self.downsample(x) if self.downsample is not None else x))
+
+
 def make(model):
+    if model == "resnet":  # strata::models::fashion_mnist_resnet
+        return nn.Sequential(nn.Conv2d(1, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                             BasicBlock(32, 32, 2), BasicBlock(32, 64, 2), BasicBlock(64, 128, 2),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
     if model == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                              nn.Linear(512, 10))

@@ -58,7 +58,7 @@ inline int parse_options(int argc, char** argv, Options& o) {
   CLI::App app{"Trains the reference MLP or CNN on Fashion-MNIST under any strategy; prints a progress line and "
                "the test accuracy per epoch, then one JSON line with the run's results.",
                "fashion_mnist"};
-  app.add_option("--model", o.model, "the reference model")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
+  app.add_option("--model", o.model, "the reference model")->check(CLI::IsMember({"mlp", "cnn", "resnet", "resnet_sync"}))->capture_default_str();
   app.add_option("--epochs", o.epochs)->capture_default_str();
   app.add_option("--seed", o.seed, "initialisation and shuffling")->capture_default_str();
   app.add_option("--batch", o.batch, "per replica: the global batch is B x replicas, and --lr applies to it")

@@ -16,8 +16,14 @@
 #include <strata/ops/elementwise.hpp>
 #include <strata/ops/reduce.hpp>
 #include <strata/ops/shape_ops.hpp>
+#include <strata/ops/concat.hpp>
 #include <strata/ops/linalg.hpp>
 #include <strata/ops/conv.hpp>
+#include <strata/ops/pool.hpp>
+#include <strata/ops/softmax.hpp>
+#include <strata/ops/attention.hpp>
+#include <strata/ops/normalization.hpp>
+#include <strata/ops/embedding.hpp>
 #include <strata/ops/loss.hpp>
 #include <strata/ops/dropout.hpp>
 #include <strata/ops/metrics.hpp>
@@ -25,6 +31,10 @@
 #include <strata/nn/module.hpp>
 #include <strata/nn/layers.hpp>
 #include <strata/nn/sequential.hpp>
+#include <strata/nn/normalization.hpp>
+#include <strata/nn/embedding.hpp>
+#include <strata/nn/attention.hpp>
+#include <strata/nn/residual.hpp>
 #include <strata/nn/loss.hpp>
 #include <strata/metrics/mean.hpp>
 #include <strata/metrics/accuracy.hpp>

@@ -39,6 +39,9 @@ struct Setup {
   double clip_norm = 0;   // > 0: clip the aggregated gradients to this global norm
   bool shuffle = true;
   bool dropout = false;  // a Dropout layer in the model (keyed masks: the same per example on every strategy)
+  // A SyncBatchNorm after the first layer: statistics over the global batch, so N replicas
+  // train as one device does; its running statistics are returned after the parameters.
+  bool sync_batch_norm = false;
   // Each worker shards the examples itself and batches its share (distribute(fn) with
   // InputContext; workers that run out first join with empty batches). Unshuffled, with a
   // global batch that divides by the workers, the global batches are one device's.
@@ -59,12 +62,14 @@ inline strata::data::TensorDataset dataset(const Setup& s) {
   return strata::data::TensorDataset(x, strata::from_vector<std::int64_t>({n}, labels));
 }
 
-/// The MLP or the small CNN; with `dropout`, a Dropout(0.3) after the first activation.
-inline strata::nn::Sequential model(bool conv, bool dropout = false) {
+/// The MLP or the small CNN; with `dropout`, a Dropout(0.3) after the first activation; with
+/// `sync_batch_norm`, a SyncBatchNorm before it.
+inline strata::nn::Sequential model(bool conv, bool dropout = false, bool sync_batch_norm = false) {
   using namespace strata::nn;
   Sequential m;
   if (conv) {
     m.add(Conv2d(1, 4, 3, 1, 1));
+    if (sync_batch_norm) m.add(SyncBatchNorm(4));
     m.add(ReLU());
     if (dropout) m.add(Dropout(0.3));
     m.add(MaxPool2d(2));
@@ -74,6 +79,7 @@ inline strata::nn::Sequential model(bool conv, bool dropout = false) {
     m.add(Linear(16, 5));
   } else {
     m.add(Linear(20, 32));
+    if (sync_batch_norm) m.add(SyncBatchNorm(32));
     m.add(ReLU());
     if (dropout) m.add(Dropout(0.3));
     m.add(Linear(32, 32));
@@ -108,7 +114,7 @@ inline Tensor replica_loss(strata::nn::Module& m, const Tensor& x, const Tensor&
 template <strata::Strategy S>
 std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::vector<double>* losses = nullptr) {
   strata::manual_seed(7);
-  auto net = strategy.scope([&] { return model(s.conv, s.dropout); });
+  auto net = strategy.scope([&] { return model(s.conv, s.dropout, s.sync_batch_norm); });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2, {.momentum = 0.9}); });
   if (s.schedule) opt.set_schedule(strata::optim::Schedule::cosine(0.3, 20, 4, 0.01));
   if (s.clip_norm > 0) opt.clip_by_global_norm(s.clip_norm);
@@ -166,6 +172,8 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
   }
   std::vector<std::vector<float>> params;
   for (const Tensor& p : net.parameters()) params.push_back(p.to_vector<float>());
+  const strata::nn::Module& held = net;  // this replica's copy
+  for (const Tensor& b : held.buffers()) params.push_back(b.to_vector<float>());
   return params;
 }
 

@@ -131,6 +131,23 @@ int check_all() {
     std::printf("%s rank %d of %d: dropout, k=%d: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL", rank, n, k,
                 diff);
   }
+  // SyncBatchNorm: statistics over the global batch, summed across the processes in the
+  // middle of forward and of backward (after the gradient buckets in flight), so the ranks
+  // train as one device does; parameters and running statistics compared (global batch 25).
+  for (bool conv : {false, true}) {
+    equivalence::Setup s;
+    s.sync_batch_norm = true;
+    s.conv = conv;
+    s.global_batch = 25;
+    s.examples = 20 * 25 + 10;
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_steps(one, s);
+    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: SyncBatchNorm (%s): parameters and running statistics differ by %.3g (relative)\n",
+                ok ? "ok  " : "FAIL", rank, n, conv ? "conv" : "mlp", diff);
+  }
   // A dataset of three inputs and no labels, for a model of two (global batch 25, uneven).
   {
     strata::OneDeviceStrategy one;

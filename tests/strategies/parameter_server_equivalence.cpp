@@ -139,6 +139,30 @@ int check_sync(int servers) {
     std::printf("%s rank %d: sync, dropout: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
                 strategy.rank(), diff);
   }
+  // SyncBatchNorm: statistics over the global batch of the workers, so they train as one
+  // device does. Its running statistics are the workers' state (the servers hold the
+  // variables only): compared on the workers, the parameters on every rank.
+  {
+    equivalence::Setup s;
+    s.sync_batch_norm = true;
+    s.conv = true;
+    s.global_batch = 25;
+    s.examples = 20 * 25 + 10;
+    strata::OneDeviceStrategy one;
+    auto ref = equivalence::train_steps(one, s);
+    strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .partition_bytes = 2048});
+    auto got = equivalence::train_steps(strategy, s);
+    if (strategy.is_server()) {  // the parameters alone
+      const std::size_t params = got.size() - 3;
+      got.resize(params);
+      ref.resize(params);
+    }
+    const double diff = equivalence::max_relative_difference(got, ref);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d: sync, SyncBatchNorm: parameters%s differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
+                strategy.rank(), strategy.is_server() ? "" : " and running statistics", diff);
+  }
   // A dataset of three inputs and no labels, for a model of two (global batch 25, uneven).
   {
     strata::OneDeviceStrategy one;

@@ -296,6 +296,30 @@ TEST_CASE("Strategy.DropoutEquivalentToOneDevice") {
     }
 }
 
+TEST_CASE("Strategy.SyncBatchNormEquivalentToOneDevice") {
+  // SyncBatchNorm's statistics span the global batch, so N replicas normalise as one device
+  // does over the whole batch: parameters and running statistics equal after 20 steps, on
+  // global batches uneven over 2 and 3 replicas (the last batch of 10 rows over 3 replicas).
+  for (bool conv : {false, true})
+    for (std::int64_t global : {25, 26}) {
+      equivalence::Setup s;
+      s.sync_batch_norm = true;
+      s.conv = conv;
+      s.global_batch = global;
+      s.examples = 20 * global + 10;
+      const auto ref = reference(s);
+      for (int n : {2, 3}) {
+        CAPTURE(conv);
+        CAPTURE(global);
+        CAPTURE(n);
+        strata::MirroredStrategy mirrored(n);
+        CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, s), ref) < 1e-5);
+        strata::CentralStorageStrategy central(n);
+        CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, s), ref) < 1e-5);
+      }
+    }
+}
+
 TEST_CASE("Strategy.Mirrored.CopiesStayIdenticalAndResolvePerReplica") {
   strata::MirroredStrategy strategy(3);
   strata::manual_seed(3);
@@ -873,4 +897,43 @@ TEST_CASE("Strategy.Mirrored.JobTimelineInOneProcess") {
   CHECK(s.rfind("{\"traceEvents\":[\n", 0) == 0);
   CHECK(s.find(",\n]") == std::string::npos);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("Strategy.BatchNormPerReplica: each replica's rows normalised alone, running statistics global and equal") {
+  // Per-replica BatchNorm (DDP's default): the replicas' outputs differ from one device's over
+  // the whole batch, but their running statistics follow the global batch's, so after the first
+  // step (same parameters everywhere) they equal one device's, and they stay equal on every
+  // replica after that.
+  const auto make = [] {
+    strata::manual_seed(5);
+    return strata::nn::Sequential(strata::nn::Linear(6, 4), strata::nn::BatchNorm1d(4), strata::nn::ReLU(),
+                                  strata::nn::Linear(4, 2));
+  };
+  strata::Generator g(8);
+  const Tensor x = strata::uniform({60, 6}, -1, 1, g);
+  const Tensor y = strata::from_vector<std::int64_t>({60}, std::vector<std::int64_t>(60, 1));
+  const strata::data::TensorDataset data(x, y);
+  auto one_model = make();
+  (void)one_model(strata::slice(x, 0, 0, 25));  // one device, the first step's forward over its 25 rows
+  const auto want_mean = one_model.buffers()[0].to_vector<float>(), want_var = one_model.buffers()[1].to_vector<float>();
+  strata::MirroredStrategy strategy(3);
+  auto net = strategy.scope(make);
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.1); });
+  int steps = 0;
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(data).batch(25))) {
+    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      auto loss = strata::nn::cross_entropy(net(b.x), b.y, strata::nn::Reduction::sum_over_global_batch, b.global_size);
+      opt.apply_gradients(ctx, strata::grad(loss, net.parameters()));
+    }, batch);
+    if (++steps == 1)
+      for (std::size_t r = 0; r < 3; ++r) {
+        CHECK(equivalence::max_relative_difference({net.replica(r).buffers()[0].to_vector<float>()}, {want_mean}) < 1e-6);
+        CHECK(equivalence::max_relative_difference({net.replica(r).buffers()[1].to_vector<float>()}, {want_var}) < 1e-6);
+      }
+  }
+  CHECK(steps == 3);  // 25, 25 and 10 rows over 3 replicas
+  for (std::size_t r = 1; r < 3; ++r)
+    for (std::size_t k = 0; k < net.replica(0).buffers().size(); ++k)
+      CHECK(net.replica(r).buffers()[k].to_vector<float>() == net.replica(0).buffers()[k].to_vector<float>());
+  CHECK(net.replica(0).buffers()[2].to_vector<float>()[0] == 3.0f);  // num_batches_tracked
 }

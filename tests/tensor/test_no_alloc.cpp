@@ -10,6 +10,8 @@
 #include <strata/collective/gloo.hpp>
 #endif
 
+#include <strata/models/char_transformer.hpp>
+
 #include "support/train_step.hpp"
 
 namespace {
@@ -41,8 +43,8 @@ void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::f
 namespace {
 
 template <strata::Strategy S, class Make>
-long steady_state_allocations(S& strategy, Make make, strata::Shape example_shape) {
-  const std::int64_t n = 64 * 60 * strategy.num_replicas_in_sync();  // 60 steps
+long steady_state_allocations(S& strategy, Make make, strata::Shape example_shape, std::int64_t per_replica = 64) {
+  const std::int64_t n = per_replica * 60 * strategy.num_replicas_in_sync();  // 60 steps
   strata::Generator g(1);
   std::vector<std::int64_t> dims{n};
   for (auto d : example_shape) dims.push_back(d);
@@ -53,7 +55,7 @@ long steady_state_allocations(S& strategy, Make make, strata::Shape example_shap
 
   auto model = strategy.scope(make);
   auto opt = strategy.scope([&] { return strata::optim::Sgd(model.parameters(), 0.05, 0.9); });
-  const std::int64_t batch = 64 * strategy.num_replicas_in_sync();
+  const std::int64_t batch = per_replica * strategy.num_replicas_in_sync();
   auto data = strategy.distribute(strata::data::Pipeline(strata::data::TensorDataset(x, y)).shuffle(0).batch(batch));
   int step = 0;
   for (auto& batch : data) {
@@ -79,6 +81,32 @@ TEST_CASE("Tensor.Allocator.SteadyStateMlpStepAllocatesNothing") {
 TEST_CASE("Tensor.Allocator.SteadyStateCnnStepAllocatesNothing") {
   strata::OneDeviceStrategy strategy;
   CHECK(steady_state_allocations(strategy, strata::models::fashion_mnist_cnn, {1, 28, 28}) == 0);
+}
+
+TEST_CASE("Tensor.Allocator.SteadyStateResNetStepAllocatesNothing") {
+  // Batch norm's statistics, residual additions, global average pooling (4 images a step:
+  // the sanitizer build runs at -O0).
+  strata::OneDeviceStrategy strategy;
+  CHECK(steady_state_allocations(strategy, [] { return strata::models::fashion_mnist_resnet(); }, {1, 28, 28}, 4) == 0);
+}
+
+TEST_CASE("Tensor.Allocator.SteadyStateTransformerStepAllocatesNothing") {
+  // Embeddings, causal attention through strided views, LayerNorm, GELU, Adam: 20 warm-up
+  // steps, then 30 counted ones (a small shape: the sanitizer build runs at -O0).
+  strata::manual_seed(0);
+  strata::models::CharTransformer model({.vocab = 17, .context = 16, .width = 32, .heads = 4, .layers = 2});
+  strata::optim::Adam opt(model.parameters(), 1e-3);
+  strata::Generator g(2);
+  std::vector<std::int64_t> tokens(2 * 16), next(2 * 16);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int64_t>(g.below(17)), next[i] = static_cast<std::int64_t>(g.below(17));
+  const strata::Tensor x = strata::from_vector<std::int64_t>({2, 16}, tokens), y = strata::from_vector<std::int64_t>({32}, next);
+  for (int step = 0; step < 50; ++step) {
+    if (step == 20) counting = true;
+    strata::Tensor loss = strata::nn::cross_entropy(strata::reshape(model(x), {32, 17}), y);
+    opt.apply_gradients(strata::grad(loss, model.parameters()));
+  }
+  counting = false;
+  CHECK(allocations.exchange(0) == 0);
 }
 
 // Every replica thread, the gradient engine's buckets and the strategy's hand-off included.

@@ -5,6 +5,7 @@
 /// ("rng") and the replicas in sync ("replicas"). restore_training_state() checks the whole
 /// file and every shape before it changes anything, so a mismatch fails before training.
 ///
+/// Buffers (BatchNorm's running statistics, Module::buffers()) are saved as "buffer.<i>".
 /// Generators that modules own (Dropout's, Module::generators()) are saved as "generator.<i>"
 /// when given: the seeds of a Dropout's keyed masks (and, outside a strategy's steps, where
 /// its draws have got to), so a model with dropout resumes drawing the masks it would have drawn.
@@ -74,9 +75,11 @@ inline OptimizerState read_optimizer_state(const Reader& r, const std::string& p
 
 inline NamedTensors capture_training_state(std::span<const Tensor> params, const optim::Optimizer& opt,
                                            TrainingPosition pos, int replicas,
-                                           std::span<Generator* const> generators = {}) {
+                                           std::span<Generator* const> generators = {},
+                                           std::span<const Tensor> buffers = {}) {
   NamedTensors out;
   for (std::size_t i = 0; i < params.size(); ++i) out.emplace_back("param." + std::to_string(i), params[i]);
+  for (std::size_t i = 0; i < buffers.size(); ++i) out.emplace_back("buffer." + std::to_string(i), buffers[i]);
   add_optimizer_state(out, "optimizer.", opt);
   out.emplace_back("position", from_vector<std::int64_t>({3}, {pos.step, pos.epoch, pos.batch}));
   out.emplace_back("rng", generator_tensor(default_generator()));
@@ -86,10 +89,36 @@ inline NamedTensors capture_training_state(std::span<const Tensor> params, const
   return out;
 }
 
+/// The tensors "<prefix>0", "<prefix>1", ... of `r`, exactly as many as `like` has, each of its
+/// counterpart's shape and dtype; a mismatch is named (`what`: what the model calls them).
+inline std::vector<Tensor> read_like(const Reader& r, const std::string& prefix, std::span<const Tensor> like,
+                                     const char* what) {
+  std::size_t saved = 0;
+  while (r.find(prefix + std::to_string(saved))) ++saved;
+  if (saved != like.size())
+    STRATA_THROW(invalid_argument, "strata.checkpoint.mismatch", "'", r.name(), "' holds ", saved, " ", what,
+                 ", the model has ", like.size());
+  std::vector<Tensor> values;
+  for (std::size_t i = 0; i < like.size(); ++i) {
+    const std::string key = prefix + std::to_string(i);
+    Tensor v = r.read(key);
+    if (v.shape() != like[i].shape() || v.dtype() != like[i].dtype()) {
+      std::ostringstream os;
+      os << strata::detail::error_text("strata.checkpoint.mismatch") << "shape mismatch for '" << key << "': "
+         << v.shape() << " " << name_of(v.dtype()) << " in '" << r.name() << "' vs " << like[i].shape() << " "
+         << name_of(like[i].dtype()) << " in the model";
+      throw invalid_argument(os.str());
+    }
+    values.push_back(std::move(v));
+  }
+  return values;
+}
+
 /// Restores what capture_training_state() saved into `params` (in place), `opt` and the
 /// default generator; returns the position to resume from.
 inline TrainingPosition restore_training_state(const Reader& r, std::span<const Tensor> params, optim::Optimizer& opt,
-                                               int replicas, std::span<Generator* const> generators = {}) {
+                                               int replicas, std::span<Generator* const> generators = {},
+                                               std::span<const Tensor> buffers = {}) {
   r.verify();
   auto scalar = [&](const char* key) { return static_cast<std::int64_t>(r.read(key).item()); };
   const std::int64_t saved_replicas = scalar("replicas");
@@ -102,22 +131,8 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
     while (r.find(prefix + std::to_string(n))) ++n;
     return n;
   };
-  const std::size_t saved_params = count("param.");
-  if (saved_params != params.size())
-    STRATA_THROW(invalid_argument, "strata.checkpoint.mismatch", "'", r.name(), "' holds ", saved_params,
-                 " parameters, the model has ", params.size());
-  std::vector<Tensor> values;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const std::string key = "param." + std::to_string(i);
-    Tensor v = r.read(key);
-    if (v.shape() != params[i].shape() || v.dtype() != params[i].dtype()) {
-      std::ostringstream os;
-      os << strata::detail::error_text("strata.checkpoint.mismatch") << "shape mismatch for '" << key << "': " << v.shape() << " " << name_of(v.dtype())
-         << " in '" << r.name() << "' vs " << params[i].shape() << " " << name_of(params[i].dtype()) << " in the model";
-      throw invalid_argument(os.str());
-    }
-    values.push_back(std::move(v));
-  }
+  const std::vector<Tensor> values = read_like(r, "param.", params, "parameters");
+  const std::vector<Tensor> buffer_values = read_like(r, "buffer.", buffers, "buffers (BatchNorm's running statistics)");
   const OptimizerState optimizer = read_optimizer_state(r, "optimizer.");
   const Tensor pos = r.read("position"), rng = r.read("rng");
   STRATA_REQUIRE(pos.numel() == 3 && pos.dtype() == DType::i64 && rng.numel() == 4 && rng.dtype() == DType::i64,
@@ -141,6 +156,10 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
     for (std::size_t i = 0; i < params.size(); ++i) {
       Tensor p = params[i];
       p.copy_(values[i]);
+    }
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      Tensor b = buffers[i];
+      b.copy_(buffer_values[i].to(b.device()));
     }
   }
   auto set = [](Generator& g, const Tensor& t) {

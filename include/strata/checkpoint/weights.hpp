@@ -1,6 +1,7 @@
 /// \file
-/// Weights for inference: a model's parameters alone, in the checkpoint file format (one
-/// tensor per parameter, named as named_parameters() names it), separate from training
+/// Weights for inference: a model's parameters and buffers alone (BatchNorm's running
+/// statistics), in the checkpoint file format (one tensor each, named as named_parameters()
+/// and named_buffers() name them), separate from training
 /// checkpoints (no optimizer state, no position, no generators). Loading checks every name,
 /// shape and dtype against the model and names the first mismatch before changing anything.
 ///
@@ -33,39 +34,46 @@ const nn::Module& weights_source(const M& model) {
   if constexpr (std::is_base_of_v<nn::Module, M>) return model;
   else return model.local();
 }
+/// What a weights file holds of a module: its parameters, then its buffers.
+inline std::vector<std::pair<std::string, Tensor>> weights_of(const nn::Module& m) {
+  auto out = m.named_parameters();
+  for (auto& named : m.named_buffers()) out.push_back(std::move(named));
+  return out;
+}
 }  // namespace detail
 
-/// Writes `model`'s parameters to `path` (atomically: a crash leaves the old file or none).
+/// Writes `model`'s parameters and buffers to `path` (atomically: a crash leaves the old file or none).
 template <class M>
 void save_weights(const M& model, const std::filesystem::path& path) {
   checkpoint::NamedTensors tensors;
-  for (auto& [name, t] : detail::weights_source(model).named_parameters())
+  for (auto& [name, t] : detail::weights_of(detail::weights_source(model)))
     tensors.emplace_back(name, t.to(Device::cpu()).contiguous());
   checkpoint::write_checkpoint(path, tensors);
 }
 
-/// Sets `model`'s parameters (on whatever device they are) to the values saved in `path`. The
-/// file must hold exactly the model's parameters, with their shapes and dtypes; anything else
+/// Sets `model`'s parameters and buffers (on whatever device they are) to the values saved in
+/// `path`. The file must hold exactly the model's parameters and buffers, with their shapes
+/// and dtypes; anything else
 /// is an error naming the first mismatch, and the model is left as it was.
 template <class M>
 void load_weights(M& model, const std::filesystem::path& path) {
   const checkpoint::Reader reader(path);
   const std::string file = path.string();
   auto apply = [&](nn::Module& m) {
-    const auto params = m.named_parameters();
+    const auto params = detail::weights_of(m);
     std::set<std::string> expected;
     for (const auto& [name, t] : params) {
       expected.insert(name);
       const checkpoint::Entry* e = reader.find(name);
       STRATA_REQUIRE(e != nullptr, invalid_argument, "strata.weights", "load_weights '", file, "': no tensor '", name,
-                     "' for the model's parameter of shape ", t.shape());
+                     "' for the model's tensor of shape ", t.shape());
       STRATA_REQUIRE(e->shape == t.shape() && e->dtype == t.dtype(), invalid_argument, "strata.weights",
                      "load_weights '", file, "': '", name, "' is ", e->shape, " ", name_of(e->dtype),
                      " in the file, ", t.shape(), " ", name_of(t.dtype()), " in the model");
     }
     for (const checkpoint::Entry& e : reader.entries())
       STRATA_REQUIRE(expected.count(e.name) == 1, invalid_argument, "strata.weights", "load_weights '", file,
-                     "': the file's '", e.name, "' is no parameter of the model");
+                     "': the file's '", e.name, "' is no parameter or buffer of the model");
     NoGradGuard no_grad;
     for (const auto& [name, t] : params) {
       Tensor dst = t;

@@ -1,5 +1,6 @@
 /// \file
-/// The standard layers: Linear, Conv2d, MaxPool2d, ReLU, Dropout, Flatten.
+/// The standard layers: Linear, Conv2d, MaxPool2d, AvgPool2d, GlobalAvgPool2d, the activations
+/// (ReLU, GELU, Tanh, Sigmoid, Softmax), Dropout, Flatten.
 #pragma once
 
 #include <cmath>
@@ -11,7 +12,9 @@
 #include <strata/ops/dropout.hpp>
 #include <strata/ops/elementwise.hpp>
 #include <strata/ops/linalg.hpp>  // linear
+#include <strata/ops/pool.hpp>     // avg_pool2d, global_avg_pool2d
 #include <strata/ops/shape_ops.hpp>
+#include <strata/ops/softmax.hpp>
 #include <strata/support/replica_scope.hpp>  // replica_info: Dropout's key
 
 namespace strata::nn {
@@ -89,6 +92,22 @@ class Sigmoid : public Module {
   Tensor forward(const Tensor& x) override { return sigmoid(x); }
 };
 
+/// x Φ(x), elementwise (the exact form; torch.nn.GELU()).
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return gelu(x); }
+};
+
+/// softmax along an axis (the last by default).
+class Softmax : public Module {
+ public:
+  explicit Softmax(int axis = -1) : axis_(axis) {}
+  Tensor forward(const Tensor& x) override { return softmax(x, axis_); }
+
+ private:
+  int axis_;
+};
+
 /// 2-D max pooling; the stride defaults to the window.
 class MaxPool2d : public Module {
  public:
@@ -98,6 +117,23 @@ class MaxPool2d : public Module {
 
  private:
   std::int64_t kernel_, stride_, padding_;
+};
+
+/// 2-D average pooling (padding counted in the divisor); the stride defaults to the window.
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0)
+      : kernel_(kernel), stride_(stride == 0 ? kernel : stride), padding_(padding) {}
+  Tensor forward(const Tensor& x) override { return avg_pool2d(x, kernel_, stride_, padding_); }
+
+ private:
+  std::int64_t kernel_, stride_, padding_;
+};
+
+/// [N, C, H, W] -> [N, C], the mean of each plane (torch's AdaptiveAvgPool2d(1) + flatten).
+class GlobalAvgPool2d : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return global_avg_pool2d(x); }
 };
 
 /// [N, ...] -> [N, prod(...)].

@@ -51,6 +51,21 @@ class Module {
       for (auto& [pname, t] : child->named_parameters()) out.emplace_back(cname + "." + pname, t);
     return out;
   }
+  /// (name, buffer) pairs: state that gradients do not train (BatchNorm's running statistics),
+  /// named like parameters; checkpoints and weights files save them beside the parameters.
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const {
+    std::vector<std::pair<std::string, Tensor>> out = buffers_;
+    for (const auto& [cname, child] : children_)
+      for (auto& [bname, t] : child->named_buffers()) out.emplace_back(cname + "." + bname, t);
+    return out;
+  }
+  /// Every buffer, in the order of named_buffers().
+  std::vector<Tensor> buffers() const {
+    std::vector<Tensor> out;
+    for (auto& [name, t] : named_buffers()) out.push_back(t);
+    return out;
+  }
+
   /// The random generators this module and its children own (Dropout's), in a fixed order:
   /// checkpoints save and restore them, so a resumed run draws the masks it would have drawn.
   std::vector<Generator*> generators() {
@@ -76,6 +91,7 @@ class Module {
   /// are dropped (the next backward makes them on the new device).
   Module& to(Device device) {
     move_in_place(parameters(), device);
+    move_in_place(buffers(), device);
     return *this;
   }
 
@@ -89,16 +105,28 @@ class Module {
     params_valid_ = false;
     return t;
   }
+  /// Adds `t` as a buffer named `name` (no gradient; the layer updates it itself).
+  Tensor register_buffer(std::string name, Tensor t) {
+    buffers_.emplace_back(std::move(name), t);
+    return t;
+  }
   /// Adds an owned child module.
   Module& register_module(std::string name, std::unique_ptr<Module> m) {
     children_.emplace_back(std::move(name), std::move(m));
     params_valid_ = false;
     return *children_.back().second;
   }
+  /// Makes a child of type M from `args`, registers it as `name` and returns it (owned by the
+  /// children list: the reference stays valid while this module lives, also after a move).
+  template <class M, class... A>
+  M& make_module(std::string name, A&&... args) {
+    return static_cast<M&>(register_module(std::move(name), std::make_unique<M>(std::forward<A>(args)...)));
+  }
   const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const { return children_; }
 
  private:
   std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   mutable std::vector<Tensor> params_cache_;
   mutable bool params_valid_ = false;

@@ -1,14 +1,14 @@
 /// \file
 /// Differentiable 2-D convolution (NCHW, im2col + one GEMM per batch, optional fused bias and
-/// ReLU) and 2-D max pooling.
+/// ReLU). Pooling is in ops/pool.hpp (included here: the layers that follow a convolution).
 #pragma once
 
 #include <algorithm>  // std::clamp, std::min
 #include <cstdint>
 
 #include <strata/kernels/cpu/conv.hpp>  // im2col, col2im
-#include <strata/kernels/cpu/pool.hpp>  // max_pool2d_forward/backward
 #include <strata/ops/linalg.hpp>        // Activation, ops::detail::gemm
+#include <strata/ops/pool.hpp>          // max_pool2d, avg_pool2d
 #include <strata/tensor/device_kernels.hpp>  // the device path
 
 namespace strata {
@@ -145,26 +145,6 @@ inline Tensor record_conv2d(void (*backward)(autograd::Node&, std::uint64_t), co
   return out;
 }
 
-inline void max_pool2d_backward(autograd::Node& n, std::uint64_t epoch) {
-  auto s = autograd::grad_slot(n.in[0], epoch);
-  if (!s) return;
-  const Tensor& x = n.in[0];
-  const kernels::cpu::PoolGeometry geo{x.dim(0) * x.dim(1), x.dim(2), x.dim(3), n.i[0], n.i[1], n.i[2]};
-  if (on_device(x)) {
-    const Tensor& g = autograd::grad_output(n);
-    device_kernels("max_pool2d", x, g).max_pool_backward(x.device().index, x.dtype(), geo, g.raw_data(),
-                                                         n.saved[0].device_data<std::int32_t>(), s.dst.raw_data(),
-                                                         s.accumulate);
-    return;
-  }
-  strata::detail::visit_floating(x.dtype(), "max_pool2d", [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::max_pool2d_backward<T>(geo, autograd::grad_output(n).template data<T>(),
-                                         n.saved[0].template data<std::int32_t>(), s.dst.template data<T>(),
-                                         s.accumulate);
-  });
-}
-
 }  // namespace ops::detail
 
 /// 2-D convolution: x [N, C, H, W], w [OC, C, KH, KW], optional b [OC]; square stride and
@@ -224,34 +204,6 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
     }
   });
   return ops::detail::record_conv2d(&ops::detail::conv2d_backward, out, x, w, b, xc, wc, act, stride, padding);
-}
-
-/// 2-D max pooling over x [N, C, H, W] with a square window; stride defaults to the window.
-inline Tensor max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0) {
-  STRATA_CHECK(x.defined() && x.ndim() == 4, "max_pool2d needs x [N, C, H, W], got ", x.shape());
-  if (stride == 0) stride = kernel;
-  STRATA_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && 2 * padding <= kernel, "max_pool2d: kernel ", kernel,
-               ", stride ", stride, ", padding ", padding, " are invalid");
-  STRATA_CHECK(x.dim(2) + 2 * padding >= kernel && x.dim(3) + 2 * padding >= kernel, "max_pool2d: window ", kernel,
-               " larger than the input ", x.shape());
-  Tensor xc = x.contiguous();
-  const kernels::cpu::PoolGeometry geo{x.dim(0) * x.dim(1), x.dim(2), x.dim(3), kernel, stride, padding};
-  Tensor out = Tensor::empty({x.dim(0), x.dim(1), geo.oh(), geo.ow()}, x.dtype(), x.device());
-  Tensor arg = Tensor::empty(out.shape(), DType::i32, x.device());
-  if (on_device(x))
-    device_kernels("max_pool2d", x).max_pool_forward(x.device().index, x.dtype(), geo, xc.raw_data(), out.raw_data(),
-                                                     arg.device_data<std::int32_t>());
-  else
-    strata::detail::visit_floating(x.dtype(), "max_pool2d", [&](auto tag) {
-      using T = decltype(tag);
-      kernels::cpu::max_pool2d_forward<T>(geo, xc.template data<T>(), out.template data<T>(),
-                                          arg.template data<std::int32_t>());
-    });
-  if (auto* n = autograd::record("max_pool2d", &ops::detail::max_pool2d_backward, out, x)) {
-    n->saved[0] = arg;
-    n->i = {kernel, stride, padding, 0, 0, 0};
-  }
-  return out;
 }
 
 }  // namespace strata

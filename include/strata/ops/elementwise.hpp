@@ -1,6 +1,6 @@
 /// \file
 /// Differentiable elementwise operations: binary arithmetic with NumPy broadcasting, scalar
-/// arithmetic, and unary functions (relu, exp, log, tanh, sigmoid).
+/// arithmetic, and unary functions (relu, exp, log, tanh, sigmoid, gelu).
 #pragma once
 
 #include <cmath>
@@ -197,6 +197,8 @@ inline Tensor exp(const Tensor& x) { return ops::detail::unary("exp", ops::detai
 inline Tensor log(const Tensor& x) { return ops::detail::unary("log", ops::detail::UnaryOp::log, x); }
 inline Tensor tanh(const Tensor& x) { return ops::detail::unary("tanh", ops::detail::UnaryOp::tanh, x); }
 inline Tensor sigmoid(const Tensor& x) { return ops::detail::unary("sigmoid", ops::detail::UnaryOp::sigmoid, x); }
+/// x Φ(x), Φ the standard normal CDF (the exact form, PyTorch's default GELU).
+inline Tensor gelu(const Tensor& x) { return ops::detail::unary("gelu", ops::detail::UnaryOp::gelu, x); }
 /// x + s.
 inline Tensor add(const Tensor& x, double s) { return ops::detail::unary("add_scalar", ops::detail::UnaryOp::add_scalar, x, s); }
 /// x * s.

@@ -1,14 +1,18 @@
 /// \file
-/// Differentiable matrix products: matmul, and linear (x W^T + b) with an optional fused
+/// Differentiable matrix products: matmul (batched over leading axes), and linear (x W^T + b) with an optional fused
 /// ReLU, so a Linear+ReLU pair costs one GEMM and one pass over its output.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include <strata/autograd/tape.hpp>
 #include <strata/kernels/cpu/elementwise.hpp>  // bias_act_inplace, relu_mask_inplace, column_sums
 #include <strata/kernels/cpu/gemm.hpp>         // kernels::cpu::gemm
 #include <strata/kernels/math/unary.hpp>     // Unary::relu
+#include <strata/ops/detail/strided.hpp>      // for_each_strided: the batch entries
+#include <strata/ops/shape_ops.hpp>         // reshape: linear over leading axes
 #include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
@@ -41,22 +45,99 @@ inline void device_gemm(const Tensor& on, bool ta, bool tb, std::int64_t m, std:
           c.raw_data(), n, accumulate);
 }
 
+/// How a matrix operand [..., R, C] lies in memory: row-major with row stride `ld`, or
+/// transposed (its transpose row-major with row stride `ld`), so a transposed view needs no copy.
+struct MatrixLayout {
+  bool transposed = false;
+  std::int64_t ld = 0;
+};
+
+/// The layout of `t`'s last two axes, or nothing when neither form fits (then copy it).
+inline std::optional<MatrixLayout> matrix_layout(const Tensor& t) {
+  const std::int64_t rows = t.dim(-2), cols = t.dim(-1);
+  const std::int64_t rs = t.strides()[t.ndim() - 2], cs = t.strides()[t.ndim() - 1];
+  if ((cs == 1 || cols <= 1) && rs >= std::max<std::int64_t>(cols, 1)) return MatrixLayout{false, rs};
+  if ((rs == 1 || rows <= 1) && cs >= std::max<std::int64_t>(rows, 1)) return MatrixLayout{true, cs};
+  return std::nullopt;
+}
+
+/// C (+)= op(A) op(B) for operands that start `*_at` elements into their tensors' first
+/// elements, on the host or the operands' device.
+inline void gemm_at(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const Tensor& a, std::int64_t a_at,
+                    std::int64_t lda, const Tensor& b, std::int64_t b_at, std::int64_t ldb, const Tensor& c,
+                    std::int64_t c_at, std::int64_t ldc, bool accumulate) {
+  if (on_device(c)) {
+    const auto esize = static_cast<std::int64_t>(size_of(c.dtype()));
+    const auto at = [&](const Tensor& t, std::int64_t off) { return static_cast<char*>(t.raw_data()) + off * esize; };
+    device_kernels("matmul", c, a, b)
+        .gemm(c.device().index, c.dtype(), ta, tb, m, n, k, at(a, a_at), lda, at(b, b_at), ldb, at(c, c_at), ldc,
+              accumulate);
+    return;
+  }
+  strata::detail::visit_floating(c.dtype(), "matmul", [&](auto tag) {
+    using T = decltype(tag);
+    gemm_strided<T>(ta, tb, m, n, k, a.template data<T>() + a_at, lda, b.template data<T>() + b_at, ldb,
+                    c.template data<T>() + c_at, ldc, accumulate);
+  });
+}
+
+/// The batch axes of a matmul operand: its strides over the output's batch shape (0 along
+/// every axis for a 2-D operand, which every batch entry shares).
+inline Shape batch_strides(const Tensor& t, const Shape& batch) {
+  Shape st = batch;
+  for (int i = 0; i < batch.ndim(); ++i) st[i] = t.ndim() == 2 ? 0 : t.strides()[i];
+  return st;
+}
+
+/// The output's batch shape: the operands' leading axes, which must agree unless one operand
+/// is 2-D (then it is shared by every batch entry).
+inline Shape matmul_batch(const Shape& a, const Shape& b) {
+  const Shape& longer = a.ndim() >= b.ndim() ? a : b;
+  Shape batch;
+  for (int i = 0; i + 2 < longer.ndim(); ++i) batch.push_back(longer[i]);
+  if (a.ndim() > 2 && b.ndim() > 2) {
+    bool same = a.ndim() == b.ndim();
+    for (int i = 0; same && i + 2 < a.ndim(); ++i) same = a[i] == b[i];
+    STRATA_CHECK(same, "matmul: batch axes differ: ", a, " x ", b, " (they must match, or one operand be 2-D)");
+  }
+  return batch;
+}
+
+/// Runs f(a_at, b_at, c_at, first) for every batch entry (element offsets of each operand).
+template <class F>
+void for_each_batch(const Shape& batch, const Shape& a_st, const Shape& b_st, const Shape& c_st, F&& f) {
+  bool first = true;
+  strata::detail::for_each_strided<3>(batch, {a_st, b_st, c_st}, [&](const auto& o) {
+    f(o[0], o[1], o[2], first);
+    first = false;
+  });
+}
+
 inline void matmul_backward(autograd::Node& n, std::uint64_t epoch) {
   const Tensor& g = autograd::grad_output(n);
   const Tensor &a = n.saved[0], &b = n.saved[1];
-  const std::int64_t M = a.dim(0), K = a.dim(1), N = b.dim(1);
-  if (on_device(g)) {
-    if (auto s = autograd::grad_slot(n.in[0], epoch)) device_gemm(g, false, true, M, K, N, g, b, s.dst, s.accumulate);
-    if (auto s = autograd::grad_slot(n.in[1], epoch)) device_gemm(g, true, false, K, N, M, a, g, s.dst, s.accumulate);
-    return;
+  const MatrixLayout la{n.i[0] != 0, n.i[1]}, lb{n.i[2] != 0, n.i[3]};
+  const std::int64_t M = a.dim(-2), K = a.dim(-1), N = b.dim(-1);
+  const Shape batch = matmul_batch(a.shape(), b.shape());
+  const Shape gst = batch_strides(g, batch);
+  if (auto s = autograd::grad_slot(n.in[0], epoch)) {  // dA = G op(B)^T; summed over the batch when A is shared
+    const bool shared = a.ndim() == 2 && batch.ndim() > 0;
+    if (shared && batch.numel() == 0 && !s.accumulate) s.dst.fill_(0.0);
+    for_each_batch(batch, gst, batch_strides(b, batch), batch_strides(s.dst, batch),
+                   [&](std::int64_t g_at, std::int64_t b_at, std::int64_t d_at, bool first) {
+                     gemm_at(false, !lb.transposed, M, K, N, g, g_at, N, b, b_at, lb.ld, s.dst, d_at, K,
+                             s.accumulate || (shared && !first));
+                   });
   }
-  strata::detail::visit_floating(g.dtype(), "matmul", [&](auto tag) {
-    using T = decltype(tag);
-    if (auto s = autograd::grad_slot(n.in[0], epoch))  // dA = G B^T
-      gemm<T>(false, true, M, K, N, g.template data<T>(), b.template data<T>(), s.dst.template data<T>(), s.accumulate);
-    if (auto s = autograd::grad_slot(n.in[1], epoch))  // dB = A^T G
-      gemm<T>(true, false, K, N, M, a.template data<T>(), g.template data<T>(), s.dst.template data<T>(), s.accumulate);
-  });
+  if (auto s = autograd::grad_slot(n.in[1], epoch)) {  // dB = op(A)^T G
+    const bool shared = b.ndim() == 2 && batch.ndim() > 0;
+    if (shared && batch.numel() == 0 && !s.accumulate) s.dst.fill_(0.0);
+    for_each_batch(batch, batch_strides(a, batch), gst, batch_strides(s.dst, batch),
+                   [&](std::int64_t a_at, std::int64_t g_at, std::int64_t d_at, bool first) {
+                     gemm_at(!la.transposed, false, K, N, M, a, a_at, la.ld, g, g_at, N, s.dst, d_at, N,
+                             s.accumulate || (shared && !first));
+                   });
+  }
 }
 
 inline void linear_backward(autograd::Node& n, std::uint64_t epoch) {
@@ -90,30 +171,53 @@ inline void linear_backward(autograd::Node& n, std::uint64_t epoch) {
 
 }  // namespace ops::detail
 
-/// The matrix product of 2-D tensors a [M, K] and b [K, N].
+/// The matrix product over the last two axes: a [..., M, K] times b [..., K, N] is
+/// [..., M, N]. Leading (batch) axes must match, or one operand be 2-D and shared by every
+/// batch entry. An operand that is a transposed view (transpose(k, -1, -2)) is read as it
+/// lies, without a copy.
 inline Tensor matmul(const Tensor& a, const Tensor& b) {
   STRATA_CHECK(a.defined() && b.defined(), "matmul: undefined operand");
-  STRATA_CHECK(a.ndim() == 2 && b.ndim() == 2, "matmul needs 2-D operands, got ", a.shape(), " and ", b.shape());
-  STRATA_CHECK(a.dim(1) == b.dim(0), "matmul: inner extents differ: ", a.shape(), " x ", b.shape());
+  STRATA_CHECK(a.ndim() >= 2 && b.ndim() >= 2, "matmul needs operands of at least 2 axes, got ", a.shape(), " and ",
+               b.shape());
+  STRATA_CHECK(a.dim(-1) == b.dim(-2), "matmul: inner extents differ: ", a.shape(), " x ", b.shape());
   STRATA_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ (", a.dtype(), " vs ", b.dtype(), ")");
-  Tensor ac = a.contiguous(), bc = b.contiguous();
-  Tensor out = Tensor::empty({a.dim(0), b.dim(1)}, a.dtype(), a.device());
-  if (on_device(a)) {
-    ops::detail::device_gemm(a, false, false, a.dim(0), b.dim(1), a.dim(1), ac, bc, out, false);
-  } else {
-    strata::detail::visit_floating(a.dtype(), "matmul", [&](auto tag) {
-      using T = decltype(tag);
-      ops::detail::gemm<T>(false, false, a.dim(0), b.dim(1), a.dim(1), ac.template data<T>(), bc.template data<T>(),
-                           out.template data<T>(), false);
-    });
+  using ops::detail::MatrixLayout;
+  const Shape batch = ops::detail::matmul_batch(a.shape(), b.shape());
+  const auto la0 = ops::detail::matrix_layout(a), lb0 = ops::detail::matrix_layout(b);
+  const Tensor ac = la0 ? a : a.contiguous(), bc = lb0 ? b : b.contiguous();
+  const MatrixLayout la = la0 ? *la0 : MatrixLayout{false, a.dim(-1)}, lb = lb0 ? *lb0 : MatrixLayout{false, b.dim(-1)};
+  const std::int64_t M = a.dim(-2), K = a.dim(-1), N = b.dim(-1);
+  Shape os = batch;
+  os.push_back(M);
+  os.push_back(N);
+  Tensor out = Tensor::empty(os, a.dtype(), a.device());
+  if (on_device(a)) (void)device_kernels("matmul", a, b);
+  else require_host("matmul", b);
+  ops::detail::for_each_batch(batch, ops::detail::batch_strides(ac, batch), ops::detail::batch_strides(bc, batch),
+                              ops::detail::batch_strides(out, batch),
+                              [&](std::int64_t a_at, std::int64_t b_at, std::int64_t c_at, bool) {
+                                ops::detail::gemm_at(la.transposed, lb.transposed, M, N, K, ac, a_at, la.ld, bc, b_at,
+                                                     lb.ld, out, c_at, N, false);
+                              });
+  if (auto* n = autograd::record("matmul", &ops::detail::matmul_backward, out, a, b)) {
+    n->saved = {ac, bc};
+    n->i[0] = la.transposed;
+    n->i[1] = la.ld;
+    n->i[2] = lb.transposed;
+    n->i[3] = lb.ld;
   }
-  if (auto* n = autograd::record("matmul", &ops::detail::matmul_backward, out, a, b)) n->saved = {ac, bc};
   return out;
 }
 
 /// x [N, I] W^T [I, O] + b [O], then `act`; W is [O, I] (PyTorch's layout), b may be undefined.
+/// x may have more leading axes ([..., I] gives [..., O]), like torch.nn.functional.linear.
 inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {}, Activation act = Activation::none) {
   STRATA_CHECK(x.defined() && w.defined(), "linear: undefined operand");
+  if (x.ndim() > 2 && w.ndim() == 2) {  // the leading axes as rows: two views, no copy of a contiguous x
+    Shape os = x.shape();
+    os[os.ndim() - 1] = w.dim(0);
+    return reshape(linear(reshape(x, {-1, x.dim(-1)}), w, b, act), os);
+  }
   STRATA_CHECK(x.ndim() == 2 && w.ndim() == 2, "linear needs x [N, in] and weight [out, in], got ", x.shape(), " and ",
                w.shape());
   STRATA_CHECK(x.dim(1) == w.dim(1), "linear: input has ", x.dim(1), " features, weight expects ", w.dim(1));

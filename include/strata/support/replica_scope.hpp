@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace strata {
 
@@ -24,6 +25,11 @@ struct ReplicaInfo {
   bool has_batch = false;
   std::int64_t epoch = 0, batch_index = 0;  ///< the batch's Batch::epoch and Batch::index
   std::int64_t first_row = 0;               ///< Batch::global_offset: the replica's first row among the step's
+  /// Adds `values` over the replicas in sync, in place, for a layer whose statistics span the
+  /// global batch (nn::SyncBatchNorm): every replica calls it with the same length at the same
+  /// point of its step. Set by strategies with more than one replica in sync; null otherwise.
+  void (*sum_over_replicas)(void* context, std::span<double> values) = nullptr;
+  void* sum_context = nullptr;
 };
 
 namespace detail {

@@ -1,5 +1,6 @@
 /// \file
-/// 2-D max pooling over NCHW, forward (keeping the argmax) and backward (scatter to it).
+/// 2-D pooling over NCHW: max pooling forward (keeping the argmax) and backward (scatter to
+/// it); average pooling (the padding counted, PyTorch's default) forward and backward.
 #pragma once
 
 #include <algorithm>  // std::fill_n
@@ -115,6 +116,48 @@ void max_pool2d_backward(const PoolGeometry g, const T* STRATA_RESTRICT dy, cons
     const std::int32_t* a = argmax + p * OH * OW;
     for (std::int64_t o = 0; o < OH * OW; ++o)
       if (a[o] >= 0) d[a[o]] += gy[o];
+  }
+}
+
+/// y = the mean of each k x k window, padding counted as zeros in the k * k divisor.
+template <class T>
+void avg_pool2d_forward(const PoolGeometry& g, const T* x, T* y) {
+  const std::int64_t OH = g.oh(), OW = g.ow();
+  const T inv = T(1) / static_cast<T>(g.k * g.k);
+  for (std::int64_t p = 0; p < g.planes; ++p) {
+    const T* in = x + p * g.h * g.w;
+    T* out = y + p * OH * OW;
+    for (std::int64_t oy = 0; oy < OH; ++oy)
+      for (std::int64_t ox = 0; ox < OW; ++ox) {
+        T s = 0;
+        for (std::int64_t i = std::max<std::int64_t>(0, oy * g.stride - g.pad);
+             i < std::min<std::int64_t>(g.h, oy * g.stride - g.pad + g.k); ++i)
+          for (std::int64_t j = std::max<std::int64_t>(0, ox * g.stride - g.pad);
+               j < std::min<std::int64_t>(g.w, ox * g.stride - g.pad + g.k); ++j)
+            s += in[i * g.w + j];
+        out[oy * OW + ox] = s * inv;
+      }
+  }
+}
+
+/// dx (+)= each window's dy / (k * k) spread over the window's elements inside the image.
+template <class T>
+void avg_pool2d_backward(const PoolGeometry& g, const T* dy, T* dx, bool accumulate) {
+  const std::int64_t OH = g.oh(), OW = g.ow();
+  const T inv = T(1) / static_cast<T>(g.k * g.k);
+  if (!accumulate) std::fill_n(dx, g.planes * g.h * g.w, T(0));
+  for (std::int64_t p = 0; p < g.planes; ++p) {
+    T* d = dx + p * g.h * g.w;
+    const T* go = dy + p * OH * OW;
+    for (std::int64_t oy = 0; oy < OH; ++oy)
+      for (std::int64_t ox = 0; ox < OW; ++ox) {
+        const T v = go[oy * OW + ox] * inv;
+        for (std::int64_t i = std::max<std::int64_t>(0, oy * g.stride - g.pad);
+             i < std::min<std::int64_t>(g.h, oy * g.stride - g.pad + g.k); ++i)
+          for (std::int64_t j = std::max<std::int64_t>(0, ox * g.stride - g.pad);
+               j < std::min<std::int64_t>(g.w, ox * g.stride - g.pad + g.k); ++j)
+            d[i * g.w + j] += v;
+      }
   }
 }
 

@@ -1,12 +1,58 @@
 /// \file
-/// Row-wise log-softmax and the fused softmax + cross-entropy, numerically stable (the row
-/// maximum is subtracted before exponentiating).
+/// Row-wise softmax (scaled, optionally causally masked), log-softmax and the fused softmax +
+/// cross-entropy, numerically stable (the row maximum is subtracted before exponentiating).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 namespace strata::kernels::cpu {
+
+/// The entries of row r that a causal mask keeps: with `period` > 0 the rows are queries
+/// r % period of `period` and a query q sees the keys c <= q + (cols - period) (the last query
+/// sees every key); 0 keeps every entry.
+inline std::int64_t causal_visible(std::int64_t r, std::int64_t cols, std::int64_t period) {
+  if (period <= 0) return cols;
+  const std::int64_t v = r % period + cols - period + 1;
+  return v < 0 ? 0 : (v > cols ? cols : v);
+}
+
+/// y[r, :] = softmax(scale * x[r, :]) over the row's visible entries (causal_visible); the
+/// masked entries are exactly 0, and so is a row with none visible. `scale` > 0.
+template <class T>
+void softmax_forward(std::int64_t rows, std::int64_t cols, const T* x, T* y, T scale, std::int64_t period) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    const std::int64_t vis = causal_visible(r, cols, period);
+    T mx = vis > 0 ? xr[0] : T(0);
+    for (std::int64_t c = 1; c < vis; ++c) mx = xr[c] > mx ? xr[c] : mx;
+    T s = 0;
+    for (std::int64_t c = 0; c < vis; ++c) {
+      yr[c] = std::exp(scale * (xr[c] - mx));
+      s += yr[c];
+    }
+    const T inv = vis > 0 ? T(1) / s : T(0);
+    for (std::int64_t c = 0; c < vis; ++c) yr[c] *= inv;
+    for (std::int64_t c = vis; c < cols; ++c) yr[c] = T(0);
+  }
+}
+
+/// dx = scale * y * (dy - sum(dy * y)) per row (0 where y is masked).
+template <class T>
+void softmax_backward(std::int64_t rows, std::int64_t cols, const T* y, const T* dy, T scale, T* dx, bool accumulate) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* yr = y + r * cols;
+    const T* gr = dy + r * cols;
+    T* dr = dx + r * cols;
+    T dot = 0;
+    for (std::int64_t c = 0; c < cols; ++c) dot += gr[c] * yr[c];
+    if (accumulate)
+      for (std::int64_t c = 0; c < cols; ++c) dr[c] += scale * yr[c] * (gr[c] - dot);
+    else
+      for (std::int64_t c = 0; c < cols; ++c) dr[c] = scale * yr[c] * (gr[c] - dot);
+  }
+}
 
 /// y[r, :] = x[r, :] - max - log(sum(exp(x[r, :] - max))).
 template <class T>

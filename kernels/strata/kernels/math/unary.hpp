@@ -13,7 +13,7 @@ namespace strata::kernels::math {
 
 /// The unary functions, as the integer an autograd node stores.
 struct Unary {
-  enum Kind : std::int64_t { neg, relu, exp, log, tanh, sigmoid, add_scalar, mul_scalar, pow_scalar };
+  enum Kind : std::int64_t { neg, relu, exp, log, tanh, sigmoid, add_scalar, mul_scalar, pow_scalar, gelu };
 };
 
 template <class T>
@@ -28,6 +28,7 @@ STRATA_HOST_DEVICE T unary_fwd(std::int64_t k, T x, T s) noexcept {
     case Unary::add_scalar: return x + s;
     case Unary::mul_scalar: return x * s;
     case Unary::pow_scalar: return std::pow(x, s);
+    case Unary::gelu: return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));  // exact (erf) form
   }
   return x;
 }
@@ -44,6 +45,9 @@ STRATA_HOST_DEVICE T unary_dydx(std::int64_t k, T x, T y, T s) noexcept {
     case Unary::add_scalar: return T(1);
     case Unary::mul_scalar: return s;
     case Unary::pow_scalar: return s * std::pow(x, s - T(1));
+    case Unary::gelu:  // Phi(x) + x phi(x)
+      return T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440))) +
+             x * T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);
   }
   return T(0);
 }

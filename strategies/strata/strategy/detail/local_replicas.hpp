@@ -7,6 +7,7 @@
 #include <concepts>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include <strata/data/pipeline.hpp>   // split_begin
 #include <strata/nn/init.hpp>         // default_generator
 #include <strata/strategy/per_replica.hpp>
+#include <strata/strategy/replica_context.hpp>  // StatisticsScope: the sums go through all_reduce
 #include <strata/strategy/replicated.hpp>
 
 namespace strata::detail {
@@ -79,9 +81,36 @@ inline data::Batch batch_rows(const data::Batch& global, std::int64_t lo, std::i
   return b;
 }
 
-/// fn(ctx, rows), with the layers told which rows of which step they run (BatchScope).
+/// Lets the layers add statistics over the replicas in sync through the replica's context
+/// (ReplicaInfo::sum_over_replicas, for nn::SyncBatchNorm), for the scope's lifetime. The
+/// context's all_reduce follows the gradient buckets already in flight, so a sum issued in
+/// the middle of backward keeps every replica's collectives in one order.
+class StatisticsScope {
+ public:
+  explicit StatisticsScope(ReplicaContext& ctx) noexcept : saved_(replica_info_slot()) {
+    ReplicaInfo& info = replica_info_slot();
+    info.sum_over_replicas = &sum;
+    info.sum_context = &ctx;
+  }
+  ~StatisticsScope() { replica_info_slot() = saved_; }
+  StatisticsScope(const StatisticsScope&) = delete;
+  StatisticsScope& operator=(const StatisticsScope&) = delete;
+
+ private:
+  static void sum(void* ctx, std::span<double> values) {
+    Tensor t = Tensor::empty(Shape{static_cast<std::int64_t>(values.size())}, DType::f64);  // pooled: no allocation
+    std::memcpy(t.raw_data(), values.data(), values.size_bytes());
+    static_cast<ReplicaContext*>(ctx)->all_reduce(ReduceOp::Sum, t);
+    std::memcpy(values.data(), t.raw_data(), values.size_bytes());
+  }
+  ReplicaInfo saved_;
+};
+
+/// fn(ctx, rows), with the layers told which rows of which step they run (BatchScope) and how
+/// to combine statistics across the replicas in sync (StatisticsScope).
 template <class F, class Ctx>
 decltype(auto) run_on_rows(F& fn, Ctx& ctx, const data::Batch& rows) {
+  StatisticsScope statistics(ctx);
   BatchScope scope(rows.epoch, rows.index, rows.global_offset);
   return fn(ctx, rows);
 }

@@ -1,0 +1,229 @@
+/// \file
+/// Differentiable normalisation: layer_norm over the last axis, and batch_norm over the
+/// channels of [N, C] or [N, C, H, W] with running statistics, its batch statistics taken over
+/// the replica's rows or over the global batch of the replicas in sync (SyncBatchNorm).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <strata/autograd/grad_mode.hpp>     // NoGradGuard
+#include <strata/autograd/tape.hpp>
+#include <strata/kernels/cpu/batch_norm.hpp>
+#include <strata/kernels/cpu/layer_norm.hpp>
+#include <strata/support/replica_scope.hpp>  // replica_info: the synchronised statistics
+#include <strata/tensor/device_kernels.hpp>  // require_host
+#include <strata/tensor/tensor.hpp>
+
+namespace strata {
+
+/// Where batch_norm takes a training step's statistics from.
+enum class BatchStatistics {
+  per_replica,  ///< the replica's own rows (PyTorch DDP's BatchNorm)
+  global,       ///< every row of the replicas in sync (SyncBatchNorm, tf's SyncBatchNormalization)
+};
+
+namespace ops::detail {
+
+inline void layer_norm_backward(autograd::Node& n, std::uint64_t epoch) {
+  auto sx = autograd::grad_slot(n.in[0], epoch), sw = autograd::grad_slot(n.in[1], epoch),
+       sb = autograd::grad_slot(n.in[2], epoch);
+  const Tensor &x = n.saved[0], &stats = n.saved[1];
+  const std::int64_t cols = x.dim(-1), rows = x.numel() / cols;
+  strata::detail::visit_floating(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const auto ptr = [](const autograd::GradSlot& s) { return s ? s.dst.template data<T>() : nullptr; };
+    kernels::cpu::layer_norm_backward<T>(rows, cols, x.template data<T>(),
+                                         n.in[1].defined() ? n.in[1].template data<T>() : nullptr,
+                                         stats.template data<T>(), autograd::grad_output(n).template data<T>(), ptr(sx),
+                                         sx.accumulate, ptr(sw), sw.accumulate, ptr(sb), sb.accumulate);
+  });
+}
+
+/// A reusable per-thread scratch of doubles (a step's statistics), so steps do not allocate.
+inline std::span<double> scratch(std::size_t n) {
+  thread_local std::vector<double> buf;
+  if (buf.size() < n) buf.resize(n);
+  std::fill(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n), 0.0);
+  return {buf.data(), n};
+}
+
+/// Adds `values` over the replicas in sync (when there are several): the sums of this
+/// replica's rows become the global batch's.
+inline void sum_over_replicas(std::span<double> values) {
+  const ReplicaInfo& info = replica_info();
+  if (info.replicas_in_sync <= 1) return;
+  STRATA_CHECK(info.sum_over_replicas != nullptr,
+               "batch_norm: this strategy gives its replicas no way to combine batch statistics");
+  info.sum_over_replicas(info.sum_context, values);
+}
+
+/// [N, C, ...]: images, channels and the plane (the product of the axes after C).
+struct ChannelGeometry {
+  std::int64_t images, channels, plane;
+};
+inline ChannelGeometry channel_geometry(const Tensor& x) {
+  std::int64_t plane = 1;
+  for (int i = 2; i < x.ndim(); ++i) plane *= x.dim(i);
+  return {x.dim(0), x.dim(1), plane};
+}
+
+inline void batch_norm_backward(autograd::Node& n, std::uint64_t epoch) {
+  auto sx = autograd::grad_slot(n.in[0], epoch), sw = autograd::grad_slot(n.in[1], epoch),
+       sb = autograd::grad_slot(n.in[2], epoch);
+  const Tensor &x = n.saved[0], &stats = n.saved[1];
+  const ChannelGeometry geo = channel_geometry(x);
+  const std::int64_t N = geo.images, C = geo.channels, P = geo.plane;  // (no structured binding: lambdas use them)
+  const bool training = n.i[0] != 0;
+  const auto which = static_cast<BatchStatistics>(n.i[1]);
+  strata::detail::visit_floating(x.dtype(), "batch_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.template data<T>();
+    const T* mean = stats.template data<T>();
+    const T* rstd = mean + C;
+    const T* dy = autograd::grad_output(n).template data<T>();
+    std::span<double> sums = scratch(static_cast<std::size_t>(2 * C));  // Σ dy, Σ dy h
+    kernels::cpu::batch_norm_grad_sums<T>(N, C, P, xp, mean, rstd, dy, sums.data(), sums.data() + C);
+    if (sw) {
+      T* d = sw.dst.template data<T>();
+      for (std::int64_t c = 0; c < C; ++c) d[c] = static_cast<T>((sw.accumulate ? d[c] : T(0)) + sums[static_cast<std::size_t>(C + c)]);
+    }
+    if (sb) {
+      T* d = sb.dst.template data<T>();
+      for (std::int64_t c = 0; c < C; ++c) d[c] = static_cast<T>((sb.accumulate ? d[c] : T(0)) + sums[static_cast<std::size_t>(c)]);
+    }
+    // The replicas join the sum even when this one needs no input gradient: every one calls it.
+    if (training && which == BatchStatistics::global) sum_over_replicas(sums);
+    if (!sx) return;
+    const T* w = n.in[1].defined() ? n.in[1].template data<T>() : nullptr;
+    if (!training) {
+      kernels::cpu::batch_norm_input_grad<T>(N, C, P, xp, mean, rstd, w, dy, nullptr, nullptr, sx.dst.template data<T>(),
+                                             sx.accumulate);
+      return;
+    }
+    Tensor means = Tensor::empty({2, C}, x.dtype());  // mean dy, mean dy h over the global count
+    T* md = means.template data<T>();
+    for (std::int64_t c = 0; c < 2 * C; ++c)  // (no rows here, none anywhere: nothing to scale)
+      md[c] = n.f[0] > 0 ? static_cast<T>(sums[static_cast<std::size_t>(c)] / n.f[0]) : T(0);
+    kernels::cpu::batch_norm_input_grad<T>(N, C, P, xp, mean, rstd, w, dy, md, md + C, sx.dst.template data<T>(),
+                                           sx.accumulate);
+  });
+}
+
+}  // namespace ops::detail
+
+/// (x - mean) / sqrt(var + eps) * weight + bias over the last axis of x [..., D], the mean and
+/// the (biased) variance per row; weight and bias ([D]) may be undefined.
+inline Tensor layer_norm(const Tensor& x, const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5) {
+  STRATA_CHECK(x.defined() && x.ndim() >= 1, "layer_norm of an undefined or 0-d tensor");
+  require_host("layer_norm", x, weight, bias);
+  const std::int64_t D = x.dim(-1);
+  STRATA_CHECK(D > 0, "layer_norm over an empty last axis (shape ", x.shape(), ")");
+  for (const Tensor* t : {&weight, &bias})
+    STRATA_CHECK(!t->defined() || (t->ndim() == 1 && t->dim(0) == D && t->dtype() == x.dtype()), "layer_norm: ",
+                 t == &weight ? "weight" : "bias", " must be [", D, "] of ", x.dtype(), ", got ", t->shape(), " of ",
+                 t->dtype());
+  STRATA_CHECK(eps > 0, "layer_norm: eps must be positive, got ", eps);
+  const Tensor xc = x.contiguous();
+  const std::int64_t rows = x.numel() / D;
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  Tensor stats = Tensor::empty({rows, 2}, x.dtype());
+  strata::detail::visit_floating(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::layer_norm_forward<T>(rows, D, xc.template data<T>(),
+                                        weight.defined() ? weight.template data<T>() : nullptr,
+                                        bias.defined() ? bias.template data<T>() : nullptr, eps, out.template data<T>(),
+                                        stats.template data<T>());
+  });
+  if (auto* n = autograd::record("layer_norm", &ops::detail::layer_norm_backward, out, x, weight, bias))
+    n->saved = {xc, stats};
+  return out;
+}
+
+/// Batch normalisation of x [N, C] or [N, C, H, W] per channel. In training mode the batch's
+/// statistics normalise: over the replica's rows (BatchStatistics::per_replica), or over the
+/// global batch of the replicas in sync (BatchStatistics::global). The running statistics
+/// move towards the global batch's in either mode (one sum across the replicas in forward),
+/// so every replica holds the same running statistics, those one device would hold:
+/// running = (1 - momentum) running + momentum batch, the variance unbiased (PyTorch's rule).
+/// In evaluation mode the running statistics normalise. weight and bias ([C]) may be undefined.
+inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                         const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
+                         BatchStatistics which = BatchStatistics::per_replica) {
+  STRATA_CHECK(x.defined() && x.ndim() >= 2, "batch_norm needs x [N, C] or [N, C, H, W], got ", x.shape());
+  require_host("batch_norm", x, weight, bias, running_mean, running_var);
+  const ops::detail::ChannelGeometry geo = ops::detail::channel_geometry(x);
+  const std::int64_t N = geo.images, C = geo.channels, P = geo.plane;
+  for (const Tensor* t : {&weight, &bias, &running_mean, &running_var})
+    STRATA_CHECK(!t->defined() || (t->ndim() == 1 && t->dim(0) == C && t->dtype() == x.dtype()),
+                 "batch_norm: per-channel tensors must be [", C, "] of ", x.dtype(), ", got ", t->shape(), " of ",
+                 t->dtype());
+  STRATA_CHECK(training || (running_mean.defined() && running_var.defined()),
+               "batch_norm in evaluation mode needs running statistics");
+  STRATA_CHECK(eps > 0 && momentum >= 0 && momentum <= 1, "batch_norm: eps ", eps, " must be positive and momentum ",
+               momentum, " in [0, 1]");
+  const Tensor xc = x.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  Tensor stats = Tensor::empty({2, C}, x.dtype());  // mean, 1/sqrt(var + eps)
+  double count = static_cast<double>(N * P);
+  strata::detail::visit_floating(x.dtype(), "batch_norm", [&](auto tag) {
+    using T = decltype(tag);
+    T* mean = stats.template data<T>();
+    T* rstd = mean + C;
+    if (training) {
+      // Σx, Σx², count per channel: this replica's (local), then the global batch's (global).
+      const auto width = static_cast<std::size_t>(2 * C + 1);
+      std::span<double> sums = ops::detail::scratch(2 * width);
+      std::span<double> local = sums.first(width), global = sums.subspan(width);
+      kernels::cpu::channel_moments<T>(N, C, P, xc.template data<T>(), local.data(), local.data() + C);
+      local[width - 1] = count;
+      std::copy(local.begin(), local.end(), global.begin());
+      ops::detail::sum_over_replicas(global);  // the running statistics follow the global batch in either mode
+      const std::span<const double> own = which == BatchStatistics::global ? global : local;
+      count = own[width - 1];
+      STRATA_CHECK(count > 1 || (which == BatchStatistics::per_replica && count == 0),
+                   "batch_norm in training mode needs more than one value per channel, got ", count,
+                   which == BatchStatistics::global ? " over the global batch" : " (x ", x.shape(), ")");
+      const double total = global[width - 1];
+      for (std::int64_t c = 0; c < C; ++c) {
+        const auto moments = [&](std::span<const double> s, double n) {
+          const double m = n > 0 ? s[static_cast<std::size_t>(c)] / n : 0.0;
+          return std::pair{m, n > 0 ? std::max(0.0, s[static_cast<std::size_t>(C + c)] / n - m * m) : 0.0};
+        };
+        const auto [m, var] = moments(own, count);
+        mean[c] = static_cast<T>(m);
+        rstd[c] = static_cast<T>(1.0 / std::sqrt(var + eps));
+        if (running_mean.defined() && total > 1) {
+          const auto [gm, gvar] = moments(global, total);
+          T* rm = running_mean.template data<T>();
+          T* rv = running_var.template data<T>();
+          rm[c] = static_cast<T>((1 - momentum) * rm[c] + momentum * gm);
+          rv[c] = static_cast<T>((1 - momentum) * rv[c] + momentum * gvar * total / (total - 1));
+        }
+      }
+    } else {
+      const T* rm = running_mean.template data<T>();
+      const T* rv = running_var.template data<T>();
+      for (std::int64_t c = 0; c < C; ++c) {
+        mean[c] = rm[c];
+        rstd[c] = static_cast<T>(1.0 / std::sqrt(static_cast<double>(rv[c]) + eps));
+      }
+    }
+    kernels::cpu::batch_norm_apply<T>(N, C, P, xc.template data<T>(), mean, rstd,
+                                      weight.defined() ? weight.template data<T>() : nullptr,
+                                      bias.defined() ? bias.template data<T>() : nullptr, out.template data<T>());
+  });
+  if (auto* n = autograd::record("batch_norm", &ops::detail::batch_norm_backward, out, x, weight, bias)) {
+    n->saved = {xc, stats};
+    n->i[0] = training;
+    n->i[1] = static_cast<std::int64_t>(which);
+    n->f[0] = count;
+  }
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,137 @@
+// The ops under ResNets and Transformers, checked against central finite differences in
+// float64: views, concatenation and slices, batched matmul, softmax, GELU, normalisation,
+// embedding, average pooling and attention.
+#include "doctest.hpp"
+
+#include <functional>
+#include <vector>
+
+#include <strata/strata.hpp>
+
+using strata::Tensor;
+using Inputs = std::vector<Tensor>;
+
+namespace {
+
+Tensor var(const strata::Shape& s, std::uint64_t seed, double lo = -1, double hi = 1) {
+  strata::Generator g(seed);
+  return strata::uniform(s, lo, hi, g, strata::DType::f64).requires_grad_();
+}
+
+// A fixed weight per output element, so that a gradient written to the wrong element shows.
+Tensor weigh(const Tensor& y) {
+  strata::Generator g(99);
+  return y * strata::uniform(y.shape(), 0.5, 1.5, g, strata::DType::f64);
+}
+
+void expect_gradients_match(const char* what, const std::function<Tensor(const Inputs&)>& fn, const Inputs& in) {
+  const auto r = strata::gradcheck(fn, in);
+  INFO(what, ": ", r.message, " (max abs error ", r.max_abs_error, ")");
+  CHECK(r.ok);
+}
+
+}  // namespace
+
+TEST_CASE("Autograd.Gradcheck.Views") {
+  expect_gradients_match("transpose", [](const Inputs& v) { return weigh(strata::transpose(v[0], 0, 2)); },
+                         {var({2, 3, 4}, 1)});
+  expect_gradients_match("permute", [](const Inputs& v) { return weigh(strata::permute(v[0], {2, 0, 1})); },
+                         {var({2, 3, 4}, 2)});
+  expect_gradients_match("permute then reshape (a copy)", [](const Inputs& v) {
+    return weigh(strata::reshape(strata::permute(v[0], {1, 0, 2}), {3, -1}));
+  }, {var({2, 3, 2}, 3)});
+  expect_gradients_match("transpose used twice", [](const Inputs& v) {
+    const Tensor t = strata::transpose(v[0], 0, 1);
+    return weigh(t * t + t);
+  }, {var({3, 2}, 4)});
+}
+
+TEST_CASE("Autograd.Gradcheck.ConcatSliceSplit") {
+  expect_gradients_match("concat axis 0", [](const Inputs& v) { return weigh(strata::concat({v[0], v[1]}, 0)); },
+                         {var({2, 3}, 5), var({1, 3}, 6)});
+  expect_gradients_match("concat axis -1 of three", [](const Inputs& v) {
+    return weigh(strata::concat({v[0], v[1], v[2]}, -1));
+  }, {var({2, 1, 2}, 7), var({2, 1, 3}, 8), var({2, 1, 1}, 9)});
+  expect_gradients_match("concat of five (folded nodes), one input twice", [](const Inputs& v) {
+    return weigh(strata::concat({v[0], v[1], v[0], v[2], v[1]}, 1));
+  }, {var({2, 2}, 10), var({2, 1}, 11), var({2, 3}, 12)});
+  expect_gradients_match("concat of a transposed view", [](const Inputs& v) {
+    return weigh(strata::concat({strata::transpose(v[0], 0, 1), v[1]}, 0));
+  }, {var({3, 2}, 13), var({1, 3}, 14)});
+  expect_gradients_match("slice (a view)", [](const Inputs& v) { return weigh(strata::slice(v[0], 0, 1, 3)); },
+                         {var({4, 3}, 15)});
+  expect_gradients_match("slice (a copy)", [](const Inputs& v) { return weigh(strata::slice(v[0], -1, 1, 3)); },
+                         {var({2, 4}, 16)});
+  expect_gradients_match("split, parts used apart", [](const Inputs& v) {
+    const auto parts = strata::split(v[0], {1, 2, 1}, 1);
+    return weigh(parts[0] * parts[2] + strata::sum(parts[1], {1}, true));
+  }, {var({3, 4}, 17)});
+}
+
+TEST_CASE("Autograd.Gradcheck.BatchedMatmul") {
+  const auto mm = [](const Inputs& v) { return weigh(strata::matmul(v[0], v[1])); };
+  expect_gradients_match("3-D", mm, {var({2, 3, 4}, 18), var({2, 4, 2}, 19)});
+  expect_gradients_match("4-D", mm, {var({2, 2, 2, 3}, 20), var({2, 2, 3, 2}, 21)});
+  expect_gradients_match("3-D times a shared 2-D", mm, {var({3, 2, 4}, 22), var({4, 3}, 23)});
+  expect_gradients_match("a shared 2-D times 3-D", mm, {var({2, 4}, 24), var({3, 4, 2}, 25)});
+  expect_gradients_match("a transposed view (no copy)", [](const Inputs& v) {
+    return weigh(strata::matmul(v[0], strata::transpose(v[1], -1, -2)));
+  }, {var({2, 3, 4}, 26), var({2, 5, 4}, 27)});
+  expect_gradients_match("a transposed first operand", [](const Inputs& v) {
+    return weigh(strata::matmul(strata::transpose(v[0], -1, -2), v[1]));
+  }, {var({2, 4, 3}, 28), var({2, 4, 2}, 29)});
+  expect_gradients_match("heads as a permuted view", [](const Inputs& v) {
+    const Tensor q = strata::permute(strata::reshape(v[0], {2, 3, 2, 2}), {0, 2, 1, 3});  // [B, H, T, D] over [B, T, H, D]
+    return weigh(strata::matmul(q, strata::transpose(q, -1, -2)));
+  }, {var({2, 3, 4}, 30)});
+  expect_gradients_match("linear over leading axes", [](const Inputs& v) {
+    return weigh(strata::linear(v[0], v[1], v[2]));
+  }, {var({2, 3, 4}, 31), var({5, 4}, 32), var({5}, 33)});
+}
+
+TEST_CASE("Autograd.Gradcheck.SoftmaxAndGelu") {
+  expect_gradients_match("softmax", [](const Inputs& v) { return weigh(strata::softmax(v[0])); }, {var({3, 5}, 34, -3, 3)});
+  expect_gradients_match("softmax axis 0", [](const Inputs& v) { return weigh(strata::softmax(v[0], 0)); },
+                         {var({3, 2, 4}, 35, -3, 3)});
+  expect_gradients_match("scaled causal softmax", [](const Inputs& v) {
+    return weigh(strata::ops::detail::scaled_softmax(v[0], 0.5, 4));
+  }, {var({2, 4, 4}, 36, -3, 3)});
+  expect_gradients_match("gelu", [](const Inputs& v) { return strata::gelu(v[0]); }, {var({3, 4}, 37, -3, 3)});
+}
+
+TEST_CASE("Autograd.Gradcheck.Normalization") {
+  expect_gradients_match("layer_norm", [](const Inputs& v) { return weigh(strata::layer_norm(v[0], v[1], v[2])); },
+                         {var({2, 3, 5}, 38), var({5}, 39), var({5}, 40)});
+  expect_gradients_match("layer_norm without affine", [](const Inputs& v) { return weigh(strata::layer_norm(v[0])); },
+                         {var({4, 6}, 41)});
+  const auto bn = [](bool training) {
+    return [training](const Inputs& v) {
+      const Tensor rm = strata::from_vector<double>({3}, {0.1, -0.2, 0.3}, strata::DType::f64);
+      const Tensor rv = strata::from_vector<double>({3}, {1.5, 0.5, 2.0}, strata::DType::f64);
+      return weigh(strata::batch_norm(v[0], v[1], v[2], rm, rv, training));
+    };
+  };
+  expect_gradients_match("batch_norm [N, C] training", bn(true), {var({5, 3}, 42), var({3}, 43), var({3}, 44)});
+  expect_gradients_match("batch_norm [N, C, H, W] training", bn(true), {var({2, 3, 2, 3}, 45), var({3}, 46), var({3}, 47)});
+  expect_gradients_match("batch_norm evaluation", bn(false), {var({2, 3, 2, 2}, 48), var({3}, 49), var({3}, 50)});
+}
+
+TEST_CASE("Autograd.Gradcheck.EmbeddingPoolingAttention") {
+  const Tensor idx = strata::from_vector<std::int64_t>({2, 3}, {4, 0, 4, 1, 2, 4});  // repeats add up
+  expect_gradients_match("embedding", [&](const Inputs& v) { return weigh(strata::embedding(v[0], idx)); },
+                         {var({5, 3}, 51)});
+  expect_gradients_match("avg_pool2d", [](const Inputs& v) { return weigh(strata::avg_pool2d(v[0], 2)); },
+                         {var({2, 2, 4, 4}, 52)});
+  expect_gradients_match("avg_pool2d 3/2 pad 1", [](const Inputs& v) { return weigh(strata::avg_pool2d(v[0], 3, 2, 1)); },
+                         {var({1, 2, 5, 5}, 53)});
+  expect_gradients_match("global_avg_pool2d", [](const Inputs& v) { return weigh(strata::global_avg_pool2d(v[0])); },
+                         {var({2, 3, 2, 3}, 54)});
+  const auto attn = [](bool causal) {
+    return [causal](const Inputs& v) { return weigh(strata::scaled_dot_product_attention(v[0], v[1], v[2], causal)); };
+  };
+  expect_gradients_match("attention", attn(false), {var({2, 3, 4}, 55), var({2, 3, 4}, 56), var({2, 3, 2}, 57)});
+  expect_gradients_match("causal attention with heads", attn(true),
+                         {var({1, 2, 4, 2}, 58), var({1, 2, 4, 2}, 59), var({1, 2, 4, 3}, 60)});
+  expect_gradients_match("causal attention, fewer queries than keys", attn(true),
+                         {var({1, 2, 3}, 61), var({1, 4, 3}, 62), var({1, 4, 2}, 63)});
+}
