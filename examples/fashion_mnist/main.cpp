@@ -1,7 +1,7 @@
 // Fashion-MNIST trainer: the reference MLP or CNN, trained by one loop written as a template
-// over the strategy. The strategy is picked at run time (main, at the bottom, maps the flags
-// onto the template's instantiations); options.hpp holds the flags, report.hpp what is
-// printed and written besides training, step.hpp one step.
+// over the strategy. The strategy is picked at run time (../common/strategy_flags.hpp maps
+// the flags onto the template's instantiations); options.hpp holds the flags, report.hpp what
+// is printed and written besides training, step.hpp one step.
 //
 //   fashion_mnist --model mlp --epochs 3 --seed 0
 //   fashion_mnist --model cnn --epochs 1 --batch 64 --lr 0.05 --data /path/to/fashion-mnist
@@ -18,16 +18,6 @@
 
 #include <strata/runtime/fail_job.hpp>
 #include <strata/strata.hpp>
-#include <strata/strategy/parameter_server.hpp>
-#if STRATA_HAS_MPI
-#include <strata/collective/mpi.hpp>
-#endif
-#if STRATA_HAS_GLOO
-#include <strata/collective/gloo.hpp>
-#endif
-#if STRATA_HAS_NCCL
-#include <strata/collective/nccl.hpp>
-#endif
 
 #include "options.hpp"
 #include "report.hpp"
@@ -105,72 +95,13 @@ void train(S& strategy, const Options& o) {
   report.finish();
 }
 
-/// Runs f(static_cast<C*>(nullptr)) with the collective C that --collective names (mpi by
-/// default); one this build lacks is an error naming how to get it.
-template <class F>
-void with_collective(const Options& o, F&& f) {
-  const std::string c = o.collective.empty() ? "mpi" : o.collective;
-#if STRATA_HAS_MPI
-  if (c == "mpi") return f(static_cast<strata::collective::Mpi*>(nullptr));
-#endif
-#if STRATA_HAS_GLOO
-  if (c == "gloo") return f(static_cast<strata::collective::Gloo*>(nullptr));
-#endif
-#if STRATA_HAS_NCCL && (STRATA_HAS_MPI || STRATA_HAS_GLOO)  // NCCL's ranks meet through MPI or Gloo
-  if (c == "nccl") return f(static_cast<strata::collective::Nccl*>(nullptr));
-#endif
-  (void)f;  // a build with no collective at all
-  STRATA_THROW(strata::invalid_argument, "strata.example", "this build has no ", c, ": configure with -D", c,
-               "=enabled", c == "nccl" ? " (and -Dmpi or -Dgloo), and run the CUDA trainer, fashion_mnist_cuda" : "");
-}
-
-/// Runs f(strategy) with the strategy the options name.
-template <class F>
-void with_strategy(const Options& o, F&& f) {
-  if (o.strategy == "one_device") {
-    strata::OneDeviceStrategy s(o.parsed_device());
-    f(s);
-  } else if (o.strategy == "mirrored") {
-    strata::MirroredOptions mo;
-    if (!o.gradients.empty()) mo.gradients = o.gradients == "sharded" ? strata::GradientLayout::sharded : strata::GradientLayout::whole;
-    if (!o.rows.empty()) mo.rows = o.rows == "measured" ? strata::RowSplit::measured : strata::RowSplit::even;
-    strata::MirroredStrategy s(o.replicas, mo);
-    f(s);
-  } else if (o.strategy == "central_storage") {
-    strata::CentralStorageStrategy s(o.replicas);
-    f(s);
-  } else if (o.strategy == "multi_worker_mirrored") {
-    const strata::MultiWorkerOptions mw{.compression = o.compression == "fp16"   ? strata::Compression::fp16
-                                                       : o.compression == "bf16" ? strata::Compression::bf16
-                                                                                 : strata::Compression::none};
-    with_collective(o, [&]<class C>(C*) {
-      strata::MultiWorkerMirroredStrategy<C> s(mw);  // Nccl: each rank on its local GPU
-      f(s);
-    });
-  } else {  // parameter_server
-    const strata::ParameterServerOptions ps{
-        .servers = o.servers, .update_on_servers = o.update_on == "servers", .staleness = o.staleness};
-    with_collective(o, [&]<class C>(C*) {
-      if constexpr (strata::ps::TransportOf<C>) {
-        if (o.mode == "sync") {
-          strata::ParameterServerStrategy<C, strata::ps::Sync> s(ps);
-          f(s);
-        } else {
-          strata::ParameterServerStrategy<C, strata::ps::Async> s(ps);
-          f(s);
-        }
-      }
-    });
-  }
-}
-
 }  // namespace fmnist
 
 int main(int argc, char** argv) try {
   fmnist::Options o;
   if (const int status = fmnist::parse_options(argc, argv, o); status >= 0) return status;
   strata::kernels::cpu::set_blas_threads(o.threads);
-  fmnist::with_strategy(o, [&](auto& strategy) { fmnist::train(strategy, o); });
+  trainer::with_strategy(o, [&](auto& strategy) { fmnist::train(strategy, o); });
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fashion_mnist: %s\n", e.what());

@@ -124,6 +124,12 @@ TEST_CASE("Autograd.Gradcheck.EmbeddingPoolingAttention") {
                          {var({2, 2, 4, 4}, 52)});
   expect_gradients_match("avg_pool2d 3/2 pad 1", [](const Inputs& v) { return weigh(strata::avg_pool2d(v[0], 3, 2, 1)); },
                          {var({1, 2, 5, 5}, 53)});
+  expect_gradients_match("conv2d 1x1 stride 2 (a shortcut)", [](const Inputs& v) {
+    return weigh(strata::conv2d(v[0], v[1], Tensor(), 2, 0));
+  }, {var({2, 2, 5, 5}, 64), var({3, 2, 1, 1}, 65)});
+  expect_gradients_match("conv2d 5x5 stride 3 pad 2", [](const Inputs& v) {
+    return weigh(strata::conv2d(v[0], v[1], Tensor(), 3, 2));
+  }, {var({1, 2, 7, 8}, 66), var({2, 2, 5, 5}, 67)});
   expect_gradients_match("global_avg_pool2d", [](const Inputs& v) { return weigh(strata::global_avg_pool2d(v[0])); },
                          {var({2, 3, 2, 3}, 54)});
   const auto attn = [](bool causal) {

@@ -165,3 +165,36 @@ TEST_CASE("Checkpoint.TrainingPositionAfterEachBatch") {
   const std::vector<std::array<std::int64_t, 3>> want = {{1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}};
   CHECK(seen == want);
 }
+
+TEST_CASE("Checkpoint.BuffersResumeAndMismatchesAreNamed") {
+  // A model with batch norm: its running statistics ride in the checkpoint beside the
+  // parameters, so a resumed model evaluates as the saved one; a model with other buffers is
+  // refused before anything changes.
+  const auto make = [] {
+    return strata::nn::Sequential(strata::nn::Linear(12, 6), strata::nn::BatchNorm1d(6), strata::nn::ReLU(),
+                                  strata::nn::Linear(6, 4));
+  };
+  strata::manual_seed(1);
+  auto trained = make();
+  strata::optim::Sgd opt(trained.parameters(), 0.1);
+  const auto data = dataset();
+  for (const auto& b : strata::data::Pipeline(data).batch(25))
+    opt.apply_gradients(strata::grad(strata::nn::cross_entropy(trained(b.x), b.y), trained.parameters()));
+  const auto path = std::filesystem::temp_directory_path() / ("strata_buffers_" + std::to_string(::getpid()) + ".strata");
+  ck::write_checkpoint(path, ck::capture_training_state(trained.parameters(), opt, {4, 1, 0}, 1, {}, trained.buffers()));
+  strata::manual_seed(2);
+  auto resumed = make();
+  strata::optim::Sgd opt2(resumed.parameters(), 0.1);
+  (void)ck::restore_training_state(ck::Reader(path), resumed.parameters(), opt2, 1, {}, resumed.buffers());
+  trained.eval();
+  resumed.eval();
+  CHECK(resumed(data.x).to_vector<float>() == trained(data.x).to_vector<float>());
+  CHECK(resumed.buffers()[2].to_vector<float>()[0] == 4.0f);  // num_batches_tracked
+  auto plain = strata::nn::Sequential(strata::nn::Linear(12, 6), strata::nn::LayerNorm(6), strata::nn::ReLU(),
+                                      strata::nn::Linear(6, 4));  // the same parameters, no buffers
+  strata::optim::Sgd opt3(plain.parameters(), 0.1);
+  CHECK_THROWS_WITH_AS(ck::restore_training_state(ck::Reader(path), plain.parameters(), opt3, 1, {}, plain.buffers()),
+                       doctest::Contains("holds 3 buffers (BatchNorm's running statistics), the model has 0"),
+                       strata::invalid_argument);
+  std::filesystem::remove(path);
+}

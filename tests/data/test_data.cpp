@@ -402,3 +402,28 @@ TEST_CASE("Data.Pipeline.MapChangesBatchRowsNotTheDataset") {
   for (const data::Batch& b : mapped(data::Pipeline(ds).batch(16, data::Remainder::pad)))
     for (std::int64_t r = b.size - b.padding; r < b.size; ++r) CHECK(b.x.data<float>()[r] == 0.0f);
 }
+
+TEST_CASE("Data.Text.CorpusWindowsAndTheFortunes") {
+  const strata::data::CharCorpus corpus("abracadabra!");
+  CHECK(corpus.vocabulary == std::vector<unsigned char>{'!', 'a', 'b', 'c', 'd', 'r'});
+  CHECK(corpus.decode(corpus.tokens) == "abracadabra!");
+  CHECK_THROWS_WITH_AS(corpus.decode(std::vector<std::int64_t>{6}), doctest::Contains("outside a vocabulary of 6"),
+                       strata::invalid_argument);
+  // 12 tokens, context 5: two windows (the next token of the second is the 11th).
+  const auto windows = strata::data::next_token_windows(corpus.tokens, 5);
+  REQUIRE(windows.size() == 2);
+  const auto x = windows.x.to_vector<std::int64_t>(), y = windows.y.to_vector<std::int64_t>();
+  CHECK(corpus.decode(x) == "abracadabr");
+  CHECK(corpus.decode(y) == "bracadabra");
+  CHECK_THROWS_WITH_AS(strata::data::next_token_windows(corpus.tokens, 12), doctest::Contains("hold no window"),
+                       strata::invalid_argument);
+  // The reference corpus: Debian's fortunes, text only.
+  const std::string text = strata::data::fortunes_text();
+  CHECK(text.size() > 2'000'000);
+  CHECK(text.find('%') != std::string::npos);  // the fortunes' separator
+  const strata::data::CharCorpus fortunes(text);
+  CHECK(fortunes.vocabulary_size() > 60);
+  CHECK(fortunes.vocabulary_size() < 256);
+  CHECK_THROWS_WITH_AS(strata::data::fortunes_text("/nonexistent"), doctest::Contains("apt-get install fortunes"),
+                       strata::data_error);
+}

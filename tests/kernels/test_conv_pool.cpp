@@ -34,7 +34,11 @@ TEST_CASE("Kernels.Conv2d.MatchesDirectConvolution") {
   struct Case { int N, C, H, W, OC, K, s, p; };
   // The last two have >= 256 output pixels per image: the per-image GEMM path.
   for (Case c : {Case{2, 1, 8, 8, 3, 5, 1, 0}, Case{1, 3, 7, 9, 4, 3, 2, 1}, Case{3, 2, 5, 5, 2, 5, 1, 2},
-                 Case{2, 2, 20, 20, 3, 3, 1, 0}, Case{2, 1, 30, 30, 2, 5, 1, 1}}) {
+                 Case{2, 2, 20, 20, 3, 3, 1, 0}, Case{2, 1, 30, 30, 2, 5, 1, 1},
+                 // A ResNet's: 3x3 stride 2 pad 1 on even and odd planes, the 1x1 stride-2 shortcut,
+                 // and a stride larger than the padding's reach.
+                 Case{2, 2, 8, 8, 3, 3, 2, 1}, Case{1, 2, 7, 7, 2, 3, 2, 1}, Case{2, 3, 7, 7, 2, 1, 2, 0},
+                 Case{1, 2, 9, 11, 2, 5, 3, 2}}) {
     const auto x = ref::random_vector(static_cast<std::size_t>(c.N * c.C * c.H * c.W), 11);
     const auto w = ref::random_vector(static_cast<std::size_t>(c.OC * c.C * c.K * c.K), 12);
     const auto b = ref::random_vector(static_cast<std::size_t>(c.OC), 13);

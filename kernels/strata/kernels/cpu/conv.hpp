@@ -5,6 +5,7 @@
 
 #include <algorithm>  // std::fill_n
 #include <cstdint>
+#include <utility>  // std::pair
 
 #include <strata/config.hpp>              // STRATA_RESTRICT
 #include <strata/kernels/cpu/elementwise.hpp>  // copy_or_add
@@ -13,6 +14,16 @@
 namespace strata::kernels::cpu {
 
 using math::ConvGeometry;  // kernels/math/conv_geometry.hpp
+
+/// The output columns [x0, x1) of kernel column j whose input column ox*s - p + j lies inside
+/// the image (x1 <= x0 when none does).
+inline std::pair<std::int64_t, std::int64_t> inside(const ConvGeometry& g, std::int64_t j, std::int64_t ow) {
+  const std::int64_t lo = g.pad - j;                 // ox * s >= lo
+  const std::int64_t hi = g.w + g.pad - j;           // ox * s < hi
+  const std::int64_t x0 = lo <= 0 ? 0 : (lo + g.stride - 1) / g.stride;
+  const std::int64_t x1 = hi <= 0 ? 0 : std::min<std::int64_t>(ow, (hi + g.stride - 1) / g.stride);
+  return {x0, x1};
+}
 
 /// cols[(c,i,j), (n,y,x)] = x[n, c, y*s - p + i, x*s - p + j] (0 outside the image).
 template <class T>
@@ -53,11 +64,12 @@ void im2col(const ConvGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT
               for (std::int64_t ox = 0; ox < x0 && ox < OW; ++ox) out[ox] = T(0);
               for (std::int64_t ox = x0; ox < x1; ++ox) out[ox] = src[ox - g.pad + j];
               for (std::int64_t ox = std::max(x1, x0); ox < OW; ++ox) out[ox] = T(0);
-            } else {
-              for (std::int64_t ox = 0; ox < OW; ++ox) {
-                const std::int64_t ix = ox * g.stride - g.pad + j;
-                out[ox] = (ix >= 0 && ix < g.w) ? src[ix] : T(0);
-              }
+            } else {  // the columns inside the row, found once, then a loop without bounds checks
+              const auto [x0, x1] = inside(g, j, OW);
+              for (std::int64_t ox = 0; ox < std::min(x0, OW); ++ox) out[ox] = T(0);
+              const T* s = src + x0 * g.stride - g.pad + j;
+              for (std::int64_t ox = x0; ox < x1; ++ox, s += g.stride) out[ox] = *s;
+              for (std::int64_t ox = std::max(x0, x1); ox < OW; ++ox) out[ox] = T(0);
             }
           }
         }
@@ -101,10 +113,9 @@ void col2im(const ConvGeometry g, const T* STRATA_RESTRICT cols, T* STRATA_RESTR
               T* STRATA_RESTRICT d = dst - g.pad + j;
               for (std::int64_t ox = x0; ox < x1; ++ox) d[ox] += in[ox];
             } else {
-              for (std::int64_t ox = 0; ox < OW; ++ox) {
-                const std::int64_t ix = ox * g.stride - g.pad + j;
-                if (ix >= 0 && ix < g.w) dst[ix] += in[ox];
-              }
+              const auto [sx0, sx1] = inside(g, j, OW);
+              T* d = dst + sx0 * g.stride - g.pad + j;
+              for (std::int64_t ox = sx0; ox < sx1; ++ox, d += g.stride) *d += in[ox];
             }
           }
         }

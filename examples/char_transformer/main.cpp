@@ -1,0 +1,200 @@
+// Character-level Transformer language model on the text of Debian's fortunes package: the
+// reference causal Transformer (nanoGPT's shakespeare-char shape) trained by one loop written
+// as a template over the strategy, picked at run time like the Fashion-MNIST trainer's. The
+// last 10 % of the text is held out; the validation loss is in nats per character. At the end
+// the chief samples a few lines of text.
+//
+//   char_transformer --steps 2000                                  (one device)
+//   char_transformer --strategy mirrored --replicas 2
+//   mpirun -np 2 char_transformer --strategy multi_worker_mirrored --collective mpi
+//   strata-run -np 2 char_transformer --strategy multi_worker_mirrored --collective gloo
+//   mpirun -np 3 char_transformer --strategy parameter_server --servers 1 --mode sync
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include <strata/models/char_transformer.hpp>
+#include <strata/runtime/fail_job.hpp>
+#include <strata/strata.hpp>
+
+#include "../common/strategy_flags.hpp"
+
+namespace {
+
+struct Options : trainer::StrategyFlags {
+  std::int64_t steps = 1000, batch = 32, context = 64, width = 128, heads = 4, layers = 4;
+  double lr = 1e-3, clip = 1.0;
+  std::uint64_t seed = 0;
+  std::int64_t eval_every = 250, eval_windows = 256, sample_chars = 300;
+  std::string data_dir = strata::data::default_fortunes_dir();
+  bool quiet = false;
+  // The gradients are clipped after aggregation, on the workers: a parameter server then
+  // only stores (--update-on servers needs --clip 0).
+  Options() { update_on = "workers"; }
+};
+
+int parse_options(int argc, char** argv, Options& o) {
+  CLI::App app{"Trains the reference character-level Transformer on Debian's fortunes under any strategy; prints the "
+               "validation loss (nats per character) as it goes, samples text at the end, then one JSON line.",
+               "char_transformer"};
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per replica: the global batch is B x replicas")->capture_default_str();
+  app.add_option("--context", o.context, "characters per sequence")->capture_default_str();
+  app.add_option("--width", o.width)->capture_default_str();
+  app.add_option("--heads", o.heads)->capture_default_str();
+  app.add_option("--layers", o.layers)->capture_default_str();
+  app.add_option("--lr", o.lr, "Adam's learning rate, cosine-decayed after 100 warm-up steps")->capture_default_str();
+  app.add_option("--clip", o.clip, "global gradient norm (0: none)")->capture_default_str();
+  app.add_option("--seed", o.seed, "initialisation and shuffling")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "steps between validation losses")->capture_default_str();
+  app.add_option("--eval-windows", o.eval_windows, "held-out sequences each validation reads")->capture_default_str();
+  app.add_option("--sample", o.sample_chars, "characters to sample at the end")->capture_default_str();
+  app.add_option("--data", o.data_dir, "the fortunes directory")->capture_default_str();
+  app.add_flag("--quiet", o.quiet, "no progress lines");
+  trainer::add_strategy_flags(app, o, "cpu (this trainer runs on the CPU)");
+  try {
+    app.parse(argc, argv);
+    for (auto [flag, v] : {std::pair{"--steps", o.steps}, std::pair{"--batch", o.batch}, std::pair{"--context", o.context},
+                           std::pair{"--width", o.width}, std::pair{"--heads", o.heads}, std::pair{"--layers", o.layers},
+                           std::pair{"--eval-every", o.eval_every}, std::pair{"--eval-windows", o.eval_windows}})
+      if (v < 1) throw CLI::ValidationError(flag, "must be at least 1, got " + std::to_string(v));
+    if (o.width % o.heads != 0) throw CLI::ValidationError("--heads", "must divide --width");
+    trainer::check_strategy_flags(app, o);
+    if (o.update_on == "servers" && o.clip > 0)
+      throw CLI::ValidationError("--update-on", "servers needs --clip 0: clipping runs on the workers, before the update");
+    if (o.device != "cpu") throw CLI::ValidationError("--device", "this trainer runs on the CPU");
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return -1;
+}
+
+/// The mean next-character loss over `windows` (nats per character), without gradients.
+double validation_loss(strata::models::CharTransformer& model, const strata::data::TensorDataset& windows) {
+  strata::NoGradGuard no_grad;
+  const std::int64_t V = model.shape().vocab;
+  double total = 0;
+  std::int64_t count = 0;
+  for (const auto& b : strata::data::Pipeline(windows).batch(64)) {
+    const strata::Tensor logits = strata::reshape(model(b.x), {-1, V});
+    total += strata::nn::cross_entropy(logits, strata::reshape(b.y, {-1}), strata::nn::Reduction::sum).item();
+    count += b.y.numel();
+  }
+  return total / static_cast<double>(count);
+}
+
+/// `n` characters drawn one at a time from the model's distribution, after `prompt`.
+std::string sample(strata::models::CharTransformer& model, const strata::data::CharCorpus& corpus,
+                   std::vector<std::int64_t> prompt, std::int64_t n, strata::Generator& gen) {
+  strata::NoGradGuard no_grad;
+  const std::int64_t V = model.shape().vocab, C = model.shape().context;
+  std::vector<std::int64_t> out;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto from = prompt.size() > static_cast<std::size_t>(C) ? prompt.end() - C : prompt.begin();
+    const std::vector<std::int64_t> window(from, prompt.end());
+    const auto T = static_cast<std::int64_t>(window.size());
+    const auto p = strata::softmax(model(strata::from_vector<std::int64_t>({1, T}, window))).to_vector<double>();
+    double u = gen.uniform(0.0, 1.0), acc = 0;
+    std::int64_t next = V - 1;
+    for (std::int64_t v = 0; v < V; ++v)
+      if ((acc += p[static_cast<std::size_t>((T - 1) * V + v)]) >= u) {
+        next = v;
+        break;
+      }
+    prompt.push_back(next);
+    out.push_back(next);
+  }
+  return corpus.decode(out);
+}
+
+template <strata::Strategy S>
+void train(S& strategy, const Options& o) {
+  using Clock = std::chrono::steady_clock;
+  const strata::data::CharCorpus corpus(strata::data::fortunes_text(o.data_dir));
+  const auto split = static_cast<std::ptrdiff_t>(corpus.tokens.size() * 9 / 10);  // a fixed held-out tail
+  const std::span<const std::int64_t> all(corpus.tokens);
+  const auto train_windows = strata::data::next_token_windows(all.first(static_cast<std::size_t>(split)), o.context);
+  const auto held_out = strata::data::next_token_windows(all.subspan(static_cast<std::size_t>(split)), o.context);
+  const auto val = strata::data::TensorDataset(
+      strata::data::slice_rows(held_out.x, 0, std::min(o.eval_windows, held_out.size())),
+      strata::data::slice_rows(held_out.y, 0, std::min(o.eval_windows, held_out.size())));
+
+  strata::manual_seed(o.seed);
+  const strata::models::TransformerShape shape{corpus.vocabulary_size(), o.context, o.width, o.heads, o.layers};
+  auto model = strategy.scope([&] { return strata::models::CharTransformer(shape); });
+  auto opt = strategy.scope([&] { return strata::optim::AdamW(model.parameters(), o.lr, {.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1}); });
+  opt.set_schedule(strata::optim::Schedule::cosine(o.lr, o.steps, std::min<std::int64_t>(100, o.steps / 10), o.lr / 10));
+  if (o.clip > 0) opt.clip_by_global_norm(o.clip);
+  auto pipeline = strata::data::Pipeline(train_windows).shuffle(o.seed).batch(o.batch * strategy.num_replicas_in_sync());
+  const bool report = strategy.is_chief() && !o.quiet;
+  if (report)
+    std::printf("%zu characters (%lld distinct), %lld training and %lld held-out sequences of %lld; %s\n",
+                corpus.tokens.size(), static_cast<long long>(corpus.vocabulary_size()),
+                static_cast<long long>(train_windows.size()), static_cast<long long>(held_out.size()),
+                static_cast<long long>(o.context), S::name);
+
+  // Whole epochs, then the first batches of one more: every rank runs the same epochs (a
+  // parameter server's range serves its workers until they have finished each one).
+  const std::int64_t per_epoch = pipeline.num_batches();
+  std::int64_t step = 0;
+  double loss = 0, val_loss = NAN;
+  std::int64_t tokens = 0;
+  const auto start = Clock::now();
+  for (std::int64_t epoch = 0, done = 0; done < o.steps; ++epoch) {
+    const std::int64_t now = std::min(per_epoch, o.steps - done);
+    strata::data::Pipeline part = pipeline.take(now);
+    part.set_position(epoch, 0);
+    for (auto& batch : strategy.distribute(part)) {
+      auto losses = strategy.run(
+          [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+            const strata::Tensor logits = strata::reshape(model(b.x), {-1, shape.vocab});
+            const strata::Tensor per_char = strata::nn::cross_entropy(logits, strata::reshape(b.y, {-1}),
+                                                                      strata::nn::Reduction::none);
+            strata::Tensor l = strata::compute_average_loss(per_char, b.global_size * o.context);
+            opt.apply_gradients(ctx, strata::grad(l, model.parameters()));
+            return l;
+          },
+          batch);
+      loss = strategy.reduce(strata::ReduceOp::Sum, losses).item();
+      tokens += batch.global_size * o.context;
+      ++step;
+      if (step % o.eval_every == 0 || step == o.steps) {
+        strata::models::CharTransformer& held = model;  // this process's copy
+        val_loss = validation_loss(held, val);
+        if (report)
+          std::printf("step %lld  epoch %lld  train %.4f  validation %.4f nats/char\n", static_cast<long long>(step),
+                      static_cast<long long>(epoch), loss, val_loss);
+      }
+    }
+    done += now;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (strategy.is_chief()) {
+    strata::models::CharTransformer& held = model;
+    strata::Generator gen(o.seed + 1);
+    const std::string text = sample(held, corpus, {corpus.tokens[0]}, o.sample_chars, gen);
+    if (!o.quiet) std::printf("--- sampled ---\n%s\n---------------\n", text.c_str());
+    std::printf("{\"model\":\"char_transformer\",\"strategy\":\"%s\",\"replicas\":%d,\"steps\":%lld,\"train_loss\":%.5f,"
+                "\"validation_loss\":%.5f,\"chars_per_s\":%.1f}\n",
+                S::name, strategy.num_replicas_in_sync(), static_cast<long long>(step), loss, val_loss,
+                static_cast<double>(tokens) / seconds);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Options o;
+  if (const int status = parse_options(argc, argv, o); status >= 0) return status;
+  trainer::with_strategy(o, [&](auto& strategy) { train(strategy, o); });
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "char_transformer: %s\n", e.what());
+  strata::runtime::fail_job(e.what());
+  return 1;
+}

@@ -1,0 +1,152 @@
+/// \file
+/// The trainers' strategy flags, declared once with CLI11: which strategy, its collective and
+/// its options; the checks that span several of them; and with_strategy(), which maps them
+/// onto the strategy templates (one instantiation of the trainer's loop each).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include <strata/strata.hpp>
+#include <strata/strategy/parameter_server.hpp>
+#if STRATA_HAS_MPI
+#include <strata/collective/mpi.hpp>
+#endif
+#if STRATA_HAS_GLOO
+#include <strata/collective/gloo.hpp>
+#endif
+#if STRATA_HAS_NCCL
+#include <strata/collective/nccl.hpp>
+#endif
+
+namespace trainer {
+
+struct StrategyFlags {
+  std::string strategy = "one_device";
+  int replicas = 2;
+  std::string collective;  ///< mpi, gloo or nccl (multi_worker_mirrored, parameter_server)
+  std::string compression = "none", device = "cpu";
+  std::string gradients, rows;  ///< mirrored; empty: STRATA_GRADIENTS / STRATA_ROW_SPLIT or the defaults
+  int servers = 0;
+  std::string mode = "sync", update_on = "servers";
+  std::int64_t staleness = -1;
+
+  /// --device as a Device: "cpu" or "cuda:N".
+  strata::Device parsed_device() const {
+    if (device == "cpu") return strata::Device::cpu();
+    return strata::Device::cuda(std::stoi(device.substr(5)));
+  }
+};
+
+/// Declares the strategy flags on `app`; `device_help` says what --device needs in this trainer.
+inline void add_strategy_flags(CLI::App& app, StrategyFlags& f, const std::string& device_help) {
+  app.add_option("--strategy", f.strategy)
+      ->check(CLI::IsMember({"one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server"}))
+      ->capture_default_str();
+  app.add_option("--replicas", f.replicas, "replica threads (mirrored, central_storage)")
+      ->check(CLI::Range(1, 16))->capture_default_str();
+  app.add_option("--collective", f.collective, "multi_worker_mirrored: mpi, gloo or nccl; parameter_server: mpi or gloo")
+      ->check(CLI::IsMember({"mpi", "gloo", "nccl"}));
+  app.add_option("--compression", f.compression, "16-bit gradients on the wire (multi_worker_mirrored)")
+      ->check(CLI::IsMember({"none", "fp16", "bf16"}));
+  app.add_option("--gradients", f.gradients, "mirrored: sharded keeps each replica's summed gradients in its share "
+                 "only (docs/gradient_engine.md)")->check(CLI::IsMember({"whole", "sharded"}));
+  app.add_option("--rows", f.rows, "mirrored: measured splits each batch by the replicas' measured speed "
+                 "(docs/performance.md)")->check(CLI::IsMember({"even", "measured"}));
+  app.add_option("--device", f.device, device_help)
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const bool cuda = v.rfind("cuda:", 0) == 0 && v.size() > 5 &&
+                              v.find_first_not_of("0123456789", 5) == std::string::npos && v.size() < 9;
+            return v == "cpu" || cuda ? std::string() : "expects cpu or cuda:N, got '" + v + "'";
+          },
+          "cpu|cuda:N"))
+      ->capture_default_str();
+  app.add_option("--servers", f.servers, "parameter_server: server ranks (0: STRATA_NUM_SERVERS, else 1)");
+  app.add_option("--mode", f.mode, "parameter_server")->check(CLI::IsMember({"sync", "async"}));
+  app.add_option("--staleness", f.staleness, "parameter_server --mode async: pushes a worker may run ahead (-1: any)");
+  app.add_option("--update-on", f.update_on, "parameter_server")->check(CLI::IsMember({"servers", "workers"}));
+}
+
+/// The checks that span several strategy flags, once `app` has parsed (CLI11 errors).
+inline void check_strategy_flags(const CLI::App& app, const StrategyFlags& f) {
+  if (f.servers < 0) throw CLI::ValidationError("--servers", "must be at least 0, got " + std::to_string(f.servers));
+  auto only = [&](const char* flag, bool applies, const char* where) {
+    if (app.count(flag) > 0 && !applies) throw CLI::ValidationError(flag, std::string("applies to ") + where + " only");
+  };
+  only("--replicas", f.strategy == "mirrored" || f.strategy == "central_storage", "--strategy mirrored|central_storage");
+  only("--collective", f.strategy == "multi_worker_mirrored" || f.strategy == "parameter_server",
+       "--strategy multi_worker_mirrored|parameter_server");
+  only("--compression", f.strategy == "multi_worker_mirrored", "--strategy multi_worker_mirrored");
+  for (const char* flag : {"--gradients", "--rows"}) only(flag, f.strategy == "mirrored", "--strategy mirrored");
+  for (const char* flag : {"--servers", "--mode", "--staleness", "--update-on"})
+    only(flag, f.strategy == "parameter_server", "--strategy parameter_server");
+  only("--device", f.strategy == "one_device", "--strategy one_device (the others run on the CPU in this trainer)");
+  if (f.strategy == "multi_worker_mirrored" && f.collective.empty())
+    throw CLI::RequiredError("--collective (mpi, gloo or nccl) for --strategy multi_worker_mirrored");
+  if (f.strategy == "parameter_server" && f.collective == "nccl")
+    throw CLI::ValidationError("--collective", "parameter_server runs over mpi or gloo");
+}
+
+/// Runs f(static_cast<C*>(nullptr)) with the collective C that --collective names (mpi by
+/// default); one this build lacks is an error naming how to get it.
+template <class F>
+void with_collective(const StrategyFlags& o, F&& f) {
+  const std::string c = o.collective.empty() ? "mpi" : o.collective;
+#if STRATA_HAS_MPI
+  if (c == "mpi") return f(static_cast<strata::collective::Mpi*>(nullptr));
+#endif
+#if STRATA_HAS_GLOO
+  if (c == "gloo") return f(static_cast<strata::collective::Gloo*>(nullptr));
+#endif
+#if STRATA_HAS_NCCL && (STRATA_HAS_MPI || STRATA_HAS_GLOO)  // NCCL's ranks meet through MPI or Gloo
+  if (c == "nccl") return f(static_cast<strata::collective::Nccl*>(nullptr));
+#endif
+  (void)f;  // a build with no collective at all
+  STRATA_THROW(strata::invalid_argument, "strata.example", "this build has no ", c, ": configure with -D", c,
+               "=enabled", c == "nccl" ? " (and -Dmpi or -Dgloo), and run a CUDA build of the trainer" : "");
+}
+
+/// Runs f(strategy) with the strategy the flags name.
+template <class F>
+void with_strategy(const StrategyFlags& o, F&& f) {
+  if (o.strategy == "one_device") {
+    strata::OneDeviceStrategy s(o.parsed_device());
+    f(s);
+  } else if (o.strategy == "mirrored") {
+    strata::MirroredOptions mo;
+    if (!o.gradients.empty()) mo.gradients = o.gradients == "sharded" ? strata::GradientLayout::sharded : strata::GradientLayout::whole;
+    if (!o.rows.empty()) mo.rows = o.rows == "measured" ? strata::RowSplit::measured : strata::RowSplit::even;
+    strata::MirroredStrategy s(o.replicas, mo);
+    f(s);
+  } else if (o.strategy == "central_storage") {
+    strata::CentralStorageStrategy s(o.replicas);
+    f(s);
+  } else if (o.strategy == "multi_worker_mirrored") {
+    const strata::MultiWorkerOptions mw{.compression = o.compression == "fp16"   ? strata::Compression::fp16
+                                                       : o.compression == "bf16" ? strata::Compression::bf16
+                                                                                 : strata::Compression::none};
+    with_collective(o, [&]<class C>(C*) {
+      strata::MultiWorkerMirroredStrategy<C> s(mw);  // Nccl: each rank on its local GPU
+      f(s);
+    });
+  } else {  // parameter_server
+    const strata::ParameterServerOptions ps{
+        .servers = o.servers, .update_on_servers = o.update_on == "servers", .staleness = o.staleness};
+    with_collective(o, [&]<class C>(C*) {
+      if constexpr (strata::ps::TransportOf<C>) {
+        if (o.mode == "sync") {
+          strata::ParameterServerStrategy<C, strata::ps::Sync> s(ps);
+          f(s);
+        } else {
+          strata::ParameterServerStrategy<C, strata::ps::Async> s(ps);
+          f(s);
+        }
+      }
+    });
+  }
+}
+
+}  // namespace trainer
