@@ -5,6 +5,9 @@ thread; prints the median step time after warm-up and the peak RSS as one JSON l
 bench_train_cuda's does, and float32 stays float32 (no TF32 in cuDNN, whose default is TF32).
 
     /usr/bin/python3 bench/pytorch_train.py --model mlp|cnn|resnet [--steps N] [--warmup W] [--device cuda]
+
+With --epochs E it trains E whole epochs instead (shuffled anew each epoch, the last batch
+short) and adds the test accuracy, as examples/fashion_mnist reports it (resnet_quality.py).
 """
 import argparse
 import gzip
@@ -64,15 +67,18 @@ def main():
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--epochs", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", default=os.environ.get("STRATA_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
     a = ap.parse_args()
     steps = a.steps or (300 if a.model == "mlp" else 120)
     torch.set_num_threads(1)
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed)
     x = torch.from_numpy(read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz")).astype(np.float32) / 255.0)
     x = x.reshape(-1, 1, 28, 28)
     y = torch.from_numpy(read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz")).astype(np.int64))
-    order = torch.from_numpy(np.random.default_rng(0).permutation(len(x)))
+    rng = np.random.default_rng(a.seed)
+    order = torch.from_numpy(rng.permutation(len(x)))
     dev = torch.device(a.device)
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -80,8 +86,16 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     times = []
+    if a.epochs:  # whole epochs: every row once per epoch, the last batch short
+        per_epoch = (len(x) + a.batch - 1) // a.batch
+        steps, a.warmup = a.epochs * per_epoch - min(30, per_epoch), min(30, per_epoch)
+        order = torch.cat([torch.from_numpy(rng.permutation(len(x))) for _ in range(a.epochs)])
     for k in range(a.warmup + steps):
-        idx = order[k * a.batch:(k + 1) * a.batch]
+        if a.epochs:
+            e, j = divmod(k, per_epoch)
+            idx = order[e * len(x) + j * a.batch:e * len(x) + min(len(x), (j + 1) * a.batch)]
+        else:
+            idx = order[k * a.batch:(k + 1) * a.batch]
         xb, yb = x[idx], y[idx]  # the batch is assembled outside the timed step, as strata prefetches it
         t0 = time.perf_counter()
         xb, yb = xb.to(dev), yb.to(dev)
@@ -93,9 +107,18 @@ def main():
         times.append((time.perf_counter() - t0) * 1000.0)
     timed = sorted(times[a.warmup:])
     median = timed[len(timed) // 2]
-    print(json.dumps({"impl": "pytorch-" + torch.__version__, "device": dev.type, "batch": a.batch, "model": a.model, "steps": len(timed),
-                      "median_step_ms": round(median, 4), "examples_per_s": round(1000.0 * a.batch / median, 1),
-                      "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)}))
+    report = {"impl": "pytorch-" + torch.__version__, "device": dev.type, "batch": a.batch, "model": a.model, "steps": len(timed),
+              "median_step_ms": round(median, 4), "examples_per_s": round(1000.0 * a.batch / median, 1),
+              "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)}
+    if a.epochs:
+        tx = torch.from_numpy(read_idx(os.path.join(a.data, "t10k-images-idx3-ubyte.gz")).astype(np.float32) / 255.0)
+        ty = torch.from_numpy(read_idx(os.path.join(a.data, "t10k-labels-idx1-ubyte.gz")).astype(np.int64))
+        model.eval()
+        with torch.no_grad():
+            right = sum((model(tx[i:i + 1000].reshape(-1, 1, 28, 28).to(dev)).argmax(1).cpu() == ty[i:i + 1000]).sum().item()
+                        for i in range(0, len(tx), 1000))
+        report.update(epochs=a.epochs, seed=a.seed, final_loss=round(loss.item(), 6), test_accuracy=round(right / len(tx), 4))
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

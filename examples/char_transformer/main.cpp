@@ -9,6 +9,8 @@
 //   mpirun -np 2 char_transformer --strategy multi_worker_mirrored --collective mpi
 //   strata-run -np 2 char_transformer --strategy multi_worker_mirrored --collective gloo
 //   mpirun -np 3 char_transformer --strategy parameter_server --servers 1 --mode sync
+#include <sys/resource.h>  // getrusage: the peak RSS in the summary
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -144,12 +146,15 @@ void train(S& strategy, const Options& o) {
   std::int64_t step = 0;
   double loss = 0, val_loss = NAN;
   std::int64_t tokens = 0;
+  std::vector<double> step_ms;  // each training step's time, for the median
+  step_ms.reserve(static_cast<std::size_t>(o.steps));
   const auto start = Clock::now();
   for (std::int64_t epoch = 0, done = 0; done < o.steps; ++epoch) {
     const std::int64_t now = std::min(per_epoch, o.steps - done);
     strata::data::Pipeline part = pipeline.take(now);
     part.set_position(epoch, 0);
     for (auto& batch : strategy.distribute(part)) {
+      const auto t0 = Clock::now();
       auto losses = strategy.run(
           [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
             const strata::Tensor logits = strata::reshape(model(b.x), {-1, shape.vocab});
@@ -161,6 +166,7 @@ void train(S& strategy, const Options& o) {
           },
           batch);
       loss = strategy.reduce(strata::ReduceOp::Sum, losses).item();
+      step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       tokens += batch.global_size * o.context;
       ++step;
       if (step % o.eval_every == 0 || step == o.steps) {
@@ -174,15 +180,21 @@ void train(S& strategy, const Options& o) {
     done += now;
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // The median step after the first tenth (at most 10 steps of warm-up).
+  const std::size_t warmup = std::min<std::size_t>(10, step_ms.size() / 10);
+  std::sort(step_ms.begin() + static_cast<std::ptrdiff_t>(warmup), step_ms.end());
+  const double median_ms = step_ms.empty() ? 0.0 : step_ms[warmup + (step_ms.size() - warmup) / 2];
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
   if (strategy.is_chief()) {
     strata::models::CharTransformer& held = model;
     strata::Generator gen(o.seed + 1);
     const std::string text = sample(held, corpus, {corpus.tokens[0]}, o.sample_chars, gen);
     if (!o.quiet) std::printf("--- sampled ---\n%s\n---------------\n", text.c_str());
     std::printf("{\"model\":\"char_transformer\",\"strategy\":\"%s\",\"replicas\":%d,\"steps\":%lld,\"train_loss\":%.5f,"
-                "\"validation_loss\":%.5f,\"chars_per_s\":%.1f}\n",
+                "\"validation_loss\":%.5f,\"chars_per_s\":%.1f,\"median_step_ms\":%.4f,\"peak_rss_mib\":%.1f}\n",
                 S::name, strategy.num_replicas_in_sync(), static_cast<long long>(step), loss, val_loss,
-                static_cast<double>(tokens) / seconds);
+                static_cast<double>(tokens) / seconds, median_ms, static_cast<double>(usage.ru_maxrss) / 1024.0);
   }
 }
 

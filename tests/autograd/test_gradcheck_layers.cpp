@@ -3,6 +3,8 @@
 // embedding, average pooling and attention.
 #include "doctest.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <vector>
 
@@ -114,6 +116,43 @@ TEST_CASE("Autograd.Gradcheck.Normalization") {
   expect_gradients_match("batch_norm [N, C] training", bn(true), {var({5, 3}, 42), var({3}, 43), var({3}, 44)});
   expect_gradients_match("batch_norm [N, C, H, W] training", bn(true), {var({2, 3, 2, 3}, 45), var({3}, 46), var({3}, 47)});
   expect_gradients_match("batch_norm evaluation", bn(false), {var({2, 3, 2, 2}, 48), var({3}, 49), var({3}, 50)});
+  // ResNet's fusions: relu(bn(x)) and relu(bn(x) + residual), in training and evaluation.
+  const auto bn_fused = [](bool training, bool residual) {
+    return [training, residual](const Inputs& v) {
+      const Tensor rm = strata::from_vector<double>({3}, {0.1, -0.2, 0.3}, strata::DType::f64);
+      const Tensor rv = strata::from_vector<double>({3}, {1.5, 0.5, 2.0}, strata::DType::f64);
+      return weigh(strata::batch_norm(v[0], v[1], v[2], rm, rv, training, 0.1, 1e-5, strata::BatchStatistics::per_replica,
+                                      strata::Activation::relu, residual ? v[3] : Tensor()));
+    };
+  };
+  expect_gradients_match("batch_norm + relu training", bn_fused(true, false),
+                         {var({3, 3, 2, 3}, 51), var({3}, 52), var({3}, 53)});
+  expect_gradients_match("batch_norm + residual + relu training", bn_fused(true, true),
+                         {var({3, 3, 2, 3}, 54), var({3}, 55), var({3}, 56), var({3, 3, 2, 3}, 57)});
+  expect_gradients_match("batch_norm + residual + relu evaluation", bn_fused(false, true),
+                         {var({2, 3, 2, 2}, 58), var({3}, 59), var({3}, 60), var({2, 3, 2, 2}, 61)});
+}
+
+TEST_CASE("Ops.BatchNorm.FusedEqualsComposedAndKeepsDigitsOfALargeMean") {
+  const Tensor x = var({4, 3, 5, 5}, 62), w = var({3}, 63), b = var({3}, 64), r = var({4, 3, 5, 5}, 65);
+  const auto rm = strata::zeros({3}, strata::DType::f64), rv = strata::ones({3}, strata::DType::f64);
+  const auto composed = strata::relu(strata::batch_norm(x, w, b, rm, rv, true) + r).to_vector<double>();
+  const auto fused = strata::batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5, strata::BatchStatistics::per_replica,
+                                        strata::Activation::relu, r)
+                         .to_vector<double>();
+  REQUIRE(fused.size() == composed.size());
+  for (std::size_t i = 0; i < fused.size(); ++i) CHECK(fused[i] == doctest::Approx(composed[i]).epsilon(1e-12));
+  // float32 values near 1000 with a spread near 0.3: the statistics must not cancel away the spread.
+  strata::Generator g(66);
+  const Tensor big = strata::add(strata::uniform({8, 2, 9, 9}, -0.5, 0.5, g, strata::DType::f64), 1000.0);
+  const auto rm2 = strata::zeros({2}, strata::DType::f64), rv2 = strata::ones({2}, strata::DType::f64);
+  const auto want = strata::batch_norm(big, {}, {}, rm2, rv2, true).to_vector<double>();
+  const auto got = strata::batch_norm(strata::to_dtype(big, strata::DType::f32), {}, {}, strata::zeros({2}),
+                                      strata::ones({2}), true)
+                       .to_vector<double>();
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  CHECK(worst < 1e-3);
 }
 
 TEST_CASE("Autograd.Gradcheck.EmbeddingPoolingAttention") {

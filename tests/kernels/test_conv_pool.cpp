@@ -118,10 +118,16 @@ TEST_CASE("Kernels.MaxPool2d.BackwardRoutesToFirstMaximum") {
 
 // Batches large enough that the column matrix is built in several chunks, the last one short
 // (conv_chunk_images): forward and all three gradients, with the ReLU fused, against the
-// definition in double. Both GEMM layouts: per image (24x24 outputs) and per chunk (8x8).
+// definition in double. Both GEMM layouts: per image (24x24 outputs) and per chunk (8x8);
+// the ResNet's 3x3 convolutions with padding at strides 1 and 2 onto rows of 14, 7 and 4
+// pixels (the widths im2col copies at a constant length) and onto a row of 5 (it does not).
+// The second backward pass adds to the first's gradients.
 TEST_CASE("Kernels.Conv2d.ChunkedBatchesMatchTheDefinition") {
   struct Case { int N, C, H, W, OC, K, s, p; };
-  for (const Case c : {Case{5, 16, 26, 26, 4, 3, 1, 0}, Case{5, 64, 12, 12, 6, 5, 1, 0}, Case{3, 120, 13, 13, 3, 3, 2, 1}}) {
+  for (const Case c : {Case{5, 16, 26, 26, 4, 3, 1, 0}, Case{5, 64, 12, 12, 6, 5, 1, 0}, Case{3, 120, 13, 13, 3, 3, 2, 1},
+                       Case{5, 24, 14, 14, 4, 3, 1, 1}, Case{5, 24, 28, 28, 4, 3, 2, 1}, Case{5, 80, 7, 7, 4, 3, 1, 1},
+                       Case{5, 80, 14, 14, 4, 3, 2, 1}, Case{5, 256, 4, 4, 3, 3, 1, 1}, Case{5, 256, 7, 7, 3, 3, 2, 1},
+                       Case{5, 160, 5, 5, 3, 3, 1, 1}}) {
     const int OH = (c.H + 2 * c.p - c.K) / c.s + 1, OW = (c.W + 2 * c.p - c.K) / c.s + 1;
     const auto geo = strata::kernels::cpu::ConvGeometry{c.N, c.C, c.H, c.W, c.K, c.K, c.s, c.p};
     REQUIRE(strata::ops::detail::conv_chunk_images(geo, sizeof(double)) < c.N);  // several chunks
@@ -160,5 +166,12 @@ TEST_CASE("Kernels.Conv2d.ChunkedBatchesMatchTheDefinition") {
     CHECK(ref::max_rel_diff(X.grad().to_vector<double>(), dx) < 1e-12);
     CHECK(ref::max_rel_diff(Wt.grad().to_vector<double>(), dw) < 1e-12);
     CHECK(ref::max_rel_diff(B.grad().to_vector<double>(), db) < 1e-12);
+    out = strata::conv2d(X, Wt, B, c.s, c.p, strata::Activation::relu);
+    strata::backward(out, strata::from_vector<double>(out.shape(), gy, strata::DType::f64),
+                     strata::GradAccumulation::accumulate);
+    for (auto& v : dx) v *= 2;
+    for (auto& v : dw) v *= 2;
+    CHECK(ref::max_rel_diff(X.grad().to_vector<double>(), dx) < 1e-12);
+    CHECK(ref::max_rel_diff(Wt.grad().to_vector<double>(), dw) < 1e-12);
   }
 }

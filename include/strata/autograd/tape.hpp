@@ -25,7 +25,7 @@ struct Node {
   BackwardFn backward = nullptr;
   const char* name = "";
   Tensor out;
-  std::array<Tensor, 3> in;
+  std::array<Tensor, 4> in;
   std::array<Tensor, 2> saved;
   std::array<double, 2> f{};
   std::array<std::int64_t, 6> i{};
@@ -74,16 +74,16 @@ inline bool tracks_grad(const Tensor& t) noexcept {
 /// Appends a node for `out` if recording is on and any input tracks gradients; returns it (or
 /// nullptr when nothing was recorded, and the caller need not save anything).
 inline Node* record(const char* name, BackwardFn fn, const Tensor& out, const Tensor& a, const Tensor& b = {},
-                    const Tensor& c = {}) {
+                    const Tensor& c = {}, const Tensor& d = {}) {
   if (!GradMode::enabled()) return nullptr;
-  if (!tracks_grad(a) && !tracks_grad(b) && !tracks_grad(c)) return nullptr;
+  if (!tracks_grad(a) && !tracks_grad(b) && !tracks_grad(c) && !tracks_grad(d)) return nullptr;
   Tape& tape = Tape::current();
   const auto idx = static_cast<std::int32_t>(tape.size());
   Node& n = tape.nodes().emplace_back();
   n.backward = fn;
   n.name = name;
   n.out = out;
-  n.in = {a, b, c};
+  n.in = {a, b, c, d};
   auto& oag = out.impl()->ag;
   oag.requires_grad = true;
   oag.node = idx;

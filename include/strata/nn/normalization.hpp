@@ -51,10 +51,16 @@ class BatchNorm : public Module {
     running_var_ = register_buffer("running_var", ones({channels}, dtype));
     batches_ = register_buffer("num_batches_tracked", zeros({}, DType::i64));
   }
-  Tensor forward(const Tensor& x) override {
+  Tensor forward(const Tensor& x) override { return forward_fused(x, Activation::none, {}); }
+  /// BatchNorm then ReLU in one pass (a Sequential fuses "BatchNorm, ReLU" through it).
+  bool fuses_activation() const override { return true; }
+  Tensor forward_fused(const Tensor& x, Activation act) override { return forward_fused(x, act, {}); }
+  /// act(forward(x) + residual) in one pass: a residual block's last norm, its shortcut and ReLU.
+  Tensor forward_fused(const Tensor& x, Activation act, const Tensor& residual) {
     check_input(x);
     if (is_training()) ++batches_.data<std::int64_t>()[0];
-    return batch_norm(x, weight_, bias_, running_mean_, running_var_, is_training(), momentum_, eps_, statistics_);
+    return batch_norm(x, weight_, bias_, running_mean_, running_var_, is_training(), momentum_, eps_, statistics_, act,
+                      residual);
   }
   BatchStatistics statistics() const noexcept { return statistics_; }
   const Tensor& running_mean() const noexcept { return running_mean_; }

@@ -11,7 +11,6 @@
 #include <strata/nn/module.hpp>
 #include <strata/nn/normalization.hpp>  // BatchNorm
 #include <strata/nn/sequential.hpp>     // the shortcut's layers
-#include <strata/ops/elementwise.hpp>   // add, relu
 
 namespace strata::nn {
 
@@ -31,9 +30,9 @@ class BasicBlock : public Module {
                                            BatchNorm2d(out_channels, 1e-5, 0.1, true, statistics, dtype));
   }
   Tensor forward(const Tensor& x) override {
-    const Tensor h = relu(bn1_->forward(conv1_->forward(x)));
-    const Tensor y = bn2_->forward(conv2_->forward(h));
-    return relu(y + (shortcut_ ? shortcut_->forward(x) : x));
+    // The norms fuse the ReLU, the shortcut's addition with it (one pass each, forward and back).
+    const Tensor h = bn1_->forward_fused(conv1_->forward(x), Activation::relu);
+    return bn2_->forward_fused(conv2_->forward(h), Activation::relu, shortcut_ ? shortcut_->forward(x) : x);
   }
 
  private:

@@ -82,6 +82,7 @@ inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
   auto db = autograd::grad_slot(n.in[2], epoch);
   Tensor cols = dw ? Tensor::empty({R, nb * P}, g.dtype()) : Tensor();
   Tensor dcols = dx ? Tensor::empty({R, nb * P}, g.dtype()) : Tensor();
+  Tensor padded = Tensor::empty({kernels::cpu::padded_elements(conv_chunk(geo, nb))}, g.dtype());
   strata::detail::visit_floating(g.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
     const bool relu = static_cast<Activation>(n.i[0]) == Activation::relu;
@@ -104,7 +105,8 @@ inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
       const std::int64_t cnt = std::min(nb, N - i0), C = cnt * P;
       const auto gc = conv_chunk(geo, cnt);
       T* gi = gp + i0 * OC * P;
-      if (dw) kernels::cpu::im2col<T>(gc, x.template data<T>() + i0 * image, cols.template data<T>());
+      T* pad = padded.template data<T>();
+      if (dw) kernels::cpu::im2col<T>(gc, x.template data<T>() + i0 * image, cols.template data<T>(), pad);
       if (per_image) {
         for (std::int64_t b = 0; b < cnt; ++b) {
           if (dw)  // dW [OC, R] (+)= g_b cols_b^T
@@ -127,7 +129,8 @@ inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
         if (dx)  // dcols [R, cnt*P] = W^T gT
           gemm_strided<T>(true, false, R, C, OC, wp, R, gtp, C, dcols.template data<T>(), C, false);
       }
-      if (dx) kernels::cpu::col2im<T>(gc, dcols.template data<T>(), dx.dst.template data<T>() + i0 * image, dx.accumulate);
+      if (dx)
+        kernels::cpu::col2im<T>(gc, dcols.template data<T>(), dx.dst.template data<T>() + i0 * image, dx.accumulate, pad);
     }
   });
 }
@@ -179,6 +182,7 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
   Tensor cols = Tensor::empty({R, nb * P}, x.dtype());
   Tensor out = Tensor::empty({N, OC, geo.oh(), geo.ow()}, x.dtype());
   Tensor tmp = ops::detail::per_image_gemm(P) ? Tensor() : Tensor::empty({OC, nb * P}, x.dtype());
+  Tensor padded = Tensor::empty({kernels::cpu::padded_elements(ops::detail::conv_chunk(geo, nb))}, x.dtype());
   strata::detail::visit_floating(x.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
     T* y = out.template data<T>();
@@ -188,7 +192,8 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
     const bool relu = act == Activation::relu;
     for (std::int64_t i0 = 0; i0 < N; i0 += nb) {
       const std::int64_t cnt = std::min(nb, N - i0), C = cnt * P;
-      kernels::cpu::im2col<T>(ops::detail::conv_chunk(geo, cnt), xc.template data<T>() + i0 * image, cp);
+      kernels::cpu::im2col<T>(ops::detail::conv_chunk(geo, cnt), xc.template data<T>() + i0 * image, cp,
+                              padded.template data<T>());
       T* yi = y + i0 * OC * P;
       if (ops::detail::per_image_gemm(P)) {  // y_b [OC, P] = W cols_b, written in NCHW directly
         for (std::int64_t b = 0; b < cnt; ++b) {

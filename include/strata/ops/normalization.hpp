@@ -14,7 +14,9 @@
 #include <strata/autograd/grad_mode.hpp>     // NoGradGuard
 #include <strata/autograd/tape.hpp>
 #include <strata/kernels/cpu/batch_norm.hpp>
+#include <strata/kernels/cpu/elementwise.hpp>  // copy_or_add
 #include <strata/kernels/cpu/layer_norm.hpp>
+#include <strata/ops/linalg.hpp>                 // Activation
 #include <strata/support/replica_scope.hpp>  // replica_info: the synchronised statistics
 #include <strata/tensor/device_kernels.hpp>  // require_host
 #include <strata/tensor/tensor.hpp>
@@ -72,9 +74,11 @@ inline ChannelGeometry channel_geometry(const Tensor& x) {
   return {x.dim(0), x.dim(1), plane};
 }
 
+/// batch_norm's backward; n.in = {x, weight, bias, residual}, n.i = {training, statistics,
+/// ReLU fused}. The output gradient is masked by the fused ReLU in place (this node owns it).
 inline void batch_norm_backward(autograd::Node& n, std::uint64_t epoch) {
   auto sx = autograd::grad_slot(n.in[0], epoch), sw = autograd::grad_slot(n.in[1], epoch),
-       sb = autograd::grad_slot(n.in[2], epoch);
+       sb = autograd::grad_slot(n.in[2], epoch), sr = autograd::grad_slot(n.in[3], epoch);
   const Tensor &x = n.saved[0], &stats = n.saved[1];
   const ChannelGeometry geo = channel_geometry(x);
   const std::int64_t N = geo.images, C = geo.channels, P = geo.plane;  // (no structured binding: lambdas use them)
@@ -85,9 +89,11 @@ inline void batch_norm_backward(autograd::Node& n, std::uint64_t epoch) {
     const T* xp = x.template data<T>();
     const T* mean = stats.template data<T>();
     const T* rstd = mean + C;
-    const T* dy = autograd::grad_output(n).template data<T>();
+    T* dy = autograd::grad_output(n).template data<T>();
     std::span<double> sums = scratch(static_cast<std::size_t>(2 * C));  // Σ dy, Σ dy h
-    kernels::cpu::batch_norm_grad_sums<T>(N, C, P, xp, mean, rstd, dy, sums.data(), sums.data() + C);
+    kernels::cpu::batch_norm_grad_sums<T>(N, C, P, xp, mean, rstd, dy, n.i[2] != 0 ? n.out.template data<T>() : nullptr,
+                                          sums.data(), sums.data() + C);
+    if (sr) kernels::cpu::copy_or_add<T>(x.numel(), dy, sr.dst.template data<T>(), sr.accumulate);
     if (sw) {
       T* d = sw.dst.template data<T>();
       for (std::int64_t c = 0; c < C; ++c) d[c] = static_cast<T>((sw.accumulate ? d[c] : T(0)) + sums[static_cast<std::size_t>(C + c)]);
@@ -151,11 +157,20 @@ inline Tensor layer_norm(const Tensor& x, const Tensor& weight = {}, const Tenso
 /// so every replica holds the same running statistics, those one device would hold:
 /// running = (1 - momentum) running + momentum batch, the variance unbiased (PyTorch's rule).
 /// In evaluation mode the running statistics normalise. weight and bias ([C]) may be undefined.
+///
+/// `act` and `residual` fuse what follows a batch norm in a ResNet: the result is
+/// act(batch_norm(x) + residual) (residual shaped like x, or undefined), one pass forward and
+/// no extra pass backward, as cuDNN fuses them.
 inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                          const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
-                         BatchStatistics which = BatchStatistics::per_replica) {
+                         BatchStatistics which = BatchStatistics::per_replica, Activation act = Activation::none,
+                         const Tensor& residual = {}) {
   STRATA_CHECK(x.defined() && x.ndim() >= 2, "batch_norm needs x [N, C] or [N, C, H, W], got ", x.shape());
   require_host("batch_norm", x, weight, bias, running_mean, running_var);
+  require_host("batch_norm", residual);
+  STRATA_CHECK(!residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype()),
+               "batch_norm: the residual must be shaped like x (", x.shape(), " of ", x.dtype(), "), got ",
+               residual.shape(), " of ", residual.dtype());
   const ops::detail::ChannelGeometry geo = ops::detail::channel_geometry(x);
   const std::int64_t N = geo.images, C = geo.channels, P = geo.plane;
   for (const Tensor* t : {&weight, &bias, &running_mean, &running_var})
@@ -167,6 +182,7 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
   STRATA_CHECK(eps > 0 && momentum >= 0 && momentum <= 1, "batch_norm: eps ", eps, " must be positive and momentum ",
                momentum, " in [0, 1]");
   const Tensor xc = x.contiguous();
+  const Tensor rc = residual.defined() ? residual.contiguous() : Tensor();
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   Tensor stats = Tensor::empty({2, C}, x.dtype());  // mean, 1/sqrt(var + eps)
   double count = static_cast<double>(N * P);
@@ -215,12 +231,15 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
     }
     kernels::cpu::batch_norm_apply<T>(N, C, P, xc.template data<T>(), mean, rstd,
                                       weight.defined() ? weight.template data<T>() : nullptr,
-                                      bias.defined() ? bias.template data<T>() : nullptr, out.template data<T>());
+                                      bias.defined() ? bias.template data<T>() : nullptr,
+                                      rc.defined() ? rc.template data<T>() : nullptr, act == Activation::relu,
+                                      out.template data<T>());
   });
-  if (auto* n = autograd::record("batch_norm", &ops::detail::batch_norm_backward, out, x, weight, bias)) {
+  if (auto* n = autograd::record("batch_norm", &ops::detail::batch_norm_backward, out, x, weight, bias, residual)) {
     n->saved = {xc, stats};
     n->i[0] = training;
     n->i[1] = static_cast<std::int64_t>(which);
+    n->i[2] = act == Activation::relu;
     n->f[0] = count;
   }
   return out;

@@ -1,61 +1,123 @@
 /// \file
 /// Batch normalisation over [images, channels, plane] (plane = H * W, or 1 for [N, C]), in
 /// the pieces a synchronised batch norm needs: per-channel sums that can be added across
-/// replicas before they become statistics, and the passes that use them.
+/// replicas before they become statistics, and the passes that use them, with ResNet's
+/// "+ shortcut, ReLU" fused into the output pass and the ReLU's mask into the gradient's.
+///
+/// The sums run over each plane in kLanes independent accumulators of T (vectorised), then
+/// add to double across planes; the moments are taken about a shift (the channel's first
+/// value), so that E[x²] - E[x]² does not cancel a large mean's digits in float32.
 #pragma once
 
 #include <cstdint>
 
 namespace strata::kernels::cpu {
 
-/// sum[c] += Σ x, sumsq[c] += Σ x² over the images and the plane of channel c (in double, so
-/// that the variance E[x²] - E[x]² keeps its digits in float32).
+namespace detail {
+inline constexpr int kLanes = 8;
+}  // namespace detail
+
+/// sum[c] += Σ x, sumsq[c] += Σ x² over the images and the plane of channel c.
 template <class T>
 void channel_moments(std::int64_t images, std::int64_t channels, std::int64_t plane, const T* x, double* sum,
                      double* sumsq) {
-  for (std::int64_t n = 0; n < images; ++n)
-    for (std::int64_t c = 0; c < channels; ++c) {
+  using detail::kLanes;
+  for (std::int64_t c = 0; c < channels && images > 0 && plane > 0; ++c) {
+    const T k = x[c * plane];  // the shift
+    double s = 0, q = 0;
+    for (std::int64_t n = 0; n < images; ++n) {
       const T* p = x + (n * channels + c) * plane;
-      double s = 0, q = 0;
-      for (std::int64_t i = 0; i < plane; ++i) {
-        const double v = static_cast<double>(p[i]);
+      T ls[kLanes] = {}, lq[kLanes] = {};
+      std::int64_t i = 0;
+      for (; i + kLanes <= plane; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) {
+          const T v = p[i + j] - k;
+          ls[j] += v;
+          lq[j] += v * v;
+        }
+      for (int j = 0; j < kLanes; ++j) {
+        s += static_cast<double>(ls[j]);
+        q += static_cast<double>(lq[j]);
+      }
+      for (; i < plane; ++i) {
+        const double v = static_cast<double>(p[i] - k);
         s += v;
         q += v * v;
       }
-      sum[c] += s;
-      sumsq[c] += q;
     }
+    // Back from the shifted sums: Σx = Σv + n k, Σx² = Σv² + 2k Σv + n k².
+    const double kk = static_cast<double>(k), count = static_cast<double>(images * plane);
+    sum[c] += s + count * kk;
+    sumsq[c] += q + 2 * kk * s + count * kk * kk;
+  }
 }
 
-/// y = (x - mean[c]) * rstd[c] * w[c] + b[c] (w, b may be null).
+/// y = act((x - mean[c]) * rstd[c] * w[c] + b[c] + r) with act ReLU or none (w, b and the
+/// residual r may be null).
 template <class T>
 void batch_norm_apply(std::int64_t images, std::int64_t channels, std::int64_t plane, const T* x, const T* mean,
-                      const T* rstd, const T* w, const T* b, T* y) {
+                      const T* rstd, const T* w, const T* b, const T* r, bool relu, T* y) {
   for (std::int64_t n = 0; n < images; ++n)
     for (std::int64_t c = 0; c < channels; ++c) {
       const std::int64_t at = (n * channels + c) * plane;
       const T scale = rstd[c] * (w ? w[c] : T(1));
       const T shift = (b ? b[c] : T(0)) - mean[c] * scale;
-      for (std::int64_t i = 0; i < plane; ++i) y[at + i] = x[at + i] * scale + shift;
+      const T* xi = x + at;
+      T* yi = y + at;
+      if (r == nullptr && !relu) {
+        for (std::int64_t i = 0; i < plane; ++i) yi[i] = xi[i] * scale + shift;
+      } else if (r == nullptr) {
+        for (std::int64_t i = 0; i < plane; ++i) {
+          const T v = xi[i] * scale + shift;
+          yi[i] = v > T(0) ? v : T(0);
+        }
+      } else {
+        const T* ri = r + at;
+        for (std::int64_t i = 0; i < plane; ++i) {
+          const T v = xi[i] * scale + shift + ri[i];
+          yi[i] = relu && !(v > T(0)) ? T(0) : v;
+        }
+      }
     }
 }
 
-/// sum_dy[c] += Σ dy, sum_dy_h[c] += Σ dy * h with h = (x - mean) * rstd.
+/// sum_dy[c] += Σ dy, sum_dy_h[c] += Σ dy * h with h = (x - mean) * rstd. With `relu_out` (the
+/// output of a fused ReLU) dy is first masked in place where the output is not positive.
 template <class T>
 void batch_norm_grad_sums(std::int64_t images, std::int64_t channels, std::int64_t plane, const T* x, const T* mean,
-                          const T* rstd, const T* dy, double* sum_dy, double* sum_dy_h) {
+                          const T* rstd, T* dy, const T* relu_out, double* sum_dy, double* sum_dy_h) {
+  using detail::kLanes;
   for (std::int64_t n = 0; n < images; ++n)
     for (std::int64_t c = 0; c < channels; ++c) {
       const std::int64_t at = (n * channels + c) * plane;
-      const T m = mean[c], r = rstd[c];
+      const T m = mean[c];
+      const T* xi = x + at;
+      T* g = dy + at;
+      if (relu_out != nullptr) {
+        const T* yi = relu_out + at;
+        for (std::int64_t i = 0; i < plane; ++i) {  // load, then select: a conditional load stays a branch
+          const T v = g[i];
+          g[i] = yi[i] > T(0) ? v : T(0);
+        }
+      }
+      T ls[kLanes] = {}, lh[kLanes] = {};
+      std::int64_t i = 0;
+      for (; i + kLanes <= plane; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) {
+          ls[j] += g[i + j];
+          lh[j] += g[i + j] * (xi[i + j] - m);
+        }
       double s = 0, sh = 0;
-      for (std::int64_t i = 0; i < plane; ++i) {
-        const T g = dy[at + i];
-        s += static_cast<double>(g);
-        sh += static_cast<double>(g * (x[at + i] - m) * r);
+      for (int j = 0; j < kLanes; ++j) {
+        s += static_cast<double>(ls[j]);
+        sh += static_cast<double>(lh[j]);
+      }
+      for (; i < plane; ++i) {
+        s += static_cast<double>(g[i]);
+        sh += static_cast<double>(g[i] * (xi[i] - m));
       }
       sum_dy[c] += s;
-      sum_dy_h[c] += sh;
+      sum_dy_h[c] += sh * static_cast<double>(rstd[c]);
     }
 }
 
@@ -70,11 +132,14 @@ void batch_norm_input_grad(std::int64_t images, std::int64_t channels, std::int6
     for (std::int64_t c = 0; c < channels; ++c) {
       const std::int64_t at = (n * channels + c) * plane;
       const T m = mean[c], r = rstd[c], k = r * (w ? w[c] : T(1));
-      const T md = mean_dy ? mean_dy[c] : T(0), mh = mean_dy_h ? mean_dy_h[c] : T(0);
-      for (std::int64_t i = 0; i < plane; ++i) {
-        const T v = k * (dy[at + i] - md - (x[at + i] - m) * r * mh);
-        dx[at + i] = accumulate ? dx[at + i] + v : v;
-      }
+      const T md = mean_dy ? mean_dy[c] : T(0), rmh = r * (mean_dy_h ? mean_dy_h[c] : T(0));
+      const T* xi = x + at;
+      const T* gi = dy + at;
+      T* di = dx + at;
+      if (accumulate)
+        for (std::int64_t i = 0; i < plane; ++i) di[i] += k * (gi[i] - md - (xi[i] - m) * rmh);
+      else
+        for (std::int64_t i = 0; i < plane; ++i) di[i] = k * (gi[i] - md - (xi[i] - m) * rmh);
     }
 }
 
