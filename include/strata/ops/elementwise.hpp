@@ -8,6 +8,7 @@
 
 #include <strata/autograd/tape.hpp>     // record, grad_slot
 #include <strata/kernels/cpu/elementwise.hpp>  // relu passes
+#include <strata/kernels/cpu/fast_math.hpp>    // gelu passes
 #include <strata/kernels/math/binary.hpp>
 #include <strata/kernels/math/unary.hpp>
 #include <strata/ops/detail/strided.hpp>  // for_each_strided
@@ -145,6 +146,10 @@ inline void unary_backward(Node& n, std::uint64_t epoch) {
       kernels::cpu::relu_backward<T>(cnt, y, g, d, s.accumulate);
       return;
     }
+    if (k == UnaryOp::gelu) {  // a Transformer's MLP: vectorised, no std::erf call per value
+      kernels::cpu::gelu_backward<T>(cnt, x, g, d, s.accumulate);
+      return;
+    }
     for (std::int64_t i = 0; i < cnt; ++i) {
       const T v = g[i] * kernels::math::unary_dydx<T>(k, x[i], y[i], sc);
       d[i] = s.accumulate ? d[i] + v : v;
@@ -167,6 +172,8 @@ inline Tensor unary(const char* name, std::int64_t kind, const Tensor& x, double
       const std::int64_t n = out.numel();
       if (kind == UnaryOp::relu)
         kernels::cpu::bias_act_rows<T>(1, n, p, n, nullptr, true, o, n);
+      else if (kind == UnaryOp::gelu)
+        kernels::cpu::gelu_forward<T>(n, p, o);
       else
         for (std::int64_t i = 0; i < n; ++i) o[i] = kernels::math::unary_fwd<T>(kind, p[i], s);
     });
