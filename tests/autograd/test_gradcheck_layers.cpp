@@ -179,4 +179,9 @@ TEST_CASE("Autograd.Gradcheck.EmbeddingPoolingAttention") {
                          {var({1, 2, 4, 2}, 58), var({1, 2, 4, 2}, 59), var({1, 2, 4, 3}, 60)});
   expect_gradients_match("causal attention, fewer queries than keys", attn(true),
                          {var({1, 2, 3}, 61), var({1, 4, 3}, 62), var({1, 4, 2}, 63)});
+  // The module: q, k and v as strided views of one projection, heads merged, projected.
+  strata::Generator gen(70);
+  strata::nn::MultiheadAttention mha(6, 3, true, true, gen, strata::DType::f64);
+  expect_gradients_match("multi-head self-attention", [&](const Inputs& v) { return weigh(mha.forward(v[0])); },
+                         {var({2, 4, 6}, 71)});
 }

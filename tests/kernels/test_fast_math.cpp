@@ -40,4 +40,40 @@ TEST_CASE("Kernels.FastMath.GeluAndItsDerivativeMatchTheErfForm") {
   }
   CHECK(worst_y < 1e-5);  // relative, far into the negative tail (Φ(-9) ~ 1e-19)
   CHECK(worst_d < 1e-6);
+#ifdef STRATA_FLOAT_PACKS
+  // The packs of 4 (the path without AVX2, and the tail after the packs of 8) agree to float
+  // rounding (with FMA the packs of 8 round their products differently).
+  std::vector<float> y4(x.size());
+  const std::int64_t done = k::detail::gelu_forward_packs<k::detail::f32x4>(0, n, x.data(), y4.data());
+  CHECK(done == n - n % 4);
+  double apart = 0;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(done); ++i)
+    apart = std::max(apart, std::abs(static_cast<double>(y4[i]) - y[i]) / std::max(1e-3, std::abs(static_cast<double>(y[i]))));
+  CHECK(apart < 2e-6);
+#endif
+}
+
+TEST_CASE("Kernels.FastMath.SoftmaxExponentialsOfARow") {
+  // Rows of every length up to 40 (the packs of 8 and 4 and the scalar tail), with -inf (a
+  // masked entry: 0) and values far below the maximum (0, not garbage).
+  for (int n = 1; n <= 40; ++n) {
+    std::vector<float> x(static_cast<std::size_t>(n)), y(x.size());
+    for (int i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(1.7 * i) * 6.0);
+    if (n > 3) x[2] = -INFINITY;
+    if (n > 5) x[4] = -500.0f;
+    const float m = 6.0f, s = 0.75f;
+    const float sum = k::exp_shifted_sum<float>(n, x.data(), s, m, y.data());
+    double want_sum = 0, worst = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double want = std::exp(static_cast<double>(s) * (static_cast<double>(x[i]) - m));
+      want_sum += want;
+      worst = std::max(worst, std::abs(y[i] - want) / std::max(want, 1e-30));
+    }
+    CHECK(worst < 1e-6);
+    CHECK(std::abs(sum - want_sum) / want_sum < 1e-6);
+    if (n > 3) CHECK(y[2] == 0.0f);
+    if (n > 5) CHECK(y[4] == 0.0f);
+  }
+  std::vector<float> x{1.0f, std::nanf(""), 2.0f, 0.5f, 1.0f}, y(5);
+  CHECK(std::isnan(k::exp_shifted_sum<float>(5, x.data(), 1.0f, 2.0f, y.data())));  // NaN stays NaN
 }

@@ -120,6 +120,22 @@ inline GradSlot grad_slot(const Tensor& t, std::uint64_t epoch) {
   return {ag.grad, false};
 }
 
+/// Hands `g` itself to `t` as its gradient in pass `epoch`, instead of a copy: an addition's
+/// or a reshape's backward passes its output gradient on (PyTorch's AddBackward does the
+/// same). Only where nothing has written t's gradient in this pass yet and t is not a leaf (a
+/// leaf keeps its own buffer across passes); `g` must be the running node's output gradient,
+/// which the engine drops once the node has run, so t's gradient has one owner again. False
+/// (and nothing done) where it cannot: take grad_slot then.
+inline bool pass_gradient(const Tensor& t, const Tensor& g, std::uint64_t epoch) {
+  if (!t.defined() || !tracks_grad(t) || t.is_leaf() || !g.is_contiguous()) return false;
+  auto& ag = t.impl()->ag;
+  if (ag.grad_epoch == epoch && ag.grad.defined()) return false;  // another path wrote it: add to it
+  if (!(g.shape() == t.shape()) || g.dtype() != t.dtype() || g.device() != t.device()) return false;
+  ag.grad = g;
+  ag.grad_epoch = epoch;
+  return true;
+}
+
 /// The gradient flowing into node `n`'s output.
 inline const Tensor& grad_output(const Node& n) noexcept { return n.out.impl()->ag.grad; }
 

@@ -42,7 +42,12 @@ class MultiheadAttention : public Module {
   Tensor forward(const Tensor& x) override {
     check(x, "x");
     const Tensor qkv = linear(x, in_w_, in_b_);  // [B, T, 3 width]
-    return attend(slice(qkv, -1, 0, width_), slice(qkv, -1, width_, 2 * width_), slice(qkv, -1, 2 * width_, 3 * width_));
+    // [B, 3 heads, T, D], a view; q, k and v are its thirds along axis 1, strided views read in
+    // place by the batched matmuls (no copies of the projections).
+    const std::int64_t H = heads_;
+    const Tensor all = permute(reshape(qkv, {x.dim(0), x.dim(1), 3 * H, width_ / H}), {0, 2, 1, 3});
+    return attend_heads(ops::detail::slice_node(all, 1, 0, H, false), ops::detail::slice_node(all, 1, H, 2 * H, false),
+                        ops::detail::slice_node(all, 1, 2 * H, 3 * H, false), x.dim(1));
   }
   /// Attention of query [B, Tq, width] over key and value [B, Tk, width].
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value) {
@@ -64,9 +69,11 @@ class MultiheadAttention : public Module {
   Tensor heads(const Tensor& t) const {
     return permute(reshape(t, {t.dim(0), t.dim(1), heads_, width_ / heads_}), {0, 2, 1, 3});
   }
-  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v) {
-    const Tensor o = scaled_dot_product_attention(heads(q), heads(k), heads(v), causal_);  // [B, H, Tq, D]
-    const Tensor merged = reshape(permute(o, {0, 2, 1, 3}), {q.dim(0), q.dim(1), width_});
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v) { return attend_heads(heads(q), heads(k), heads(v), q.dim(1)); }
+  /// Attention of q [B, H, Tq, D] over k and v [B, H, Tk, D], heads merged, projected.
+  Tensor attend_heads(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t tq) {
+    const Tensor o = scaled_dot_product_attention(q, k, v, causal_);  // [B, H, Tq, D]
+    const Tensor merged = reshape(permute(o, {0, 2, 1, 3}), {q.dim(0), tq, width_});
     return out_->forward(merged);
   }
 

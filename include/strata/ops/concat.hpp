@@ -126,9 +126,11 @@ inline Tensor concat(std::initializer_list<Tensor> xs, int axis) {
   return concat(std::span<const Tensor>(xs.begin(), xs.size()), axis);
 }
 
-/// Elements [start, end) along `axis` (negative axis counts from the end; start and end must
-/// lie in [0, extent]). A view when that part is contiguous, else a contiguous copy.
-inline Tensor slice(const Tensor& x, int axis, std::int64_t start, std::int64_t end) {
+namespace ops::detail {
+
+/// slice's node: the part as a view of x (strided where the part is not contiguous), or as a
+/// contiguous copy when `contiguous`.
+inline Tensor slice_node(const Tensor& x, int axis, std::int64_t start, std::int64_t end, bool contiguous) {
   STRATA_CHECK(x.defined(), "slice of an undefined tensor");
   require_host("slice", x);
   const int a = x.shape().normalize_axis(axis);
@@ -136,13 +138,22 @@ inline Tensor slice(const Tensor& x, int axis, std::int64_t start, std::int64_t 
                axis, " of extent ", x.dim(a), " (shape ", x.shape(), ")");
   Shape shape = x.shape();
   shape[a] = end - start;
-  Tensor out = strata::detail::make_view(x, shape, x.strides(), x.impl()->offset() + start * x.strides()[a]).contiguous();
+  Tensor out = strata::detail::make_view(x, shape, x.strides(), x.impl()->offset() + start * x.strides()[a]);
+  if (contiguous) out = out.contiguous();
   if (is_floating(x.dtype()))
     if (auto* n = autograd::record("slice", &ops::detail::slice_backward, out, x)) {
       n->i[0] = a;
       n->i[1] = start;
     }
   return out;
+}
+
+}  // namespace ops::detail
+
+/// Elements [start, end) along `axis` (negative axis counts from the end; start and end must
+/// lie in [0, extent]). A view when that part is contiguous, else a contiguous copy.
+inline Tensor slice(const Tensor& x, int axis, std::int64_t start, std::int64_t end) {
+  return ops::detail::slice_node(x, axis, start, end, true);
 }
 
 /// `x` cut along `axis` into parts of the given extents (which must add up to the axis).

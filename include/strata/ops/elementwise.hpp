@@ -47,17 +47,21 @@ void write_reduced(GradSlot& slot, const Shape& out_shape, const std::array<Shap
 using kernels::math::BinaryKind;
 
 inline void binary_backward(Node& n, std::uint64_t epoch) {
-  const Tensor& g = autograd::grad_output(n);
+  const Tensor g = autograd::grad_output(n);  // (held: it may be handed on to a below)
   const Tensor &a = n.in[0], &b = n.in[1];
   const auto kind = static_cast<BinaryKind>(n.i[0]);
   const Shape& os = n.out.shape();
+  // a + b and a - b: a's gradient is the output's, handed on (a residual connection's
+  // backward then copies once, for b, not twice). Not when a and b are one tensor.
+  bool a_done = (kind == BinaryKind::add || kind == BinaryKind::sub) && !same_tensor(a, b) &&
+                autograd::pass_gradient(a, g, epoch);
   if (on_device(g)) {
     const auto& dk = device_kernels(n.name, g, a, b);
     if (!(a.shape() == os && b.shape() == os))
       unsupported_on_device(n.name, g.device(), "the gradient of a broadcasting operand is not computed on devices "
                                                  "yet; broadcast it first (one shape for both operands)");
     Tensor ac = a.contiguous(), bc = b.contiguous();
-    for (int which = 0; which < 2; ++which)
+    for (int which = a_done ? 1 : 0; which < 2; ++which)
       if (auto s = autograd::grad_slot(which == 0 ? a : b, epoch))
         dk.binary_backward(g.device().index, g.dtype(), kind, which, g.numel(), g.raw_data(), ac.raw_data(),
                            bc.raw_data(), s.dst.raw_data(), s.accumulate);
@@ -70,10 +74,14 @@ inline void binary_backward(Node& n, std::uint64_t epoch) {
     const T* bp = b.data<T>();
     const std::array<Shape, 3> st{contiguous_strides(os), strata::detail::broadcast_strides(a, os),
                                   strata::detail::broadcast_strides(b, os)};
-    if (auto s = autograd::grad_slot(a, epoch)) {
+    if (auto s = a_done ? autograd::GradSlot{} : autograd::grad_slot(a, epoch)) {
       write_reduced<T>(s, os, st, [&](const auto& o) { return kernels::math::binary_grad_a(kind, gp[o[0]], bp[o[2]]); });
     }
     if (auto s = autograd::grad_slot(b, epoch)) {
+      if (kind == BinaryKind::add && s.dst.shape() == os) {  // the same values again: one vectorised pass
+        kernels::cpu::copy_or_add<T>(g.numel(), gp, s.dst.template data<T>(), s.accumulate);
+        return;
+      }
       write_reduced<T>(s, os, st, [&](const auto& o) {
         return kernels::math::binary_grad_b(kind, gp[o[0]], ap[o[1]], bp[o[2]]);
       });

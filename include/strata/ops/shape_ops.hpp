@@ -19,9 +19,15 @@ namespace strata {
 namespace ops::detail {
 
 inline void reshape_backward(autograd::Node& n, std::uint64_t epoch) {
+  const Tensor& g = autograd::grad_output(n);
+  // The same elements in the same order: the gradient itself, viewed in the input's shape.
+  if (g.is_contiguous() &&
+      autograd::pass_gradient(n.in[0], strata::detail::make_view(g, n.in[0].shape(), contiguous_strides(n.in[0].shape()),
+                                                                 g.impl()->offset()),
+                              epoch))
+    return;
   auto s = autograd::grad_slot(n.in[0], epoch);
   if (!s) return;
-  const Tensor& g = autograd::grad_output(n);
   if (on_device(g)) {  // the same elements in the same order: a copy, or an add
     const auto& dk = device_kernels("reshape", g, s.dst);
     if (s.accumulate)

@@ -1,104 +1,299 @@
 /// \file
-/// exp and GELU for float32 passes, written as straight-line arithmetic that GCC and clang
-/// vectorise (std::exp and std::erf are scalar calls at -O2: GELU spent 10 ns per value, a
-/// fifth of the character Transformer's step). float keeps float32 accuracy (exp within
-/// 2e-7 relative, the normal CDF within 1e-5 relative down to x = -9, tests/kernels/
-/// test_fast_math.cpp); double calls the standard library's, so the float64 gradient checks
-/// see the exact forms.
+/// exp and GELU for float32 passes, four values at a time through GCC/clang vector types
+/// (std::exp and std::erf are scalar calls: GELU had spent 10 ns per value, a fifth of the
+/// character Transformer's step). The formulas are written once, for a float or a pack of
+/// four; float keeps float32 accuracy (exp within 2e-7 relative, the normal CDF within 1e-5
+/// relative down to x = -9: tests/kernels/test_fast_math.cpp). double calls the standard
+/// library's functions, so the float64 gradient checks see the exact forms.
 #pragma once
 
-#include <bit>  // std::bit_cast
 #include <cmath>
 #include <cstdint>
+#include <cstring>      // std::memcpy: unaligned packs
 #include <type_traits>  // std::is_same_v
 
-#include <strata/config.hpp>              // STRATA_RESTRICT
-#include <strata/kernels/cpu/blocked.hpp>  // for_each_blocked
+#include <strata/config.hpp>  // STRATA_RESTRICT
+
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define STRATA_FLOAT_PACKS 1
+#endif
 
 namespace strata::kernels::cpu {
 
-/// e^x for finite x <= 88: Cephes' expf (x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial
-/// for e^r, 2^n put into the exponent); 0 where 2^n is below float's smallest normal
-/// (x < -87.3); NaN for infinite or NaN x. (No select on x: one kept GCC from vectorising.)
+namespace detail {
+
+#ifdef STRATA_FLOAT_PACKS
+using f32x4 = float __attribute__((vector_size(16)));
+using i32x4 = std::int32_t __attribute__((vector_size(16)));
+#if defined(__x86_64__) && !defined(__AVX2__)
+// Packs of 8 for the loops compiled for AVX2 + FMA and picked at run time (avx2_with_fma).
+#define STRATA_AVX2_PACKS 1
+using f32x8 = float __attribute__((vector_size(32)));
+using i32x8 = std::int32_t __attribute__((vector_size(32)));
+#endif
+#endif
+
+/// The integer type of the same shape as V (float or a pack of four).
+template <class V>
+struct int_of {
+  using type = std::int32_t;
+};
+#ifdef STRATA_FLOAT_PACKS
+template <>
+struct int_of<f32x4> {
+  using type = i32x4;
+};
+#endif
+#ifdef STRATA_AVX2_PACKS
+template <>
+struct int_of<f32x8> {
+  using type = i32x8;
+};
+/// Whether this CPU runs AVX2 and FMA (asked once).
+inline bool avx2_with_fma() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+#endif
+// (__builtin_bit_cast, not std::bit_cast: an instantiation of the latter would be a function
+// taking and returning packs by value.)
+
+// The helpers take and give packs through references: a pack of 8 by value would fall under
+// the AVX calling convention in code not compiled for AVX (-Wpsabi), though they are always
+// inlined into the AVX2 loops.
+
+/// out = z < 0 ? a : b, lane by lane (a mask on packs: GCC keeps a float select a branch).
+template <class V>
+[[gnu::always_inline]] inline void select_negative(const V& z, const V& a, const V& b, V& out) {
+  if constexpr (std::is_same_v<V, float>) {
+    out = z < 0.0f ? a : b;
+  } else {
+    using I = typename int_of<V>::type;
+    const I m = z < 0.0f;
+    out = __builtin_bit_cast(V, (__builtin_bit_cast(I, a) & m) | (__builtin_bit_cast(I, b) & ~m));
+  }
+}
+
+/// out = e^x, Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for e^r, and
+/// 2^n put into the exponent, n read from the low mantissa bits of x / ln2 + 1.5 * 2^23 (no
+/// float-to-int conversion, undefined out of range). For finite x <= 88; 0 below -87.3 (2^n
+/// under float's smallest normal); NaN for infinite or NaN x.
+template <class V>
+[[gnu::always_inline]] inline void exp_of(const V& x, V& out) {
+  using I = typename int_of<V>::type;
+  const float shifter = 12582912.0f;
+  const V v = x * 1.44269504088896341f + shifter;
+  const V n = v - shifter;
+  V r = x - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  V p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const V e = p * r * r + r + 1.0f;
+  I bits = __builtin_bit_cast(I, v) - __builtin_bit_cast(std::int32_t, shifter) + 127;
+  bits &= ~(bits >> 31);  // 0 where negative (an arithmetic shift: all ones)
+  out = e * __builtin_bit_cast(V, bits << 23);
+}
+
+/// erfc's Chebyshev fit, erfc(a) = t e^{-a² + q(t)} with t = 1 / (1 + a / 2) (Numerical
+/// Recipes' erfcc, relative error below 1.2e-7), so Φ keeps its relative accuracy far into
+/// the negative tail: sets z = x / √2, t and -a² + q(t).
+template <class V>
+[[gnu::always_inline]] inline void erfc_fit(const V& x, V& z, V& t, V& exponent) {
+  using I = typename int_of<V>::type;
+  z = x * 0.70710678118654752440f;
+  const V a = __builtin_bit_cast(V, __builtin_bit_cast(I, z) & 0x7fffffff);
+  t = 1.0f / (a * 0.5f + 1.0f);
+  V q = t * 0.17087277f - 0.82215223f;
+  q = q * t + 1.48851587f;
+  q = q * t - 1.13520398f;
+  q = q * t + 0.27886807f;
+  q = q * t - 0.18628806f;
+  q = q * t + 0.09678418f;
+  q = q * t + 0.37409196f;
+  q = q * t + 1.00002368f;
+  exponent = q * t - 1.26551223f - a * a;
+}
+
+/// Φ(x), the standard normal CDF: one exp.
+template <class V>
+[[gnu::always_inline]] inline void normal_cdf(const V& x, V& cdf) {
+  V z, t, exponent, e;
+  erfc_fit(x, z, t, exponent);
+  exp_of(exponent, e);
+  const V half_erfc = t * e * 0.5f;
+  select_negative(z, half_erfc, V(1.0f - half_erfc), cdf);
+}
+
+/// Φ(x) and φ(x) = e^{-x²/2} / √(2π): two exps.
+template <class V>
+[[gnu::always_inline]] inline void normal_cdf_pdf(const V& x, V& cdf, V& pdf) {
+  normal_cdf(x, cdf);
+  exp_of(V(x * x * -0.5f), pdf);
+  pdf *= 0.39894228040143267794f;
+}
+
+/// out = e^{s (x - m)} with -inf (and anything below -87.3) giving 0, and sum += out.
+template <class V>
+[[gnu::always_inline]] inline void exp_shifted(const V& x, float s, float m, V& out, V& sum) {
+  using I = typename int_of<V>::type;
+  const V v = (x - m) * s;
+  const V lo = V{} - 87.3f;  // (a pack of -87.3, or the float)
+  V clamped;
+  select_negative(V(v - lo), lo, v, clamped);  // max(v, -87.3); NaN stays NaN
+  exp_of(clamped, out);
+  if constexpr (std::is_same_v<V, float>) {
+    out = v < -87.3f ? 0.0f : out;
+  } else {
+    const I below = v < lo;
+    out = __builtin_bit_cast(V, __builtin_bit_cast(I, out) & ~below);
+  }
+  sum += out;
+}
+
+/// y[i] = e^{s (x[i] - m)} over packs of V from i while a whole pack fits; sum += the values.
+template <class V>
+[[gnu::always_inline]] inline std::int64_t exp_shifted_packs(std::int64_t i, std::int64_t n, const float* STRATA_RESTRICT x,
+                                                              float s, float m, float* STRATA_RESTRICT y, float& sum) {
+  constexpr std::int64_t kWidth = sizeof(V) / sizeof(float);
+  V acc = V{} + 0.0f;
+  for (; i + kWidth <= n; i += kWidth) {
+    V v, e;
+    std::memcpy(&v, x + i, sizeof v);
+    exp_shifted(v, s, m, e, acc);
+    std::memcpy(y + i, &e, sizeof e);
+  }
+  if constexpr (std::is_same_v<V, float>) {
+    sum += acc;
+  } else {
+    for (std::int64_t j = 0; j < kWidth; ++j) sum += acc[j];
+  }
+  return i;
+}
+
+/// GELU's passes over packs of V from index i while a whole pack fits; return where they stop.
+template <class V>
+[[gnu::always_inline]] inline std::int64_t gelu_forward_packs(std::int64_t i, std::int64_t n, const float* STRATA_RESTRICT x,
+                                                               float* STRATA_RESTRICT y) {
+  constexpr std::int64_t kWidth = sizeof(V) / sizeof(float);
+  for (; i + kWidth <= n; i += kWidth) {
+    V v;
+    std::memcpy(&v, x + i, sizeof v);
+    V cdf;
+    normal_cdf(v, cdf);
+    v *= cdf;
+    std::memcpy(y + i, &v, sizeof v);
+  }
+  return i;
+}
+
+template <class V>
+[[gnu::always_inline]] inline std::int64_t gelu_backward_packs(std::int64_t i, std::int64_t n, const float* STRATA_RESTRICT x,
+                                                                const float* STRATA_RESTRICT dy, float* STRATA_RESTRICT dx,
+                                                                bool accumulate) {
+  constexpr std::int64_t kWidth = sizeof(V) / sizeof(float);
+  for (; i + kWidth <= n; i += kWidth) {
+    V v, g, cdf, pdf;
+    std::memcpy(&v, x + i, sizeof v);
+    std::memcpy(&g, dy + i, sizeof g);
+    normal_cdf_pdf(v, cdf, pdf);
+    g *= cdf + v * pdf;
+    if (accumulate) {
+      V d;
+      std::memcpy(&d, dx + i, sizeof d);
+      g += d;
+    }
+    std::memcpy(dx + i, &g, sizeof g);
+  }
+  return i;
+}
+
+#ifdef STRATA_AVX2_PACKS
+__attribute__((target("avx2,fma"))) inline std::int64_t exp_shifted_avx2(std::int64_t n, const float* x, float s, float m,
+                                                                        float* y, float& sum) {
+  return exp_shifted_packs<f32x8>(0, n, x, s, m, y, sum);
+}
+__attribute__((target("avx2,fma"))) inline std::int64_t gelu_forward_avx2(std::int64_t n, const float* x, float* y) {
+  return gelu_forward_packs<f32x8>(0, n, x, y);
+}
+__attribute__((target("avx2,fma"))) inline std::int64_t gelu_backward_avx2(std::int64_t n, const float* x,
+                                                                          const float* dy, float* dx, bool accumulate) {
+  return gelu_backward_packs<f32x8>(0, n, x, dy, dx, accumulate);
+}
+#endif
+
+}  // namespace detail
+
+/// e^x (float: detail::exp_of's range and accuracy; double: std::exp).
 template <class T>
 inline T fast_exp(T x) {
-  if constexpr (!std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, float>) {
+    float y;
+    detail::exp_of(x, y);
+    return y;
+  } else
     return std::exp(x);
-  } else {
-    // n = round(x / ln2) twice: as a float, and as the integer in the low mantissa bits of
-    // x / ln2 + 1.5 * 2^23 (no float-to-int conversion: out of range it would be undefined).
-    const float shifter = 12582912.0f, v = x * 1.44269504088896341f + shifter;
-    const float n = v - shifter;
-    float r = x - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const float e = p * r * r + r + 1.0f;
-    std::int32_t bits = std::bit_cast<std::int32_t>(v) - std::bit_cast<std::int32_t>(shifter) + 127;
-    bits = bits < 0 ? 0 : bits;
-    return e * std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 23);
-  }
 }
 
-/// Φ(x), the standard normal CDF, and φ(x) = e^{-x²/2} / √(2π), both at once: Φ through
-/// erfc's Chebyshev fit (Numerical Recipes' erfcc, relative error below 1.2e-7 everywhere),
-/// so Φ keeps its relative accuracy far into the negative tail.
+/// y[i] = e^{s (x[i] - m)} for i < n, returning their sum: a softmax row's exponentials
+/// (float: packs, -inf giving 0; double: std::exp).
 template <class T>
-inline void normal_cdf_pdf(T x, T& cdf, T& pdf) {
-  if constexpr (!std::is_same_v<T, float>) {
-    cdf = T(0.5) * std::erfc(-x * T(0.70710678118654752440));
-    pdf = T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);
+T exp_shifted_sum(std::int64_t n, const T* STRATA_RESTRICT x, T s, T m, T* STRATA_RESTRICT y) {
+  T sum = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    std::int64_t i = 0;
+#ifdef STRATA_AVX2_PACKS
+    if (detail::avx2_with_fma()) i = detail::exp_shifted_avx2(n, x, s, m, y, sum);
+#endif
+#ifdef STRATA_FLOAT_PACKS
+    i = detail::exp_shifted_packs<detail::f32x4>(i, n, x, s, m, y, sum);
+#endif
+    detail::exp_shifted_packs<float>(i, n, x, s, m, y, sum);
   } else {
-    const float z = x * 0.70710678118654752440f, a = std::fabs(z);
-    const float t = 1.0f / (1.0f + 0.5f * a);
-    float q = 0.17087277f;
-    q = q * t - 0.82215223f;
-    q = q * t + 1.48851587f;
-    q = q * t - 1.13520398f;
-    q = q * t + 0.27886807f;
-    q = q * t - 0.18628806f;
-    q = q * t + 0.09678418f;
-    q = q * t + 0.37409196f;
-    q = q * t + 1.00002368f;
-    q = q * t - 1.26551223f;
-    const float e = fast_exp(-a * a);           // e^{-z²} = e^{-x²/2}
-    const float half_erfc = 0.5f * t * e * fast_exp(q);  // erfc(a) = t e^{-a² + q(t)}
-    // cdf = z < 0 ? half_erfc : 1 - half_erfc, picked by the sign bit (a float select here kept
-    // GCC from vectorising the loop)
-    const std::uint32_t negative = 0u - (std::bit_cast<std::uint32_t>(z) >> 31);
-    cdf = std::bit_cast<float>((std::bit_cast<std::uint32_t>(half_erfc) & negative) |
-                               (std::bit_cast<std::uint32_t>(1.0f - half_erfc) & ~negative));
-    pdf = 0.39894228040143267794f * e;
+    for (std::int64_t i = 0; i < n; ++i) sum += (y[i] = std::exp(s * (x[i] - m)));
   }
+  return sum;
 }
 
-/// y = x Φ(x): GELU, its exact (erf) form.
+/// y = x Φ(x): GELU, its exact (erf) form. float: packs of 8 on AVX2 + FMA, else of 4.
 template <class T>
 void gelu_forward(std::int64_t n, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT y) {
-  for_each_blocked(n, [&](std::int64_t i) {
-    T cdf, pdf;
-    normal_cdf_pdf(x[i], cdf, pdf);
-    y[i] = x[i] * cdf;
-  });
+  if constexpr (std::is_same_v<T, float>) {
+    std::int64_t i = 0;
+#ifdef STRATA_AVX2_PACKS
+    if (detail::avx2_with_fma()) i = detail::gelu_forward_avx2(n, x, y);
+#endif
+#ifdef STRATA_FLOAT_PACKS
+    i = detail::gelu_forward_packs<detail::f32x4>(i, n, x, y);
+#endif
+    detail::gelu_forward_packs<float>(i, n, x, y);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = T(0.5) * x[i] * std::erfc(-x[i] * T(0.70710678118654752440));
+  }
 }
 
 /// dx (+)= dy (Φ(x) + x φ(x)).
 template <class T>
 void gelu_backward(std::int64_t n, const T* STRATA_RESTRICT x, const T* STRATA_RESTRICT dy, T* STRATA_RESTRICT dx,
                    bool accumulate) {
-  const auto grad = [&](std::int64_t i) {
-    T cdf, pdf;
-    normal_cdf_pdf(x[i], cdf, pdf);
-    return dy[i] * (cdf + x[i] * pdf);
-  };
-  if (accumulate)
-    for_each_blocked(n, [&](std::int64_t i) { dx[i] += grad(i); });
-  else
-    for_each_blocked(n, [&](std::int64_t i) { dx[i] = grad(i); });
+  if constexpr (std::is_same_v<T, float>) {
+    std::int64_t i = 0;
+#ifdef STRATA_AVX2_PACKS
+    if (detail::avx2_with_fma()) i = detail::gelu_backward_avx2(n, x, dy, dx, accumulate);
+#endif
+#ifdef STRATA_FLOAT_PACKS
+    i = detail::gelu_backward_packs<detail::f32x4>(i, n, x, dy, dx, accumulate);
+#endif
+    detail::gelu_backward_packs<float>(i, n, x, dy, dx, accumulate);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T cdf = T(0.5) * std::erfc(-x[i] * T(0.70710678118654752440));
+      const T g = dy[i] * (cdf + x[i] * T(0.39894228040143267794) * std::exp(T(-0.5) * x[i] * x[i]));
+      dx[i] = accumulate ? dx[i] + g : g;
+    }
+  }
 }
 
 }  // namespace strata::kernels::cpu

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include <strata/kernels/cpu/fast_math.hpp>  // exp_shifted_sum
+
 namespace strata::kernels::cpu {
 
 /// The entries of row r that a causal mask keeps: with `period` > 0 the rows are queries
@@ -27,11 +29,7 @@ void softmax_forward(std::int64_t rows, std::int64_t cols, const T* x, T* y, T s
     const std::int64_t vis = causal_visible(r, cols, period);
     T mx = vis > 0 ? xr[0] : T(0);
     for (std::int64_t c = 1; c < vis; ++c) mx = xr[c] > mx ? xr[c] : mx;
-    T s = 0;
-    for (std::int64_t c = 0; c < vis; ++c) {
-      yr[c] = std::exp(scale * (xr[c] - mx));
-      s += yr[c];
-    }
+    const T s = exp_shifted_sum<T>(vis, xr, scale, mx, yr);
     const T inv = vis > 0 ? T(1) / s : T(0);
     for (std::int64_t c = 0; c < vis; ++c) yr[c] *= inv;
     for (std::int64_t c = vis; c < cols; ++c) yr[c] = T(0);
