@@ -46,6 +46,15 @@ TEST_CASE("Autograd.Gradcheck.Views") {
     const Tensor t = strata::transpose(v[0], 0, 1);
     return weigh(t * t + t);
   }, {var({3, 2}, 4)});
+  // Additions and reshapes hand their output gradient on to their first operand: here an
+  // operand that other nodes also reach, before and after the hand-over, and x + x.
+  expect_gradients_match("gradients handed on through add and reshape", [](const Inputs& v) {
+    const Tensor h = v[0] * 2.0;
+    const Tensor r = strata::reshape(h, {6});
+    const Tensor y = r + strata::reshape(v[0], {6});
+    const Tensor z = (y - r) * r + strata::reshape(h + h, {6});
+    return weigh(z + y);
+  }, {var({2, 3}, 5)});
 }
 
 TEST_CASE("Autograd.Gradcheck.ConcatSliceSplit") {
