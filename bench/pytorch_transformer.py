@@ -7,17 +7,23 @@ global norm clipped to 1 — on one thread. Prints one JSON line: the final trai
 validation losses (nats per character), the median step time after warm-up, characters per
 second and the peak RSS.
 
-    /usr/bin/python3 bench/pytorch_transformer.py [--steps 200] [--batch 32] [--seed 0]
+    /usr/bin/python3 bench/pytorch_transformer.py [--steps 200] [--batch 32] [--seed 0] [--nproc 2]
+
+With --nproc N it trains as PyTorch DDP: N processes x 1 thread, gloo over 127.0.0.1, batch
+B per process (rank r takes the r-th B rows of each global batch of N x B); rank 0 reports.
 """
 import argparse
 import json
 import math
 import os
 import resource
+import socket
 import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn as nn
 
 
@@ -82,6 +88,7 @@ def cosine(step, peak, total, warmup, final):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--nproc", type=int, default=1)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup-steps", type=int, default=10, help="left out of the median step time")
     ap.add_argument("--batch", type=int, default=32)
@@ -94,7 +101,19 @@ def main():
     ap.add_argument("--eval-windows", type=int, default=256)
     ap.add_argument("--data", default=os.environ.get("STRATA_FORTUNES_DIR", "/usr/share/games/fortunes"))
     a = ap.parse_args()
+    if a.nproc == 1:
+        train(0, a, None)
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(train, args=(a, port), nprocs=a.nproc, join=True)
+
+
+def train(rank, a, port):
     torch.set_num_threads(1)
+    if port is not None:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=a.nproc)
     torch.manual_seed(a.seed)
     text = np.frombuffer(fortunes_text(a.data), dtype=np.uint8)
     vocab = np.unique(text)
@@ -104,24 +123,28 @@ def main():
     vx, vy = windows(tokens[split:], a.context)
     vx, vy = vx[:a.eval_windows], vy[:a.eval_windows]
     model = CharTransformer(len(vocab), a.context, a.width, a.heads, a.layers)
+    net = nn.parallel.DistributedDataParallel(model) if port is not None else model
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
     warm = min(100, a.steps // 10)
     order = torch.from_numpy(np.random.default_rng(a.seed).permutation(len(x)))
     loss_fn = nn.CrossEntropyLoss()
     times, loss = [], float("nan")
     for step in range(a.steps):
-        idx = order[(step * a.batch) % len(x):][:a.batch]
+        first = (step * a.batch * a.nproc) % len(x) + rank * a.batch
+        idx = order[first:][:a.batch]
         xb, yb = x[idx], y[idx]
         for g in opt.param_groups:
             g["lr"] = cosine(step, a.lr, a.steps, warm, a.lr / 10)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        out = loss_fn(model(xb).reshape(-1, len(vocab)), yb.reshape(-1))
+        out = loss_fn(net(xb).reshape(-1, len(vocab)), yb.reshape(-1))
         out.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         loss = out.item()
         times.append((time.perf_counter() - t0) * 1000.0)
+    if rank != 0:
+        return
     with torch.no_grad():
         model.eval()
         val = sum(loss_fn(model(vx[i:i + 64]).reshape(-1, len(vocab)), vy[i:i + 64].reshape(-1)).item() * vy[i:i + 64].numel()
@@ -129,8 +152,8 @@ def main():
     timed = sorted(times[a.warmup_steps:]) or sorted(times)
     median = timed[len(timed) // 2]
     print(json.dumps({"impl": "pytorch-" + torch.__version__, "model": "char_transformer", "steps": a.steps,
-                      "batch": a.batch, "train_loss": round(loss, 5), "validation_loss": round(val, 5),
-                      "median_step_ms": round(median, 4), "chars_per_s": round(1000.0 * a.batch * a.context / median, 1),
+                      "batch": a.batch, "nproc": a.nproc, "train_loss": round(loss, 5), "validation_loss": round(val, 5),
+                      "median_step_ms": round(median, 4), "chars_per_s": round(1000.0 * a.nproc * a.batch * a.context / median, 1),
                       "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)}))
 
 

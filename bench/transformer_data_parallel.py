@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""Two replicas of the character Transformer against PyTorch DDP: examples/char_transformer on
+one device, Mirrored over 2 threads and MultiWorkerMirrored over 2 mpirun processes, against
+pytorch_transformer.py with --nproc 1 and 2 (DDP, gloo), batch B per replica, in shuffled
+rounds. Prints one JSON line per strata strategy: global characters/s from the median step
+time, the ratio to DDP's, and both sides' scaling from one replica to two.
+
+    /usr/bin/python3 bench/transformer_data_parallel.py --build build [--rounds 3] [--steps 100]
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+
+from data_parallel import last_json, peer_env, run_env
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--context", type=int, default=64)
+    a = ap.parse_args()
+    env = run_env()
+    penv = peer_env(env, a.build)
+    trainer = os.path.join(a.build, "examples", "char_transformer")
+    common = ["--steps", str(a.steps), "--batch", str(a.batch), "--context", str(a.context)]
+    ours = common + ["--eval-every", str(a.steps), "--quiet"]
+    peer = [sys.executable, os.path.join(HERE, "pytorch_transformer.py"), *common]
+    configs = {  # name: (command, replicas)
+        "one_device": ([trainer, *ours], 1),
+        "mirrored": ([trainer, *ours, "--strategy", "mirrored", "--replicas", "2"], 2),
+        "multi_worker_mirrored_mpi": (["mpirun", "-np", "2", trainer, *ours, "--strategy", "multi_worker_mirrored",
+                                       "--collective", "mpi"], 2),
+        "ddp_1": ([*peer, "--nproc", "1"], 1),
+        "ddp_2": ([*peer, "--nproc", "2"], 2),
+    }
+    got = {k: [] for k in configs}
+    shuffle = random.Random(2026)
+    for _ in range(a.rounds):
+        order = list(configs)
+        shuffle.shuffle(order)
+        for k in order:
+            r = last_json(configs[k][0], penv if k.startswith("ddp") else env)
+            got[k].append(1000.0 * configs[k][1] * a.batch * a.context / r["median_step_ms"])
+    rate = {k: statistics.median(v) for k, v in got.items()}
+    for k in ("mirrored", "multi_worker_mirrored_mpi"):
+        print(json.dumps({
+            "bench": "transformer_data_parallel", "replicas": 2, "strategy": k, "rounds": a.rounds, "steps": a.steps,
+            "strata_chars_s": round(rate[k], 1), "peer": "pytorch_ddp_gloo_2x1", "peer_chars_s": round(rate["ddp_2"], 1),
+            "ratio": round(rate[k] / rate["ddp_2"], 3),
+            "scaling_efficiency": round(rate[k] / (2 * rate["one_device"]), 3),
+            "peer_scaling_efficiency": round(rate["ddp_2"] / (2 * rate["ddp_1"]), 3),
+            "one_replica_chars_s": round(rate["one_device"], 1), "peer_one_replica_chars_s": round(rate["ddp_1"], 1),
+        }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
