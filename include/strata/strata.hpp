@@ -47,6 +47,7 @@
 #include <strata/data/fashion_mnist.hpp>
 #include <strata/data/pipeline.hpp>
 #include <strata/data/text.hpp>
+#include <strata/data/words.hpp>
 #include <strata/collective/reduce_op.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>

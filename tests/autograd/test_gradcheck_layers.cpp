@@ -168,6 +168,14 @@ TEST_CASE("Autograd.Gradcheck.EmbeddingPoolingAttention") {
   const Tensor idx = strata::from_vector<std::int64_t>({2, 3}, {4, 0, 4, 1, 2, 4});  // repeats add up
   expect_gradients_match("embedding", [&](const Inputs& v) { return weigh(strata::embedding(v[0], idx)); },
                          {var({5, 3}, 51)});
+  const auto rows = strata::TableGradient::row_sparse;
+  expect_gradients_match("embedding, row-sparse", [&](const Inputs& v) { return weigh(strata::embedding(v[0], idx, rows)); },
+                         {var({5, 3}, 51)});
+  expect_gradients_match("embedding, row-sparse, looked up twice and used densely", [&](const Inputs& v) {
+    const Tensor a = strata::embedding(v[0], idx, rows);
+    const Tensor b = strata::embedding(v[0], strata::from_vector<std::int64_t>({2}, {3, 4}), rows);
+    return weigh(strata::concat({strata::reshape(a, {-1}), strata::reshape(b, {-1}), strata::reshape(v[0] * v[0], {-1})}, 0));
+  }, {var({5, 3}, 54)});
   expect_gradients_match("avg_pool2d", [](const Inputs& v) { return weigh(strata::avg_pool2d(v[0], 2)); },
                          {var({2, 2, 4, 4}, 52)});
   expect_gradients_match("avg_pool2d 3/2 pad 1", [](const Inputs& v) { return weigh(strata::avg_pool2d(v[0], 3, 2, 1)); },

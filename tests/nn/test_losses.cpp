@@ -146,6 +146,21 @@ TEST_CASE("NN.Losses: gradients equal finite differences") {
   }
 }
 
+TEST_CASE("NN.Losses: bce_with_logits has the derivative sigmoid(x) - z at x = 0, and a target gradient") {
+  // A zero logit (a zero-initialised output layer: every logit of word2vec's first step) is
+  // where max(x, 0) and |x| have their kinks; the loss is smooth there, its slope 1/2 - z.
+  Tensor x = zeros({2, 3}, DType::f64).requires_grad_(true);
+  const Tensor z = from_vector<double>({2, 3}, {1, 0, 0.25, 0, 1, 0.5}, DType::f64);
+  strata::backward(nn::bce_with_logits(x, z, Reduction::sum));
+  const auto g = x.grad().to_vector<double>(), zv = values(z);
+  for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx((0.5 - zv[i]) / 3).epsilon(1e-15));
+  // Learned targets (distillation): d/dz = -x, checked against finite differences.
+  const Tensor logits = f64({3, 2}, 14);
+  Tensor zt = f64({3, 2}, 15, 0, 1).requires_grad_(true);
+  const auto r = gradcheck([&](const std::vector<Tensor>& in) { return nn::bce_with_logits(logits, in[0], Reduction::none); }, {zt});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
 TEST_CASE("NN.Losses: every reduction of the per-example losses") {
   const Tensor p = f64({6, 2}, 21), t = f64({6, 2}, 22);
   const auto per = values(nn::mse_loss(p, t, Reduction::none));

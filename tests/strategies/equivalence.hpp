@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,11 @@ struct Setup {
   // InputContext; workers that run out first join with empty batches). Unshuffled, with a
   // global batch that divides by the workers, the global batches are one device's.
   bool per_worker_input = false;
+  // A table looked up by buckets of the first inputs (TableFeatures) before the MLP, with
+  // this gradient form and the optimizer's rule for it.
+  bool table = false;
+  strata::TableGradient table_gradient = strata::TableGradient::row_sparse;
+  strata::optim::SparseUpdates sparse_updates = strata::optim::SparseUpdates::lazy;
   // Called on every process with its model (replica 0's copy) once the epoch is done.
   std::function<void(strata::nn::Module&)> after_training;
   // Called on every replica, with its id and its count of rows, as its step begins (a test
@@ -62,11 +68,44 @@ inline strata::data::TensorDataset dataset(const Setup& s) {
   return strata::data::TensorDataset(x, strata::from_vector<std::int64_t>({n}, labels));
 }
 
+/// x [N, 20] -> [N, 20 + 8]: x, then the sum of the rows of a [kTableRows, 8] table that
+/// x's first four inputs pick (each bucketed into 16 rows of its own), duplicates frequent.
+class TableFeatures : public strata::nn::Module {
+ public:
+  static constexpr std::int64_t kLookups = 4, kBuckets = 16, kTableRows = kLookups * kBuckets, kWidth = 8;
+  explicit TableFeatures(strata::TableGradient g) : table_(&register_module("table", std::make_unique<strata::nn::Embedding>(
+                                                                    kTableRows, kWidth, g))) {}
+  Tensor forward(const Tensor& x) override {
+    const std::int64_t n = x.dim(0);
+    const Tensor xc = x.contiguous();
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(n * kLookups));
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < kLookups; ++j) {
+        const float v = xc.data<float>()[i * x.dim(1) + j];  // in [-1, 1)
+        const auto b = std::clamp<std::int64_t>(static_cast<std::int64_t>((v + 1.0f) * 0.5f * kBuckets), 0, kBuckets - 1);
+        idx[static_cast<std::size_t>(i * kLookups + j)] = j * kBuckets + b;
+      }
+    const Tensor rows = (*table_)(strata::from_vector<std::int64_t>({n, kLookups}, idx));  // [N, 4, 8]
+    return strata::concat({x, strata::sum(rows, {1})}, 1);
+  }
+
+ private:
+  strata::nn::Module* table_;
+};
+
 /// The MLP or the small CNN; with `dropout`, a Dropout(0.3) after the first activation; with
-/// `sync_batch_norm`, a SyncBatchNorm before it.
-inline strata::nn::Sequential model(bool conv, bool dropout = false, bool sync_batch_norm = false) {
+/// `sync_batch_norm`, a SyncBatchNorm before it; with `table`, TableFeatures first (the MLP).
+inline strata::nn::Sequential model(bool conv, bool dropout = false, bool sync_batch_norm = false,
+                                    std::optional<strata::TableGradient> table = std::nullopt) {
   using namespace strata::nn;
   Sequential m;
+  if (table) {
+    m.add(TableFeatures(*table));
+    m.add(Linear(20 + TableFeatures::kWidth, 32));
+    m.add(ReLU());
+    m.add(Linear(32, 5));
+    return m;
+  }
   if (conv) {
     m.add(Conv2d(1, 4, 3, 1, 1));
     if (sync_batch_norm) m.add(SyncBatchNorm(4));
@@ -114,8 +153,11 @@ inline Tensor replica_loss(strata::nn::Module& m, const Tensor& x, const Tensor&
 template <strata::Strategy S>
 std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::vector<double>* losses = nullptr) {
   strata::manual_seed(7);
-  auto net = strategy.scope([&] { return model(s.conv, s.dropout, s.sync_batch_norm); });
+  auto net = strategy.scope([&] {
+    return model(s.conv, s.dropout, s.sync_batch_norm, s.table ? std::optional(s.table_gradient) : std::nullopt);
+  });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2, {.momentum = 0.9}); });
+  opt.set_sparse_updates(s.sparse_updates);
   if (s.schedule) opt.set_schedule(strata::optim::Schedule::cosine(0.3, 20, 4, 0.01));
   if (s.clip_norm > 0) opt.clip_by_global_norm(s.clip_norm);
   auto pipeline = strata::data::Pipeline(dataset(s));

@@ -131,6 +131,23 @@ int check_all() {
     std::printf("%s rank %d of %d: dropout, k=%d: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL", rank, n, k,
                 diff);
   }
+  // A table with row-sparse gradients, updated lazily: each process looks up rows of its
+  // own, and the ranks update the rows one device does (global batch 25, two micro-batches).
+  for (int k : {1, 2}) {
+    equivalence::Setup s;
+    s.table = true;
+    s.global_batch = 25;
+    s.accumulation = k;
+    equivalence::Setup plain = s;
+    plain.accumulation = 1;
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_steps(one, plain);
+    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: row-sparse table, lazy updates, k=%d: parameters differ by %.3g (relative)\n",
+                ok ? "ok  " : "FAIL", rank, n, k, diff);
+  }
   // SyncBatchNorm: statistics over the global batch, summed across the processes in the
   // middle of forward and of backward (after the gradient buckets in flight), so the ranks
   // train as one device does; parameters and running statistics compared (global batch 25).

@@ -93,6 +93,24 @@ int check_sync(int servers) {
     std::printf("%s rank %d: sync, %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
                 strategy.rank(), loss == equivalence::Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1", diff);
   }
+  // A table with row-sparse gradients: updated by the workers under the lazy rule, or on
+  // the servers under the dense rule (the servers update whole partitions); a global batch of 25.
+  for (auto rule : {strata::optim::SparseUpdates::lazy, strata::optim::SparseUpdates::dense}) {
+    equivalence::Setup s;
+    s.table = true;
+    s.global_batch = 25;
+    s.sparse_updates = rule;
+    strata::OneDeviceStrategy one;
+    const auto ref = equivalence::train_steps(one, s);
+    const bool lazy = rule == strata::optim::SparseUpdates::lazy;
+    strata::ParameterServerStrategy<C, strata::ps::Sync> strategy(
+        {.servers = servers, .update_on_servers = !lazy, .partition_bytes = 2048});
+    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d: sync, row-sparse table, %s rule, update on %s: parameters differ by %.3g (relative)\n",
+                ok ? "ok  " : "FAIL", strategy.rank(), lazy ? "lazy" : "dense", lazy ? "workers" : "servers", diff);
+  }
   // Weights for inference from the chief, after training with the variables on the servers
   // (split over them): a fresh one-device model loaded from the file holds what every rank
   // holds, bit for bit, and what one device trained.

@@ -25,12 +25,16 @@ namespace autograd::detail {
 inline void fire_hooks(const Tensor& leaf, std::uint64_t epoch) {
   auto& ag = leaf.impl()->ag;
   if (!ag.hooks) return;
-  if (ag.grad_epoch != epoch || !ag.grad.defined()) {  // no path reached this leaf: its gradient is zero
+  if (ag.grad_epoch != epoch || !(ag.grad.defined() || ag.grad_index.defined())) {
+    // No path reached this leaf: its gradient is zero (and rows of an earlier pass are not it).
+    ag.grad_index = Tensor();
+    ag.grad_rows = Tensor();
     if (!ag.grad.defined()) ag.grad = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
     ag.grad.fill_(0.0);
     ag.grad_epoch = epoch;
   }
-  for (auto& h : *ag.hooks) h(ag.grad);
+  const Tensor g = leaf.grad();  // hooks see it dense: a row-sparse one is scattered into its buffer
+  for (auto& h : *ag.hooks) h(g);
 }
 
 /// Marks every leaf gradient that already exists as written in `epoch`, so the sweep adds.
@@ -39,7 +43,7 @@ inline void claim_existing_grads(Tape& tape, std::int32_t last, std::uint64_t ep
     for (const Tensor& t : tape.nodes()[static_cast<std::size_t>(i)].in) {
       if (!t.defined() || !t.requires_grad() || !t.is_leaf()) continue;
       auto& ag = t.impl()->ag;
-      if (ag.grad.defined()) ag.grad_epoch = epoch;
+      if (ag.grad.defined() || ag.grad_index.defined()) ag.grad_epoch = epoch;  // dense or rows: added to
     }
 }
 
@@ -135,6 +139,12 @@ struct Gradients {
     make_whole();
     return params[i].grad();
   }
+  /// Gradient i's rows where it is row-sparse (docs/sparse_design.md), else undefined: read
+  /// it before operator[], which makes it dense.
+  RowGrad rows(std::size_t i) const {
+    make_whole();
+    return params[i].row_grad();
+  }
   /// Every gradient whole (a no-op unless a strategy keeps them in parts).
   void make_whole() const {
     if (completion) completion->make_whole();
@@ -162,8 +172,11 @@ inline Gradients grad(const Tensor& loss, std::span<const Tensor> params,
   const std::uint64_t epoch = backward(loss, {}, mode);
   for (const Tensor& p : params) {
     auto& ag = p.impl()->ag;
-    if (ag.grad_epoch == epoch && ag.grad.defined()) continue;
-    if (mode == GradAccumulation::accumulate && ag.grad.defined()) continue;
+    const bool has = ag.grad.defined() || ag.grad_index.defined();  // dense or in rows
+    if (ag.grad_epoch == epoch && has) continue;
+    if (mode == GradAccumulation::accumulate && has) continue;
+    ag.grad_index = Tensor();
+    ag.grad_rows = Tensor();
     if (!ag.grad.defined()) ag.grad = Tensor::empty(p.shape(), p.dtype(), p.device());
     ag.grad.fill_(0.0);
     ag.grad_epoch = epoch;

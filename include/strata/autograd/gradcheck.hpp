@@ -52,9 +52,10 @@ inline GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Te
     seed.data<double>()[j] = 1.0;
     const std::uint64_t epoch = backward(y, seed);
     for (std::size_t k = 0; k < inputs.size(); ++k) {
-      const auto& ag = inputs[k].impl()->ag;
-      if (ag.grad_epoch != epoch || !ag.grad.defined()) continue;
-      const double* g = ag.grad.data<double>();
+      if (inputs[k].impl()->ag.grad_epoch != epoch) continue;
+      const Tensor grad = inputs[k].grad();  // a row-sparse gradient made dense
+      if (!grad.defined()) continue;
+      const double* g = grad.data<double>();
       for (std::int64_t i = 0; i < inputs[k].numel(); ++i)
         analytic[k][static_cast<std::size_t>(j * inputs[k].numel() + i)] = g[i];
     }

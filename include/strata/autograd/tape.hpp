@@ -9,9 +9,12 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include <strata/autograd/grad_mode.hpp>  // GradMode
+#include <strata/kernels/cpu/rows.hpp>      // coalesce_rows, scatter_add_rows
 #include <strata/tensor/tensor.hpp>       // Tensor
 
 namespace strata::autograd {
@@ -112,6 +115,11 @@ struct GradSlot {
 inline GradSlot grad_slot(const Tensor& t, std::uint64_t epoch) {
   if (!t.defined() || !tracks_grad(t)) return {};
   auto& ag = t.impl()->ag;
+  if (ag.grad_index.defined()) {  // a row-sparse gradient: this pass's is made dense, an older one dropped
+    if (ag.grad_epoch == epoch) return {t.grad(), true};
+    ag.grad_index = Tensor();
+    ag.grad_rows = Tensor();
+  }
   if (ag.grad_epoch == epoch && ag.grad.defined()) return {ag.grad, true};
   if (!ag.grad.defined() || !(ag.grad.shape() == t.shape()) || ag.grad.dtype() != t.dtype() ||
       ag.grad.device() != t.device())  // a tensor moved in place (Module::to) gets its gradient where it now is
@@ -134,6 +142,50 @@ inline bool pass_gradient(const Tensor& t, const Tensor& g, std::uint64_t epoch)
   ag.grad = g;
   ag.grad_epoch = epoch;
   return true;
+}
+
+/// Adds rows to `t`'s gradient in pass `epoch`: row index[j] of the gradient gains rows[j]
+/// (`width` values each; t is [V, ...] with V * width elements). A leaf keeps them as a
+/// row-sparse gradient, its duplicates combined (docs/sparse_design.md); where the gradient
+/// is already dense in this pass, or t is not a leaf, they are added into the dense one.
+template <class T, class I>
+void add_grad_rows(const Tensor& t, std::uint64_t epoch, std::int64_t n, std::int64_t width, const I* index,
+                   const T* rows) {
+  if (!t.defined() || !tracks_grad(t)) return;
+  auto& ag = t.impl()->ag;
+  const bool rows_now = ag.grad_index.defined() && ag.grad_epoch == epoch;
+  if (!t.is_leaf() || (!rows_now && ag.grad_epoch == epoch && ag.grad.defined())) {
+    GradSlot s = grad_slot(t, epoch);
+    if (!s.accumulate) s.dst.fill_(0.0);
+    kernels::cpu::scatter_add_rows<T>(n, width, index, rows, s.dst.template data<T>());
+    return;
+  }
+  thread_local std::vector<std::pair<std::int64_t, std::int64_t>> order;
+  thread_local std::vector<std::int64_t> out_index;
+  thread_local std::vector<T> out_rows;
+  std::int64_t k = 0;
+  if (rows_now) {  // a second lookup in this pass: the rows so far, then the new ones, combined
+    const std::int64_t had = ag.grad_index.numel();
+    std::vector<std::int64_t> all_index(static_cast<std::size_t>(had + n));
+    std::vector<T> all_rows(static_cast<std::size_t>((had + n) * width));
+    std::memcpy(all_index.data(), ag.grad_index.template data<std::int64_t>(), static_cast<std::size_t>(had) * sizeof(std::int64_t));
+    for (std::int64_t j = 0; j < n; ++j) all_index[static_cast<std::size_t>(had + j)] = static_cast<std::int64_t>(index[j]);
+    std::memcpy(all_rows.data(), ag.grad_rows.template data<T>(), static_cast<std::size_t>(had * width) * sizeof(T));
+    std::memcpy(all_rows.data() + had * width, rows, static_cast<std::size_t>(n * width) * sizeof(T));
+    k = kernels::cpu::coalesce_rows<T>(had + n, width, all_index.data(), all_rows.data(), order, out_index, out_rows);
+  } else {
+    k = kernels::cpu::coalesce_rows<T>(n, width, index, rows, order, out_index, out_rows);
+  }
+  Shape rs = t.shape();
+  rs[0] = k;
+  Tensor gi = Tensor::empty({k}, DType::i64), gr = Tensor::empty(rs, t.dtype());
+  if (k > 0) {
+    std::memcpy(gi.raw_data(), out_index.data(), static_cast<std::size_t>(k) * sizeof(std::int64_t));
+    std::memcpy(gr.raw_data(), out_rows.data(), static_cast<std::size_t>(k * width) * sizeof(T));
+  }
+  ag.grad_index = std::move(gi);
+  ag.grad_rows = std::move(gr);
+  ag.grad_epoch = epoch;
 }
 
 /// The gradient flowing into node `n`'s output.

@@ -153,12 +153,13 @@ inline Tensor huber_loss(const Tensor& pred, const Tensor& target, double delta 
 }
 
 /// Binary cross-entropy of logits against targets in [0, 1], in the stable form
-/// max(x, 0) - x z + log(1 + exp(-|x|)), averaged over each example's elements.
+/// max(x, 0) - x z + log(1 + exp(-|x|)), averaged over each example's elements; its gradient
+/// is sigmoid(x) - z (PyTorch's BCEWithLogitsLoss), at x = 0 too.
 inline Tensor bce_with_logits(const Tensor& logits, const Tensor& targets, Reduction r = Reduction::mean,
                               std::int64_t global_batch = 0) {
   detail::check_pair("bce_with_logits", logits, targets);
-  Tensor per = add(sub(relu(logits), mul(logits, targets)), log(add(exp(neg(detail::abs(logits))), 1.0)));
-  return detail::reduce_loss("bce_with_logits", detail::mean_per_example(per), r, global_batch);
+  return detail::reduce_loss("bce_with_logits", detail::mean_per_example(bce_with_logits_elements(logits, targets)), r,
+                             global_batch);
 }
 
 /// Negative log-likelihood of log-probabilities [N, C] (log_softmax's output) at class labels

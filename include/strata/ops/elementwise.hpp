@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>  // std::integral_constant
 
 #include <strata/autograd/tape.hpp>     // record, grad_slot
 #include <strata/kernels/cpu/elementwise.hpp>  // relu passes
@@ -22,29 +23,62 @@ namespace ops::detail {
 using autograd::GradSlot;
 using autograd::Node;
 
-/// Writes sum-to-shape of value(i) into `slot`: value is evaluated over `out_shape` and
-/// summed over the axes along which the slot's tensor was broadcast.
-template <class T, class V>
-void write_reduced(GradSlot& slot, const Shape& out_shape, const std::array<Shape, 3>& operand_strides, V&& value) {
-  T* d = slot.dst.template data<T>();
-  const Shape& ds = slot.dst.shape();
-  if (ds == out_shape) {  // no reduction: one pass
-    std::int64_t i = 0;
-    if (slot.accumulate)
-      strata::detail::for_each_strided<3>(out_shape, operand_strides, [&](const auto& o) { d[i++] += value(o); });
-    else
-      strata::detail::for_each_strided<3>(out_shape, operand_strides, [&](const auto& o) { d[i++] = value(o); });
-    return;
+using kernels::math::BinaryKind;
+
+/// f(std::integral_constant<BinaryKind, kind>{}): the kind known to the compiler in f's loops.
+template <class F>
+decltype(auto) with_binary_kind(BinaryKind kind, F&& f) {
+  switch (kind) {
+    case BinaryKind::add: return f(std::integral_constant<BinaryKind, BinaryKind::add>{});
+    case BinaryKind::sub: return f(std::integral_constant<BinaryKind, BinaryKind::sub>{});
+    case BinaryKind::mul: return f(std::integral_constant<BinaryKind, BinaryKind::mul>{});
+    case BinaryKind::div: break;
   }
-  if (!slot.accumulate) slot.dst.fill_(0.0);
-  const Shape dst_strides = strata::detail::broadcast_strides(ds, contiguous_strides(ds), out_shape);
-  const std::array<Shape, 4> st{operand_strides[0], operand_strides[1], operand_strides[2], dst_strides};
-  strata::detail::for_each_strided<4>(out_shape, st, [&](const auto& o) {
-    d[o[3]] += value(std::array<std::int64_t, 3>{o[0], o[1], o[2]});
-  });
+  return f(std::integral_constant<BinaryKind, BinaryKind::div>{});
 }
 
-using kernels::math::BinaryKind;
+/// The gradient of operand `Which` (0: a, 1: b) of a broadcasting a (kind) b on the host,
+/// written into `slot` and summed over the axes along which that operand was broadcast;
+/// `st` holds the strides of the output's gradient, a and b over the output's shape. Run by
+/// run of the innermost axis, each a loop the compiler vectorises where the strides are 0 or 1.
+template <class T, int Which, BinaryKind Kind>
+void broadcast_operand_grad(GradSlot& slot, const Shape& os, const std::array<Shape, 3>& st, const T* gp, const T* ap,
+                            const T* bp) {
+  using strata::detail::at;
+  T* d = slot.dst.template data<T>();
+  const Shape& ds = slot.dst.shape();
+  const bool whole = ds == os;  // no reduction
+  if (!whole && !slot.accumulate) slot.dst.fill_(0.0);
+  const bool overwrite = whole && !slot.accumulate;
+  const std::array<Shape, 4> st4{st[0], st[1], st[2],
+                                 whole ? contiguous_strides(os)
+                                       : strata::detail::broadcast_strides(ds, contiguous_strides(ds), os)};
+  strata::detail::for_each_row<4>(os, st4, [&](const auto& o, std::int64_t n, const auto& in) {
+    const T* g = gp + o[0];  // the output's gradient is contiguous: stride 1
+    const T* a = ap + o[1];
+    const T* b = bp + o[2];
+    T* y = d + o[3];
+    strata::detail::with_unit_stride(in[1], [&](auto sa) {
+      strata::detail::with_unit_stride(in[2], [&](auto sb) {
+        const auto v = [&](std::int64_t j) {
+          if constexpr (Which == 0)
+            return kernels::math::binary_grad_a(Kind, g[j], b[at(j, sb, in[2])]);
+          else
+            return kernels::math::binary_grad_b(Kind, g[j], a[at(j, sa, in[1])], b[at(j, sb, in[2])]);
+        };
+        if (in[3] == 0) {  // summed along the run, in order
+          T acc = y[0];
+          for (std::int64_t j = 0; j < n; ++j) acc += v(j);
+          y[0] = acc;
+        } else if (overwrite) {
+          for (std::int64_t j = 0; j < n; ++j) y[j] = v(j);
+        } else {
+          for (std::int64_t j = 0; j < n; ++j) y[j] += v(j);
+        }
+      });
+    });
+  });
+}
 
 inline void binary_backward(Node& n, std::uint64_t epoch) {
   const Tensor g = autograd::grad_output(n);  // (held: it may be handed on to a below)
@@ -74,17 +108,14 @@ inline void binary_backward(Node& n, std::uint64_t epoch) {
     const T* bp = b.data<T>();
     const std::array<Shape, 3> st{contiguous_strides(os), strata::detail::broadcast_strides(a, os),
                                   strata::detail::broadcast_strides(b, os)};
-    if (auto s = a_done ? autograd::GradSlot{} : autograd::grad_slot(a, epoch)) {
-      write_reduced<T>(s, os, st, [&](const auto& o) { return kernels::math::binary_grad_a(kind, gp[o[0]], bp[o[2]]); });
-    }
+    if (auto s = a_done ? autograd::GradSlot{} : autograd::grad_slot(a, epoch))
+      with_binary_kind(kind, [&](auto k) { broadcast_operand_grad<T, 0, decltype(k)::value>(s, os, st, gp, ap, bp); });
     if (auto s = autograd::grad_slot(b, epoch)) {
       if (kind == BinaryKind::add && s.dst.shape() == os) {  // the same values again: one vectorised pass
         kernels::cpu::copy_or_add<T>(g.numel(), gp, s.dst.template data<T>(), s.accumulate);
         return;
       }
-      write_reduced<T>(s, os, st, [&](const auto& o) {
-        return kernels::math::binary_grad_b(kind, gp[o[0]], ap[o[1]], bp[o[2]]);
-      });
+      with_binary_kind(kind, [&](auto k) { broadcast_operand_grad<T, 1, decltype(k)::value>(s, os, st, gp, ap, bp); });
     }
   });
 }
@@ -119,7 +150,20 @@ inline Tensor binary(const char* name, BinaryKind kind, const Tensor& a, const T
       }
       const std::array<Shape, 3> st{contiguous_strides(os), strata::detail::broadcast_strides(a, os),
                                     strata::detail::broadcast_strides(b, os)};
-      strata::detail::for_each_strided<3>(os, st, [&](const auto& o) { op[o[0]] = kernels::math::binary(kind, ap[o[1]], bp[o[2]]); });
+      with_binary_kind(kind, [&](auto k) {  // run by run, the kind and the unit strides known in the loop
+        strata::detail::for_each_row<3>(os, st, [&](const auto& o, std::int64_t len, const auto& in) {
+          T* y = op + o[0];
+          const T* x = ap + o[1];
+          const T* z = bp + o[2];
+          strata::detail::with_unit_stride(in[1], [&](auto sx) {
+            strata::detail::with_unit_stride(in[2], [&](auto sz) {
+              using strata::detail::at;
+              for (std::int64_t j = 0; j < len; ++j)
+                y[j] = kernels::math::binary(decltype(k)::value, x[at(j, sx, in[1])], z[at(j, sz, in[2])]);
+            });
+          });
+        });
+      });
     });
   }
   if (is_floating(a.dtype())) {

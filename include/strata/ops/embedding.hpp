@@ -1,6 +1,7 @@
 /// \file
 /// Differentiable embedding lookup: rows of a table picked by integer indices, its gradient a
-/// dense scatter-add of the output's gradient rows into the table's.
+/// dense scatter-add of the output's gradient rows into the table's, or those rows themselves
+/// (TableGradient::row_sparse; docs/sparse_design.md).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,12 @@
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
+
+/// The form of an embedding table's gradient.
+enum class TableGradient {
+  dense,       ///< a [V, D] gradient, zero where no index looked
+  row_sparse,  ///< the looked-up rows only (Tensor::row_grad), duplicates combined
+};
 
 namespace ops::detail {
 
@@ -23,10 +30,21 @@ decltype(auto) visit_index(DType t, const char* op, F&& f) {
 }
 
 inline void embedding_backward(autograd::Node& n, std::uint64_t epoch) {
-  auto s = autograd::grad_slot(n.in[0], epoch);
-  if (!s) return;
   const Tensor& idx = n.saved[0];
   const std::int64_t D = n.in[0].dim(1);
+  if (n.i[0] != 0) {  // row-sparse: the output's gradient rows are the table's
+    strata::detail::visit_floating(n.in[0].dtype(), "embedding", [&](auto tag) {
+      using T = decltype(tag);
+      visit_index(idx.dtype(), "embedding", [&](auto itag) {
+        using I = decltype(itag);
+        autograd::add_grad_rows<T, I>(n.in[0], epoch, idx.numel(), D, idx.template data<I>(),
+                                      autograd::grad_output(n).template data<T>());
+      });
+    });
+    return;
+  }
+  auto s = autograd::grad_slot(n.in[0], epoch);
+  if (!s) return;
   if (!s.accumulate) s.dst.fill_(0.0);
   strata::detail::visit_floating(s.dst.dtype(), "embedding", [&](auto tag) {
     using T = decltype(tag);
@@ -47,8 +65,10 @@ inline void embedding_backward(autograd::Node& n, std::uint64_t epoch) {
 }  // namespace ops::detail
 
 /// The rows of `table` [V, D] at `indices` (int32 or int64, any shape): [..., D]. Every index
-/// must lie in [0, V); the first one that does not is named. The table's gradient is dense.
-inline Tensor embedding(const Tensor& table, const Tensor& indices) {
+/// must lie in [0, V); the first one that does not is named. The table's gradient is dense,
+/// or with TableGradient::row_sparse the rows looked up (a leaf table's; a computed table's
+/// gradient stays dense), which marks the table as row-sparse for the optimizers.
+inline Tensor embedding(const Tensor& table, const Tensor& indices, TableGradient grad = TableGradient::dense) {
   STRATA_CHECK(table.defined() && indices.defined(), "embedding: undefined operand");
   STRATA_CHECK(table.ndim() == 2, "embedding: the table must be [rows, width], got ", table.shape());
   require_host("embedding", table, indices);
@@ -72,7 +92,11 @@ inline Tensor embedding(const Tensor& table, const Tensor& indices) {
     }
   });
   if (is_floating(table.dtype()))
-    if (auto* n = autograd::record("embedding", &ops::detail::embedding_backward, out, table)) n->saved[0] = idx;
+    if (auto* n = autograd::record("embedding", &ops::detail::embedding_backward, out, table)) {
+      n->saved[0] = idx;
+      n->i[0] = grad == TableGradient::row_sparse;
+      if (grad == TableGradient::row_sparse && table.is_leaf()) table.impl()->ag.row_sparse = true;
+    }
   return out;
 }
 

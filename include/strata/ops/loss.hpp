@@ -1,7 +1,10 @@
 /// \file
-/// Differentiable log-softmax and the fused softmax + cross-entropy primitive.
+/// Differentiable log-softmax, the fused softmax + cross-entropy primitive, and binary
+/// cross-entropy of logits element by element.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include <strata/autograd/tape.hpp>
@@ -58,7 +61,64 @@ inline void softmax_xent_backward(autograd::Node& n, std::uint64_t epoch) {
   });
 }
 
+/// The logistic function, in a form that does not overflow for either sign of x.
+template <class T>
+T logistic(T x) {
+  if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+  const T e = std::exp(x);
+  return e / (T(1) + e);
+}
+
+/// d/dx = g (sigmoid(x) - z), d/dz = -g x: the derivative itself at x = 0 too, where the
+/// stable form's max and |x| have their kinks.
+inline void bce_logits_backward(autograd::Node& n, std::uint64_t epoch) {
+  auto sx = autograd::grad_slot(n.in[0], epoch), sz = autograd::grad_slot(n.in[1], epoch);
+  const Tensor &x = n.saved[0], &z = n.saved[1];
+  strata::detail::visit_floating(x.dtype(), "bce_with_logits", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.template data<T>();
+    const T* zp = z.template data<T>();
+    const T* g = autograd::grad_output(n).template data<T>();
+    const std::int64_t count = x.numel();
+    if (sx) {
+      T* d = sx.dst.template data<T>();
+      for (std::int64_t i = 0; i < count; ++i) {
+        const T v = g[i] * (logistic(xp[i]) - zp[i]);
+        d[i] = sx.accumulate ? d[i] + v : v;
+      }
+    }
+    if (sz) {
+      T* d = sz.dst.template data<T>();
+      for (std::int64_t i = 0; i < count; ++i) d[i] = sz.accumulate ? d[i] - g[i] * xp[i] : -g[i] * xp[i];
+    }
+  });
+}
+
 }  // namespace ops::detail
+
+/// Binary cross-entropy of each logit x against its target z in [0, 1]:
+/// max(x, 0) - x z + log(1 + exp(-|x|)), stable for any |x|, with the exact gradient
+/// sigmoid(x) - z (also at x = 0). x and z of one shape and floating dtype, on the host.
+inline Tensor bce_with_logits_elements(const Tensor& logits, const Tensor& targets) {
+  STRATA_CHECK(logits.defined() && targets.defined(), "bce_with_logits: undefined operand");
+  STRATA_CHECK(logits.shape() == targets.shape() && logits.dtype() == targets.dtype(), "bce_with_logits: logits ",
+               logits.shape(), " ", name_of(logits.dtype()), " and targets ", targets.shape(), " ",
+               name_of(targets.dtype()), " differ");
+  require_host("bce_with_logits", logits, targets);
+  const Tensor x = logits.contiguous(), z = targets.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  strata::detail::visit_floating(x.dtype(), "bce_with_logits", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.template data<T>();
+    const T* zp = z.template data<T>();
+    T* o = out.template data<T>();
+    for (std::int64_t i = 0, count = x.numel(); i < count; ++i)
+      o[i] = std::max(xp[i], T(0)) - xp[i] * zp[i] + std::log1p(std::exp(-std::abs(xp[i])));
+  });
+  if (auto* n = autograd::record("bce_with_logits", &ops::detail::bce_logits_backward, out, logits, targets))
+    n->saved = {x, z};
+  return out;
+}
 
 /// Row-wise log-softmax of a 2-D tensor [N, C].
 inline Tensor log_softmax(const Tensor& x) {

@@ -48,8 +48,17 @@ inline void sum_backward(autograd::Node& n, std::uint64_t epoch) {
     const T sc = static_cast<T>(scale);
     const std::array<Shape, 2> st{contiguous_strides(xs),
                                   strata::detail::broadcast_strides(keep, contiguous_strides(keep), xs)};
-    strata::detail::for_each_strided<2>(xs, st, [&](const auto& o) {
-      d[o[0]] = s.accumulate ? d[o[0]] + sc * g[o[1]] : sc * g[o[1]];
+    const bool acc = s.accumulate;
+    strata::detail::for_each_row<2>(xs, st, [&](const auto& o, std::int64_t n, const auto& in) {
+      T* y = d + o[0];
+      const T* x = g + o[1];
+      strata::detail::with_unit_stride(in[1], [&](auto sg) {  // 0 where the run was summed away
+        using strata::detail::at;
+        if (acc)
+          for (std::int64_t j = 0; j < n; ++j) y[j] += sc * x[at(j, sg, in[1])];
+        else
+          for (std::int64_t j = 0; j < n; ++j) y[j] = sc * x[at(j, sg, in[1])];
+      });
     });
   });
 }
@@ -77,7 +86,20 @@ inline Tensor sum_impl(const char* name, const Tensor& x, std::uint32_t mask, bo
       }
       for (std::int64_t i = 0; i < out.numel(); ++i) o[i] = T(0);
       const std::array<Shape, 2> st{x.strides(), strata::detail::broadcast_strides(keep, contiguous_strides(keep), xs)};
-      strata::detail::for_each_strided<2>(xs, st, [&](const auto& off) { o[off[1]] += p[off[0]]; });
+      strata::detail::for_each_row<2>(xs, st, [&](const auto& off, std::int64_t n, const auto& in) {
+        const T* x = p + off[0];
+        T* y = o + off[1];
+        strata::detail::with_unit_stride(in[0], [&](auto sx) {
+          using strata::detail::at;
+          if (in[1] == 0) {  // the run is summed away: added in order
+            T acc = y[0];
+            for (std::int64_t j = 0; j < n; ++j) acc += x[at(j, sx, in[0])];
+            y[0] = acc;
+          } else {
+            for (std::int64_t j = 0; j < n; ++j) y[j] += x[at(j, sx, in[0])];
+          }
+        });
+      });
       if (scale != 1.0)
         for (std::int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<T>(o[i] * scale);
     });

@@ -1,5 +1,7 @@
 /// \file
-/// Adam and AdamW (torch.optim.Adam / AdamW updates), fused into one pass per parameter.
+/// Adam and AdamW (torch.optim.Adam / AdamW updates), fused into one pass per parameter; on a
+/// row-sparse table, by rows (SparseUpdates::lazy: torch.optim.SparseAdam's rule, with the
+/// bias correction of the optimizer's step count, and weight decay on the rows updated).
 #pragma once
 
 #include <strata/kernels/cpu/optim_step.hpp>  // adam_step
@@ -41,6 +43,20 @@ class Adam : public Optimizer {
     Tensor m = state_for(m_, i), v = state_for(v_, i);
     device_kernels("Adam", p, g, m, v).adam_step(p.device().index, p.dtype(), p.numel(), p.raw_data(), g.raw_data(),
                                                  m.raw_data(), v.raw_data(), step_params());
+  }
+  void prepare_state(std::size_t i) override {
+    (void)state_for(m_, i);
+    (void)state_for(v_, i);
+  }
+  void update_rows(std::size_t i, Tensor& p, const RowGrad& g) override {
+    Tensor m = state_for(m_, i), v = state_for(v_, i);
+    const kernels::cpu::AdamParams kp = step_params();
+    const std::int64_t width = p.dim(0) > 0 ? p.numel() / p.dim(0) : 0;
+    strata::detail::visit_floating(p.dtype(), "Adam", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::adam_rows<T>(g.size(), width, g.indices.template data<std::int64_t>(), g.rows.template data<T>(),
+                                 p.template data<T>(), m.template data<T>(), v.template data<T>(), kp);
+    });
   }
   void update_range(std::size_t i, Tensor& p, const Tensor& g, ElementRange r) override {
     STRATA_CHECK(!on_device(p), "Adam: a range update runs on host memory, parameter ", i, " is on ", p.device());

@@ -2,7 +2,8 @@
 /// GradientTransforms: what an optimizer does to the aggregated gradients before its rule
 /// (the update protocol's stage 2): a user's transform, clipping by value, then clipping by
 /// the global norm. They run on the gradients every replica holds after aggregation (the
-/// same bits everywhere), so N replicas clip exactly as one replica does.
+/// same bits everywhere), so N replicas clip exactly as one replica does. A row-sparse
+/// gradient is transformed in its rows; a user's transform reads it dense (Gradients[i]).
 #pragma once
 
 #include <cmath>
@@ -23,11 +24,18 @@ struct GradientTransforms {
 
   bool active() const noexcept { return max_global_norm > 0 || max_value > 0 || static_cast<bool>(user); }
 
+  /// Gradient i's values: its rows where it is row-sparse (the other rows are zero, and stay
+  /// zero under every transform here), else the dense gradient.
+  static Tensor values(const Gradients& g, std::size_t i) {
+    const RowGrad rows = g.rows(i);
+    return rows.defined() ? rows.rows : g[i];
+  }
+
   /// The norm of all of `g`'s gradients together: sqrt of the sum of every element's square.
   static double global_norm(const Gradients& g) {
     double sq = 0;
     for (std::size_t i = 0; i < g.size(); ++i) {
-      const Tensor t = g[i];
+      const Tensor t = values(g, i);
       if (t.defined()) sq += sum(mul(t, t)).item();
     }
     return std::sqrt(sq);
@@ -41,14 +49,14 @@ struct GradientTransforms {
     if (user) user(g);
     if (max_value > 0)
       for (std::size_t i = 0; i < g.size(); ++i) {
-        Tensor t = g[i];
+        Tensor t = values(g, i);
         if (t.defined()) t.copy_(add(sub(t, relu(add(t, -max_value))), relu(add(neg(t), -max_value))));
       }
     if (max_global_norm > 0) {
       const double norm = global_norm(g);
       if (norm > max_global_norm)  // tf.clip_by_global_norm: max / norm, no epsilon; a NaN norm passes through
         for (std::size_t i = 0; i < g.size(); ++i) {
-          Tensor t = g[i];
+          Tensor t = values(g, i);
           if (t.defined()) t.copy_(mul(t, max_global_norm / norm));
         }
     }

@@ -7,6 +7,7 @@
 /// calls this optimizer's rule and publishes.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include <strata/autograd/backward.hpp>  // Gradients
+#include <strata/kernels/cpu/optim_step.hpp>  // all_zero
 #include <strata/optim/gradient_transforms.hpp>
 #include <strata/optim/nonfinite.hpp>
 #include <strata/optim/schedule.hpp>
@@ -38,6 +40,17 @@ concept UpdateDriver = requires(C& c, Optimizer& opt, Gradients g) { run_update(
 /// the part of it one replica updates when a strategy splits the update (step_ranges).
 struct ElementRange {
   std::int64_t begin = 0, end = 0;
+};
+
+/// How an optimizer updates a row-sparse table (an Embedding with TableGradient::row_sparse;
+/// docs/sparse_design.md).
+enum class SparseUpdates {
+  /// Only the rows whose aggregated gradient row is not all zero, with their state (momentum,
+  /// moments); the other rows and their state stay as they are (PyTorch's SparseAdam). The
+  /// same rows on every strategy, whether the gradient arrives in rows or dense.
+  lazy,
+  /// The dense rule on the gradient made dense: equal to a run with dense gradients.
+  dense,
 };
 
 /// The shared part of SGD, Adam and AdamW.
@@ -91,10 +104,25 @@ class Optimizer {
   }
   const std::vector<Tensor>& params() const noexcept { return params_; }
 
+  /// How row-sparse tables are updated (SparseUpdates::lazy by default).
+  void set_sparse_updates(SparseUpdates s) noexcept { sparse_ = s; }
+  SparseUpdates sparse_updates() const noexcept { return sparse_; }
+  /// Whether parameter i is updated by rows: a row-sparse table, in host memory, under the
+  /// lazy rule of an optimizer that has one.
+  bool updates_by_rows(std::size_t i) const {
+    const Tensor& p = params_.at(i);
+    return sparse_ == SparseUpdates::lazy && p.impl()->ag.row_sparse && p.ndim() >= 1 && p.device().kind == DeviceKind::cpu &&
+           updates_ranges();
+  }
+
   /// Updates every parameter from its .grad(); parameters without a gradient are skipped.
   void step() {
     NoGradGuard no_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (updates_by_rows(i)) {
+        step_rows(i, {0, params_[i].numel()});
+        continue;
+      }
       const Tensor g = params_[i].grad();
       if (!g.defined()) continue;
       update(i, params_[i], g);
@@ -113,12 +141,15 @@ class Optimizer {
     STRATA_CHECK_EQ(ranges.size(), params_.size(), "step_ranges: one range per parameter");
     NoGradGuard no_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
-      const Tensor g = params_[i].grad();
-      if (!g.defined()) continue;
+      if (!params_[i].has_row_grad() && !params_[i].impl()->ag.grad.defined()) continue;
+      const Tensor g = updates_by_rows(i) ? Tensor() : params_[i].grad();
       const ElementRange r = ranges[i];
       STRATA_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= params_[i].numel(), "step_ranges: range [", r.begin,
                    ", ", r.end, ") of parameter ", i, " with ", params_[i].numel(), " elements");
-      update_range(i, params_[i], g, r);
+      if (updates_by_rows(i))
+        step_rows(i, r);
+      else
+        update_range(i, params_[i], g, r);
     }
     ++steps_;
   }
@@ -185,7 +216,8 @@ class Optimizer {
   bool admits(const Gradients& g, Where&& where) {
     if (nonfinite_ == NonFinite::apply) return true;
     for (std::size_t i = 0; i < g.size(); ++i) {
-      const Tensor t = g[i];
+      const RowGrad rows = g.rows(i);  // a row-sparse gradient is checked in its rows
+      const Tensor t = rows.defined() ? rows.rows : g[i];
       if (!t.defined() || all_finite(t)) continue;
       if (nonfinite_ == NonFinite::skip) {
         ++skipped_;
@@ -229,6 +261,18 @@ class Optimizer {
   virtual void update(std::size_t i, Tensor& p, const Tensor& g) = 0;
   /// The slot vector state() names `prefix` (e.g. "momentum_buffer"), or null.
   virtual std::vector<Tensor>* slots_named(const std::string& prefix) = 0;
+
+  /// Creates parameter i's state tensors where they do not exist yet (the lazy rule calls it
+  /// before any row is updated).
+  virtual void prepare_state(std::size_t i) { (void)i; }
+
+  /// The lazy rule: updates the rows of parameter i (host memory, [V, ...]) that `g` names
+  /// and their state, skipping rows whose gradient is all zero. Without a rule of its own, an
+  /// optimizer updates densely (the gradient made dense).
+  virtual void update_rows(std::size_t i, Tensor& p, const RowGrad& g) {
+    (void)g;
+    update(i, p, p.grad());
+  }
 
   /// Updates elements [r.begin, r.end) of parameter i (host memory) from gradient g; the
   /// optimizers whose updates_ranges() is true override it.
@@ -283,6 +327,32 @@ class Optimizer {
     return where;
   }
 
+  /// The lazy rule on parameter i's elements [r.begin, r.end): from its rows where the
+  /// gradient is in rows and the range is the whole parameter; otherwise from the dense
+  /// gradient, each row in the range kept or skipped by its whole gradient row (so replicas
+  /// whose ranges cut a row decide alike), the part of it inside the range updated.
+  void step_rows(std::size_t i, ElementRange r) {
+    Tensor& p = params_[i];
+    if (!p.has_row_grad() && !p.impl()->ag.grad.defined()) return;
+    // The state exists from the first gradient on, whichever rows this replica's range
+    // updates (replicas that split the update hold state of the same shapes), and every row
+    // starts its state alike, in whichever call it is first updated.
+    prepare_state(i);
+    if (p.has_row_grad() && r.begin == 0 && r.end == p.numel()) return update_rows(i, p, p.row_grad());
+    const Tensor g = p.grad();
+    if (!g.defined() || r.end <= r.begin) return;
+    const std::int64_t width = p.dim(0) > 0 ? p.numel() / p.dim(0) : 1;
+    strata::detail::visit_floating(p.dtype(), "sparse update", [&](auto tag) {
+      using T = decltype(tag);
+      const T* gp = g.template data<T>();
+      for (std::int64_t row = r.begin / width; row * width < r.end; ++row) {
+        const std::int64_t lo = row * width;
+        if (kernels::cpu::all_zero(width, gp + lo)) continue;
+        update_range(i, p, g, {std::max(lo, r.begin), std::min(lo + width, r.end)});
+      }
+    });
+  }
+
   std::vector<Tensor> params_;
   double lr_;
   std::optional<Schedule> schedule_;
@@ -290,6 +360,7 @@ class Optimizer {
   std::int64_t steps_ = 0, skipped_ = 0;
   std::uint64_t state_version_ = 0;
   NonFinite nonfinite_ = NonFinite::apply;
+  SparseUpdates sparse_ = SparseUpdates::lazy;
 };
 
 namespace detail {

@@ -1,6 +1,7 @@
 /// \file
 /// Stochastic gradient descent with momentum, dampening, Nesterov and weight decay
-/// (torch.optim.SGD's update), fused into one pass per parameter.
+/// (torch.optim.SGD's update), fused into one pass per parameter; on a row-sparse table, by
+/// rows (SparseUpdates).
 #pragma once
 
 #include <strata/kernels/cpu/optim_step.hpp>  // sgd_step
@@ -47,6 +48,19 @@ class Sgd : public Optimizer {
     const kernels::cpu::SgdParams kp = params_for(i, buf);
     device_kernels("SGD", p, g, buf).sgd_step(p.device().index, p.dtype(), p.numel(), p.raw_data(), g.raw_data(),
                                               buf.defined() ? buf.raw_data() : nullptr, kp);
+  }
+  void prepare_state(std::size_t i) override {
+    if (o_.momentum != 0) (void)state_for(bufs_, i);
+  }
+  void update_rows(std::size_t i, Tensor& p, const RowGrad& g) override {
+    Tensor buf;
+    const kernels::cpu::SgdParams kp = params_for(i, buf);
+    const std::int64_t width = p.dim(0) > 0 ? p.numel() / p.dim(0) : 0;
+    strata::detail::visit_floating(p.dtype(), "SGD", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::sgd_rows<T>(g.size(), width, g.indices.template data<std::int64_t>(), g.rows.template data<T>(),
+                                p.template data<T>(), buf.defined() ? buf.template data<T>() : nullptr, kp);
+    });
   }
   void update_range(std::size_t i, Tensor& p, const Tensor& g, ElementRange r) override {
     STRATA_CHECK(!on_device(p), "SGD: a range update runs on host memory, parameter ", i, " is on ", p.device());

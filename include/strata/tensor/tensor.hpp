@@ -29,6 +29,8 @@ namespace detail {
 class TensorImpl;
 }
 
+struct RowGrad;
+
 /// An n-dimensional array on a device, with optional gradient tracking.
 ///
 /// @code
@@ -106,8 +108,15 @@ class Tensor {
   bool requires_grad() const noexcept;
   /// Marks a leaf tensor as a variable whose gradient backward() computes.
   Tensor& requires_grad_(bool on = true);
-  /// The gradient written by the last backward() (undefined before).
-  Tensor grad() const noexcept;
+  /// The gradient written by the last backward() (undefined before), dense. A row-sparse
+  /// gradient (an embedding's with TableGradient::row_sparse) is scattered into a dense one
+  /// here, and stays dense: read it with row_grad() first to keep it in rows.
+  Tensor grad() const;
+  /// Whether the last backward() left this leaf's gradient in rows (row_grad()).
+  bool has_row_grad() const noexcept;
+  /// The row-sparse gradient: the row numbers (int64 [k], ascending, distinct) and their rows
+  /// ([k, ...]); both undefined when the gradient is dense or absent.
+  RowGrad row_grad() const noexcept;
   /// Calls `hook(grad)` once per backward, as soon as this leaf's gradient is final.
   void register_hook(std::function<void(const Tensor&)> hook);
   /// True if no recorded operation produced this tensor.
@@ -120,6 +129,15 @@ class Tensor {
 
  private:
   detail::TensorImpl* impl_ = nullptr;
+};
+
+/// A gradient given as some rows of a [V, ...] tensor (docs/sparse_design.md): row indices[j]
+/// of the gradient is rows[j], every other row is zero.
+struct RowGrad {
+  Tensor indices;  ///< int64 [k], ascending, distinct
+  Tensor rows;     ///< [k, ...]: the tensor's shape with k rows
+  bool defined() const noexcept { return indices.defined(); }
+  std::int64_t size() const noexcept { return indices.defined() ? indices.numel() : 0; }
 };
 
 namespace detail {
@@ -167,7 +185,13 @@ class TensorImpl {
     std::int32_t first_use = -1;      ///< first node (in recording order) that reads this leaf
     std::uint64_t first_use_epoch = 0;
     Tensor grad;
-    std::uint64_t grad_epoch = 0;     ///< backward pass that last wrote `grad`
+    std::uint64_t grad_epoch = 0;     ///< backward pass that last wrote `grad` (or the rows)
+    /// A row-sparse gradient: while grad_index is defined, it and grad_rows are the gradient
+    /// of pass grad_epoch, and `grad` only a buffer kept for reuse (docs/sparse_design.md).
+    Tensor grad_index, grad_rows;
+    /// Set by this leaf's first row-sparse lookup: its gradients mean rows, in whatever form
+    /// they reach an optimizer (the lazy sparse update).
+    bool row_sparse = false;
     std::unique_ptr<std::vector<std::function<void(const Tensor&)>>> hooks;
     /// Completes the gradients of the parameter list this leaf heads, where a strategy keeps
     /// them in parts (autograd::set_gradient_completion); null otherwise.
@@ -429,7 +453,33 @@ inline Tensor& Tensor::requires_grad_(bool on) {
   impl_->ag.requires_grad = on;
   return *this;
 }
-inline Tensor Tensor::grad() const noexcept { return impl_ ? impl_->ag.grad : Tensor(); }
+inline Tensor Tensor::grad() const {
+  if (!impl_) return Tensor();
+  auto& ag = impl_->ag;
+  if (!ag.grad_index.defined()) return ag.grad;
+  // Rows to dense: into the buffer the gradient had, where it fits (a strategy's bucket slot).
+  Tensor& g = ag.grad;
+  if (!g.defined() || !(g.shape() == shape()) || g.dtype() != dtype() || g.device() != device() || !g.is_contiguous())
+    g = Tensor::empty(shape(), dtype(), device());
+  g.fill_(0.0);
+  const std::int64_t width = shape().ndim() > 0 && shape()[0] > 0 ? numel() / shape()[0] : 0;
+  const std::int64_t* index = ag.grad_index.data<std::int64_t>();
+  detail::visit_floating(dtype(), "row gradient", [&](auto tag) {
+    using T = decltype(tag);
+    T* d = g.template data<T>();
+    const T* r = ag.grad_rows.template data<T>();
+    for (std::int64_t j = 0, k = ag.grad_index.numel(); j < k; ++j)
+      std::memcpy(d + index[j] * width, r + j * width, static_cast<std::size_t>(width) * sizeof(T));
+  });
+  ag.grad_index = Tensor();
+  ag.grad_rows = Tensor();
+  return g;
+}
+inline bool Tensor::has_row_grad() const noexcept { return impl_ && impl_->ag.grad_index.defined(); }
+inline RowGrad Tensor::row_grad() const noexcept {
+  if (!has_row_grad()) return {};
+  return {impl_->ag.grad_index, impl_->ag.grad_rows};
+}
 inline bool Tensor::is_leaf() const noexcept { return !impl_ || impl_->ag.node < 0; }
 inline void Tensor::register_hook(std::function<void(const Tensor&)> hook) {
   STRATA_CHECK(defined() && is_leaf() && requires_grad(), "hooks attach to leaf tensors that require gradients");

@@ -99,6 +99,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     bool aggregate(Gradients g, double) override {
       STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica");
       s_.pending_[static_cast<std::size_t>(r_)] = g;
+      for (std::size_t i = 0; i < g.size(); ++i) (void)g[i];  // each its own dense, before the others read it
       comm().barrier();  // every replica's gradients are final
       const Gradients& g0 = s_.pending_[0];
       for (std::size_t i = 0; i < g0.size(); ++i) {

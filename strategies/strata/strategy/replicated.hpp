@@ -165,6 +165,13 @@ class Replicated {
   {
     for (auto& c : copies_) c->clip_by_value(max_abs);
   }
+  /// Every copy's rule for row-sparse tables (optim/optimizer.hpp).
+  template <class S>
+  void set_sparse_updates(S rule)
+    requires requires(T& t) { t.set_sparse_updates(rule); }
+  {
+    for (auto& c : copies_) c->set_sparse_updates(rule);
+  }
   template <class Fn>
   void set_gradient_transform(const Fn& fn)
     requires requires(T& t) { t.set_gradient_transform(fn); }

@@ -72,6 +72,13 @@ inline bool transform_gradients(ReplicaContext& ctx, const ReplicaStep& step, op
 inline void update(optim::Optimizer& opt, const Gradients& grads, UpdateLayout layout) {
   switch (layout.way) {
     case UpdateLayout::Way::ranges:
+      // The lazy sparse rule keeps or skips a row by its whole gradient row, which a replica
+      // holding its share of the sums alone (GradientLayout::sharded) must first gather.
+      for (std::size_t i = 0; i < opt.params().size(); ++i)
+        if (opt.updates_by_rows(i)) {
+          grads.make_whole();
+          break;
+        }
       opt.step_ranges(*layout.ranges);
       break;
     case UpdateLayout::Way::whole:
@@ -96,6 +103,11 @@ inline void run_update(ReplicaContext& ctx, optim::Optimizer& opt, Gradients gra
                  "strata.optim.transform", "gradient clipping and transforms run on the aggregated gradients before "
                  "the update, which the parameter servers apply here: construct ParameterServerStrategy with "
                  "update_on_servers = false to clip on the workers");
+  for (std::size_t i = 0; i < opt.params().size(); ++i)
+    STRATA_REQUIRE(!(step.updates_elsewhere() && opt.updates_by_rows(i)), invalid_argument, "strata.optim.sparse",
+                   "parameter ", i, " is a row-sparse table under the lazy rule, which the parameter servers do not "
+                   "apply (they update whole partitions): call set_sparse_updates(SparseUpdates::dense) on the "
+                   "optimizer, or construct ParameterServerStrategy with update_on_servers = false");
   bool here;
   {
     observe::ScopedEvent ev("aggregate gradients", "communication");

@@ -52,4 +52,37 @@ void adam_step(std::int64_t n, T* STRATA_RESTRICT p, const T* STRATA_RESTRICT g,
   for_each_blocked(n, [&](std::int64_t i) { math::adam_update(p[i], g[i], m[i], v[i], c); });
 }
 
+// The lazy sparse forms (docs/sparse_design.md): rows[0..k) of a [V, width] parameter and
+// its state, each from its gradient row g + j * width; a row whose gradient is all zero is
+// left as it is, state included.
+
+template <class T>
+bool all_zero(std::int64_t n, const T* g) {
+  bool zero = true;
+  for (std::int64_t i = 0; i < n; ++i) zero &= g[i] == T(0);  // vectorises
+  return zero;
+}
+
+template <class T>
+void sgd_rows(std::int64_t k, std::int64_t width, const std::int64_t* rows, const T* g, T* p, T* buf,
+              const SgdParams& o) {
+  for (std::int64_t j = 0; j < k; ++j) {
+    const T* gr = g + j * width;
+    if (all_zero(width, gr)) continue;
+    const std::int64_t at = rows[j] * width;
+    sgd_step<T>(width, p + at, gr, buf ? buf + at : nullptr, o);
+  }
+}
+
+template <class T>
+void adam_rows(std::int64_t k, std::int64_t width, const std::int64_t* rows, const T* g, T* p, T* m, T* v,
+               const AdamParams& o) {
+  for (std::int64_t j = 0; j < k; ++j) {
+    const T* gr = g + j * width;
+    if (all_zero(width, gr)) continue;
+    const std::int64_t at = rows[j] * width;
+    adam_step<T>(width, p + at, gr, m + at, v + at, o);
+  }
+}
+
 }  // namespace strata::kernels::cpu

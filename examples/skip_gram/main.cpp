@@ -1,0 +1,234 @@
+// Word vectors by skip-gram with negative sampling (word2vec) on the words of Debian's
+// fortunes package: two embedding tables with row-sparse gradients, each step touching only
+// the rows of the words its batch holds, updated lazily (PyTorch's SparseAdam). The same loop
+// under any strategy, picked at run time like the other trainers'. The last 10 % of the text
+// is held out; at the end the chief prints the nearest neighbours of a few words.
+//
+//   skip_gram --steps 2000                                     (one device)
+//   skip_gram --strategy mirrored --replicas 2
+//   mpirun -np 2 skip_gram --strategy multi_worker_mirrored --collective mpi
+//   mpirun -np 3 skip_gram --strategy parameter_server --servers 1 --mode sync
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include <strata/data/words.hpp>
+#include <strata/runtime/fail_job.hpp>
+#include <strata/strata.hpp>
+
+#include "../common/strategy_flags.hpp"
+
+namespace {
+
+struct Options : trainer::StrategyFlags {
+  std::int64_t steps = 2000, batch = 1024, dim = 64, window = 2, negatives = 5, min_count = 2;
+  double lr = 0.01;
+  std::uint64_t seed = 0;
+  std::int64_t eval_every = 500, eval_rows = 20000;
+  std::string table_gradient = "row_sparse", updates = "lazy";
+  std::string data_dir = strata::data::default_fortunes_dir();
+  bool quiet = false;
+  // The lazy rule runs where the optimizer runs: on the workers (docs/sparse_design.md).
+  Options() { update_on = "workers"; }
+};
+
+int parse_options(int argc, char** argv, Options& o) {
+  CLI::App app{"Trains word vectors (skip-gram, negative sampling) on Debian's fortunes under any strategy; prints "
+               "the held-out loss as it goes and the nearest neighbours of a few words at the end, then one JSON line.",
+               "skip_gram"};
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--batch", o.batch, "(center, context) pairs per replica: the global batch is B x replicas")
+      ->capture_default_str();
+  app.add_option("--dim", o.dim, "width of the word vectors")->capture_default_str();
+  app.add_option("--window", o.window, "context words on each side")->capture_default_str();
+  app.add_option("--negatives", o.negatives, "noise words per pair")->capture_default_str();
+  app.add_option("--min-count", o.min_count, "occurrences a word needs to get a vector")->capture_default_str();
+  app.add_option("--lr", o.lr, "Adam's learning rate")->capture_default_str();
+  app.add_option("--seed", o.seed, "initialisation, negatives and shuffling")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "steps between held-out losses")->capture_default_str();
+  app.add_option("--eval-rows", o.eval_rows, "held-out pairs each evaluation reads")->capture_default_str();
+  app.add_option("--table-gradient", o.table_gradient, "the tables' gradients: the rows looked up, or dense")
+      ->check(CLI::IsMember({"row_sparse", "dense"}))->capture_default_str();
+  app.add_option("--updates", o.updates, "the optimizer's rule on row-sparse tables")
+      ->check(CLI::IsMember({"lazy", "dense"}))->capture_default_str();
+  app.add_option("--data", o.data_dir, "the fortunes directory")->capture_default_str();
+  app.add_flag("--quiet", o.quiet, "no progress lines");
+  trainer::add_strategy_flags(app, o, "cpu (this trainer runs on the CPU)");
+  try {
+    app.parse(argc, argv);
+    for (auto [flag, v] : {std::pair{"--steps", o.steps}, std::pair{"--batch", o.batch}, std::pair{"--dim", o.dim},
+                           std::pair{"--window", o.window}, std::pair{"--min-count", o.min_count},
+                           std::pair{"--eval-every", o.eval_every}, std::pair{"--eval-rows", o.eval_rows}})
+      if (v < 1) throw CLI::ValidationError(flag, "must be at least 1, got " + std::to_string(v));
+    if (o.negatives < 0) throw CLI::ValidationError("--negatives", "must not be negative");
+    trainer::check_strategy_flags(app, o);
+    if (o.device != "cpu") throw CLI::ValidationError("--device", "this trainer runs on the CPU");
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return -1;
+}
+
+/// Two tables of word vectors: "in" for a pair's center word, "out" for its context and the
+/// noise words. Rows [B, 2 + k] (center, context, k negatives) -> logits [B, 1 + k]: the
+/// center's vector against the others'.
+class SkipGram : public strata::nn::Module {
+ public:
+  SkipGram(std::int64_t vocabulary, std::int64_t dim, strata::TableGradient g) {
+    auto& gen = strata::default_generator();
+    in_ = &make_module<strata::nn::Embedding>("in", vocabulary, dim, gen, strata::DType::f32, g);
+    out_ = &make_module<strata::nn::Embedding>("out", vocabulary, dim, gen, strata::DType::f32, g);
+    strata::Tensor in = in_->weight(), out = out_->weight();  // word2vec's start: small input vectors, zero output ones
+    strata::nn::init::uniform_(in, 0.5 / static_cast<double>(dim), gen);
+    out.fill_(0.0);
+  }
+  strata::Tensor forward(const strata::Tensor& rows) override {
+    const strata::Tensor center = (*in_)(strata::slice(rows, 1, 0, 1));              // [B, 1, D]
+    const strata::Tensor others = (*out_)(strata::slice(rows, 1, 1, rows.dim(1)));  // [B, 1 + k, D]
+    return strata::sum(others * center, {2});
+  }
+  const strata::Tensor& vectors() const { return in_->weight(); }
+
+ private:
+  strata::nn::Embedding *in_, *out_;
+};
+
+/// The loss of a pair: -log s(center . context) - sum log s(-center . noise), from logits
+/// [B, 1 + k]; summed over the rows and divided by `global` (the global batch).
+strata::Tensor pair_loss(const strata::Tensor& logits, std::int64_t global) {
+  const std::int64_t b = logits.dim(0), k1 = logits.dim(1);
+  std::vector<float> t(static_cast<std::size_t>(b * k1), 0.0f);
+  for (std::int64_t i = 0; i < b; ++i) t[static_cast<std::size_t>(i * k1)] = 1.0f;
+  const strata::Tensor targets = strata::from_vector<float>({b, k1}, t);
+  // bce_with_logits averages a row's 1 + k terms; the pair's loss is their sum.
+  return strata::nn::bce_with_logits(logits, targets, strata::nn::Reduction::sum_over_global_batch, global) *
+         static_cast<double>(k1);
+}
+
+double held_out_loss(SkipGram& model, const strata::data::TensorDataset& rows) {
+  strata::NoGradGuard no_grad;
+  double total = 0;
+  for (const auto& b : strata::data::Pipeline(rows).batch(4096))
+    total += pair_loss(model(b.x), rows.size()).item();
+  return total;
+}
+
+/// The `n` words whose vectors are nearest to `word`'s by cosine.
+std::string neighbours(const SkipGram& model, const strata::data::WordCorpus& corpus, const std::string& word, int n) {
+  const std::int64_t w = corpus.id(word);
+  if (w < 0) return word + ": (not in the vocabulary)";
+  const strata::Tensor& v = model.vectors();
+  const std::int64_t V = v.dim(0), D = v.dim(1);
+  const float* p = v.data<float>();
+  std::vector<double> norm(static_cast<std::size_t>(V));
+  for (std::int64_t r = 0; r < V; ++r) {
+    double s = 0;
+    for (std::int64_t c = 0; c < D; ++c) s += double(p[r * D + c]) * p[r * D + c];
+    norm[static_cast<std::size_t>(r)] = std::sqrt(s) + 1e-12;
+  }
+  std::vector<std::pair<double, std::int64_t>> score;
+  for (std::int64_t r = 0; r < V; ++r) {
+    if (r == w) continue;
+    double s = 0;
+    for (std::int64_t c = 0; c < D; ++c) s += double(p[w * D + c]) * p[r * D + c];
+    score.emplace_back(s / (norm[static_cast<std::size_t>(w)] * norm[static_cast<std::size_t>(r)]), r);
+  }
+  const auto top = std::min<std::size_t>(static_cast<std::size_t>(n), score.size());
+  std::partial_sort(score.begin(), score.begin() + static_cast<std::ptrdiff_t>(top), score.end(), std::greater<>());
+  std::string out = word + ":";
+  for (std::size_t i = 0; i < top; ++i) out += " " + corpus.word(score[i].second);
+  return out;
+}
+
+template <strata::Strategy S>
+void train(S& strategy, const Options& o) {
+  using Clock = std::chrono::steady_clock;
+  const strata::data::WordCorpus corpus(strata::data::fortunes_text(o.data_dir), o.min_count);
+  const std::span<const std::int64_t> all(corpus.tokens());
+  const std::size_t split = all.size() * 9 / 10;  // a fixed held-out tail
+  strata::Generator rows_gen(o.seed + 7), held_gen(12345);
+  const auto train_rows = strata::data::TensorDataset(strata::data::Inputs(
+      strata::data::skip_gram_rows(all.first(split), corpus.counts(), o.window, o.negatives, rows_gen)));
+  const strata::Tensor tail = strata::data::skip_gram_rows(all.subspan(split), corpus.counts(), o.window, o.negatives, held_gen);
+  const auto held_out = strata::data::TensorDataset(strata::data::Inputs(
+      strata::data::slice_rows(tail, 0, std::min(o.eval_rows, tail.dim(0)))));
+
+  strata::manual_seed(o.seed);
+  const auto grad = o.table_gradient == "dense" ? strata::TableGradient::dense : strata::TableGradient::row_sparse;
+  auto model = strategy.scope([&] { return SkipGram(corpus.vocabulary_size(), o.dim, grad); });
+  auto opt = strategy.scope([&] { return strata::optim::Adam(model.parameters(), o.lr); });
+  opt.set_sparse_updates(o.updates == "dense" ? strata::optim::SparseUpdates::dense : strata::optim::SparseUpdates::lazy);
+  auto pipeline = strata::data::Pipeline(train_rows).shuffle(o.seed).batch(o.batch * strategy.num_replicas_in_sync());
+  const bool report = strategy.is_chief() && !o.quiet;
+  if (report)
+    std::printf("%zu words (%lld distinct, seen %lld+ times), %lld training and %lld held-out pairs; %s\n", all.size(),
+                static_cast<long long>(corpus.vocabulary_size()), static_cast<long long>(o.min_count),
+                static_cast<long long>(train_rows.size()), static_cast<long long>(held_out.size()), S::name);
+
+  // Whole epochs, then the first batches of one more, as in the other trainers.
+  const std::int64_t per_epoch = pipeline.num_batches();
+  std::int64_t step = 0, pairs = 0;
+  double loss = 0, held = NAN, seconds = 0;  // the training steps' time (evaluation left out)
+  std::vector<double> step_ms;
+  step_ms.reserve(static_cast<std::size_t>(o.steps));
+  for (std::int64_t epoch = 0, done = 0; done < o.steps; ++epoch) {
+    const std::int64_t now = std::min(per_epoch, o.steps - done);
+    strata::data::Pipeline part = pipeline.take(now);
+    part.set_position(epoch, 0);
+    for (auto& batch : strategy.distribute(part)) {
+      const auto t0 = Clock::now();
+      auto losses = strategy.run(
+          [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+            strata::Tensor l = pair_loss(model(b.x), b.global_size);
+            opt.apply_gradients(ctx, strata::grad(l, model.parameters()));
+            return l;
+          },
+          batch);
+      loss = strategy.reduce(strata::ReduceOp::Sum, losses).item();
+      step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      seconds += step_ms.back() / 1000;
+      pairs += batch.global_size;
+      ++step;
+      if (step % o.eval_every == 0 || step == o.steps) {
+        SkipGram& mine = model;  // this process's copy
+        held = held_out_loss(mine, held_out);
+        if (report)
+          std::printf("step %lld  epoch %lld  train %.4f  held-out %.4f\n", static_cast<long long>(step),
+                      static_cast<long long>(epoch), loss, held);
+      }
+    }
+    done += now;
+  }
+  const std::size_t warmup = std::min<std::size_t>(10, step_ms.size() / 10);  // the median after a short warm-up
+  std::sort(step_ms.begin() + static_cast<std::ptrdiff_t>(warmup), step_ms.end());
+  const double median_ms = step_ms.empty() ? 0.0 : step_ms[warmup + (step_ms.size() - warmup) / 2];
+  if (strategy.is_chief()) {
+    const SkipGram& mine = model;
+    if (!o.quiet)
+      for (const char* w : {"love", "money", "computer", "woman", "night"})
+        std::printf("%s\n", neighbours(mine, corpus, w, 6).c_str());
+    std::printf("{\"model\":\"skip_gram\",\"strategy\":\"%s\",\"replicas\":%d,\"steps\":%lld,\"train_loss\":%.5f,"
+                "\"held_out_loss\":%.5f,\"pairs_per_s\":%.1f,\"median_step_ms\":%.4f}\n",
+                S::name, strategy.num_replicas_in_sync(), static_cast<long long>(step), loss, held,
+                static_cast<double>(pairs) / seconds, median_ms);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Options o;
+  if (const int status = parse_options(argc, argv, o); status >= 0) return status;
+  trainer::with_strategy(o, [&](auto& strategy) { train(strategy, o); });
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "skip_gram: %s\n", e.what());
+  strata::runtime::fail_job(e.what());
+  return 1;
+}
