@@ -160,7 +160,7 @@ void add_grad_rows(const Tensor& t, std::uint64_t epoch, std::int64_t n, std::in
     kernels::cpu::scatter_add_rows<T>(n, width, index, rows, s.dst.template data<T>());
     return;
   }
-  thread_local std::vector<std::pair<std::int64_t, std::int64_t>> order;
+  thread_local std::vector<std::int64_t> slot;  // by row number: -1 between calls
   thread_local std::vector<std::int64_t> out_index;
   thread_local std::vector<T> out_rows;
   std::int64_t k = 0;
@@ -172,9 +172,9 @@ void add_grad_rows(const Tensor& t, std::uint64_t epoch, std::int64_t n, std::in
     for (std::int64_t j = 0; j < n; ++j) all_index[static_cast<std::size_t>(had + j)] = static_cast<std::int64_t>(index[j]);
     std::memcpy(all_rows.data(), ag.grad_rows.template data<T>(), static_cast<std::size_t>(had * width) * sizeof(T));
     std::memcpy(all_rows.data() + had * width, rows, static_cast<std::size_t>(n * width) * sizeof(T));
-    k = kernels::cpu::coalesce_rows<T>(had + n, width, all_index.data(), all_rows.data(), order, out_index, out_rows);
+    k = kernels::cpu::coalesce_rows<T>(had + n, width, all_index.data(), all_rows.data(), slot, out_index, out_rows);
   } else {
-    k = kernels::cpu::coalesce_rows<T>(n, width, index, rows, order, out_index, out_rows);
+    k = kernels::cpu::coalesce_rows<T>(n, width, index, rows, slot, out_index, out_rows);
   }
   Shape rs = t.shape();
   rs[0] = k;

@@ -91,10 +91,14 @@ inline Tensor sum_impl(const char* name, const Tensor& x, std::uint32_t mask, bo
         T* y = o + off[1];
         strata::detail::with_unit_stride(in[0], [&](auto sx) {
           using strata::detail::at;
-          if (in[1] == 0) {  // the run is summed away: added in order
-            T acc = y[0];
-            for (std::int64_t j = 0; j < n; ++j) acc += x[at(j, sx, in[0])];
-            y[0] = acc;
+          if (in[1] == 0) {  // the run is summed away: in 8 lanes (which vectorise), then across them
+            T lane[8] = {};
+            std::int64_t j = 0;
+            for (; j + 8 <= n; j += 8)
+              for (int l = 0; l < 8; ++l) lane[l] += x[at(j + l, sx, in[0])];
+            T acc = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+            for (; j < n; ++j) acc += x[at(j, sx, in[0])];
+            y[0] += acc;
           } else {
             for (std::int64_t j = 0; j < n; ++j) y[j] += x[at(j, sx, in[0])];
           }
