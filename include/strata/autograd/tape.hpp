@@ -6,10 +6,10 @@
 /// single reverse sweep.
 #pragma once
 
+#include <algorithm>  // copy_n
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -168,10 +168,11 @@ void add_grad_rows(const Tensor& t, std::uint64_t epoch, std::int64_t n, std::in
     const std::int64_t had = ag.grad_index.numel();
     std::vector<std::int64_t> all_index(static_cast<std::size_t>(had + n));
     std::vector<T> all_rows(static_cast<std::size_t>((had + n) * width));
-    std::memcpy(all_index.data(), ag.grad_index.template data<std::int64_t>(), static_cast<std::size_t>(had) * sizeof(std::int64_t));
+    // (copy_n, not memcpy: an empty tensor's data may be null)
+    std::copy_n(ag.grad_index.template data<std::int64_t>(), had, all_index.begin());
     for (std::int64_t j = 0; j < n; ++j) all_index[static_cast<std::size_t>(had + j)] = static_cast<std::int64_t>(index[j]);
-    std::memcpy(all_rows.data(), ag.grad_rows.template data<T>(), static_cast<std::size_t>(had * width) * sizeof(T));
-    std::memcpy(all_rows.data() + had * width, rows, static_cast<std::size_t>(n * width) * sizeof(T));
+    std::copy_n(ag.grad_rows.template data<T>(), had * width, all_rows.begin());
+    std::copy_n(rows, n * width, all_rows.begin() + had * width);
     k = kernels::cpu::coalesce_rows<T>(had + n, width, all_index.data(), all_rows.data(), slot, out_index, out_rows);
   } else {
     k = kernels::cpu::coalesce_rows<T>(n, width, index, rows, slot, out_index, out_rows);
@@ -179,10 +180,8 @@ void add_grad_rows(const Tensor& t, std::uint64_t epoch, std::int64_t n, std::in
   Shape rs = t.shape();
   rs[0] = k;
   Tensor gi = Tensor::empty({k}, DType::i64), gr = Tensor::empty(rs, t.dtype());
-  if (k > 0) {
-    std::memcpy(gi.raw_data(), out_index.data(), static_cast<std::size_t>(k) * sizeof(std::int64_t));
-    std::memcpy(gr.raw_data(), out_rows.data(), static_cast<std::size_t>(k * width) * sizeof(T));
-  }
+  std::copy_n(out_index.data(), k, static_cast<std::int64_t*>(gi.raw_data()));
+  std::copy_n(out_rows.data(), k * width, static_cast<T*>(gr.raw_data()));
   ag.grad_index = std::move(gi);
   ag.grad_rows = std::move(gr);
   ag.grad_epoch = epoch;

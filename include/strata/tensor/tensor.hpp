@@ -4,6 +4,7 @@
 /// data; clone() copies the data.
 #pragma once
 
+#include <algorithm>   // std::copy_n
 #include <cstdint>
 #include <cstring>     // std::memcpy
 #include <functional>  // std::function (gradient hooks)
@@ -469,7 +470,7 @@ inline Tensor Tensor::grad() const {
     T* d = g.template data<T>();
     const T* r = ag.grad_rows.template data<T>();
     for (std::int64_t j = 0, k = ag.grad_index.numel(); j < k; ++j)
-      std::memcpy(d + index[j] * width, r + j * width, static_cast<std::size_t>(width) * sizeof(T));
+      std::copy_n(r + j * width, width, d + index[j] * width);
   });
   ag.grad_index = Tensor();
   ag.grad_rows = Tensor();
