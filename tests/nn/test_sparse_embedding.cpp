@@ -139,6 +139,7 @@ TEST_CASE("SparseEmbedding: passes overwrite or accumulate rows as they do dense
     (void)strata::grad(weigh(strata::embedding(w, a, TableGradient::row_sparse)), params);
     REQUIRE(w.has_row_grad());
     (void)strata::grad(weigh(other), params);
+    CHECK(w.row_grad().size() == 0);  // zero: no rows
     CHECK(w.grad().to_vector<float>() == std::vector<float>(12, 0.0f));
   }
 }

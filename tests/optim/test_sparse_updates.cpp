@@ -62,7 +62,7 @@ Tensor start_table(strata::DType dt) {
 using MakeOpt = std::function<std::unique_ptr<strata::optim::Optimizer>(std::vector<Tensor>)>;
 
 // Four steps; `how` says how the gradient reaches the optimizer.
-enum class Arrives { rows, dense_values, ranges };
+enum class Arrives { rows, dense_values, ranges, row_ranges };
 std::vector<double> train(const MakeOpt& make, TableGradient g, strata::DType dt, Arrives how = Arrives::rows,
                           strata::optim::SparseUpdates rule = strata::optim::SparseUpdates::lazy) {
   Tensor w = start_table(dt);
@@ -72,8 +72,11 @@ std::vector<double> train(const MakeOpt& make, TableGradient g, strata::DType dt
   for (int s = 0; s < static_cast<int>(kLookups.size()); ++s) {
     const strata::Gradients grads = strata::grad(loss_of(w, s, g), params);
     if (how == Arrives::dense_values) (void)w.grad();  // as a strategy's dense all-reduce leaves it
-    if (how == Arrives::ranges) {  // two replicas' ranges, cutting row 1 (looked up in steps 0 and 2) in two
-      (void)w.grad();
+    if (how == Arrives::ranges || how == Arrives::row_ranges) {
+      // Two replicas' ranges, cutting row 1 (looked up in steps 0 and 2) in two; the gradient
+      // dense, or still in rows (as a gather of rows leaves it).
+      if (how == Arrives::ranges) (void)w.grad();
+      CHECK(w.has_row_grad() == (how == Arrives::row_ranges));
       const std::vector<strata::optim::ElementRange> first{{0, 4}}, second{{4, kRows * kWidth}};
       opt->step_ranges(first);
       opt->load_state(opt->state(), opt->steps() - 1);  // the second replica's range, at the same step
@@ -144,6 +147,7 @@ TEST_CASE("SparseUpdates: the same rows however the gradient arrives; the dense 
     const auto rows = train(opts[k], TableGradient::row_sparse, strata::DType::f32);
     CHECK(train(opts[k], TableGradient::row_sparse, strata::DType::f32, Arrives::dense_values) == rows);
     CHECK(train(opts[k], TableGradient::row_sparse, strata::DType::f32, Arrives::ranges) == rows);
+    CHECK(train(opts[k], TableGradient::row_sparse, strata::DType::f32, Arrives::row_ranges) == rows);
     // The dense rule: bit for bit the run with dense gradients, and not the lazy one.
     const auto dense = train(opts[k], TableGradient::dense, strata::DType::f32);
     CHECK(train(opts[k], TableGradient::row_sparse, strata::DType::f32, Arrives::rows,

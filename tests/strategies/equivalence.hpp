@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>  // setenv
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,6 +19,19 @@
 namespace equivalence {
 
 using strata::Tensor;
+
+/// Sets an environment variable for a scope (a knob the strategies read when they make
+/// their engines, such as STRATA_ROW_AGGREGATION), restoring its absence after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
 
 // A measured split update (UpdateSplit::measured) that switches way at every probe, whatever
 // the timings: steps 0 split, 1-4 not, 5-8 split, 9- not.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 
@@ -132,22 +133,34 @@ int check_all() {
                 diff);
   }
   // A table with row-sparse gradients, updated lazily: each process looks up rows of its
-  // own, and the ranks update the rows one device does (global batch 25, two micro-batches).
-  for (int k : {1, 2}) {
-    equivalence::Setup s;
-    s.table = true;
-    s.global_batch = 25;
-    s.accumulation = k;
-    equivalence::Setup plain = s;
-    plain.accumulation = 1;
-    strata::OneDeviceStrategy one;
-    const auto ref = equivalence::train_steps(one, plain);
-    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
-    const bool ok = diff < 1e-5;
-    failures += ok ? 0 : 1;
-    std::printf("%s rank %d of %d: row-sparse table, lazy updates, k=%d: parameters differ by %.3g (relative)\n",
-                ok ? "ok  " : "FAIL", rank, n, k, diff);
-  }
+  // own, and the ranks update the rows one device does (global batch 25, two micro-batches),
+  // whether the engine gathers the rows or all-reduces the table dense.
+  for (const char* way : {"gather", "dense"})
+    for (int k : {1, 2}) {
+      const equivalence::ScopedEnv env("STRATA_ROW_AGGREGATION", way);
+      equivalence::Setup s;
+      s.table = true;
+      s.global_batch = 25;
+      s.accumulation = k;
+      equivalence::Setup plain = s;
+      plain.accumulation = 1;
+      strata::OneDeviceStrategy one;
+      const auto ref = equivalence::train_steps(one, plain);
+      const strata::GradientStats before = strategy.gradient_stats();
+      const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+      const strata::GradientStats after = strategy.gradient_stats();
+      const bool gather = std::string_view(way) == "gather";
+      const std::int64_t steps = after.steps - before.steps;
+      const bool took = steps > 0 && (gather ? after.tables_gathered - before.tables_gathered
+                                             : after.tables_dense - before.tables_dense) == steps;
+      const bool ok = diff < 1e-5 && took;
+      failures += ok ? 0 : 1;
+      std::printf("%s rank %d of %d: row-sparse table, lazy updates, %s, k=%d: parameters differ by %.3g (relative); "
+                  "%lld steps, %lld gathered, %lld dense\n",
+                  ok ? "ok  " : "FAIL", rank, n, way, k, diff, static_cast<long long>(steps),
+                  static_cast<long long>(after.tables_gathered - before.tables_gathered),
+                  static_cast<long long>(after.tables_dense - before.tables_dense));
+    }
   // SyncBatchNorm: statistics over the global batch, summed across the processes in the
   // middle of forward and of backward (after the gradient buckets in flight), so the ranks
   // train as one device does; parameters and running statistics compared (global batch 25).

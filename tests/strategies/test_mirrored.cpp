@@ -13,6 +13,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -323,8 +324,8 @@ TEST_CASE("Strategy.SyncBatchNormEquivalentToOneDevice") {
 TEST_CASE("Strategy.SparseTableEquivalentToOneDevice") {
   // A table with row-sparse gradients, updated lazily (momentum only on the rows a step's
   // global batch looked up): N replicas update the rows one device does, though each
-  // replica looks up rows of its own and the engine sums them densely. And the dense rule
-  // on row-sparse gradients is a run with dense gradients.
+  // replica looks up rows of its own, whether the engine sums the table by gathering rows or
+  // densely. And the dense rule on row-sparse gradients is a run with dense gradients.
   for (std::int64_t global : {25, 26}) {
     equivalence::Setup s;
     s.table = true;
@@ -337,23 +338,38 @@ TEST_CASE("Strategy.SparseTableEquivalentToOneDevice") {
     const auto dense_ref = reference(dense);
     CHECK(equivalence::max_relative_difference(reference(dense_rule), dense_ref) == 0);
     CHECK(equivalence::max_relative_difference(ref, dense_ref) > 1e-3);  // lazy momentum is another rule
-    for (int n : {2, 3})
+    for (const char* way : {"gather", "dense"}) {
+      const equivalence::ScopedEnv env("STRATA_ROW_AGGREGATION", way);
+      const bool gather = std::string_view(way) == "gather";
+      for (int n : {2, 3})
+        for (int k : {1, 2}) {
+          CAPTURE(global);
+          CAPTURE(way);
+          CAPTURE(n);
+          CAPTURE(k);
+          equivalence::Setup sk = s;
+          sk.accumulation = k;
+          strata::MirroredStrategy mirrored(n);
+          CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, sk), ref) < 1e-5);
+          const strata::GradientStats st = mirrored.gradient_stats();
+          CHECK(st.tables_gathered == (gather ? st.steps : 0));  // the way asked for, every step
+          CHECK(st.tables_dense == (gather ? 0 : st.steps));
+          CHECK(st.table_touched_bytes > 0);
+          strata::MirroredStrategy split(n, {.split_update = strata::UpdateSplit::on});
+          CHECK(equivalence::max_relative_difference(equivalence::train_steps(split, sk), ref) < 1e-5);
+          strata::CentralStorageStrategy central(n);
+          CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, sk), ref) < 1e-5);
+        }
+    }
+    for (int n : {2, 3})  // sharded sums: the table is one more dense bucket
       for (int k : {1, 2}) {
-        CAPTURE(global);
-        CAPTURE(n);
-        CAPTURE(k);
-        equivalence::Setup sk = s;
-        sk.accumulation = k;
-        strata::MirroredStrategy mirrored(n);
-        CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, sk), ref) < 1e-5);
-        strata::MirroredStrategy split(n, {.split_update = strata::UpdateSplit::on});
-        CHECK(equivalence::max_relative_difference(equivalence::train_steps(split, sk), ref) < 1e-5);
-        strata::MirroredStrategy sharded(n, {.split_update = strata::UpdateSplit::on,
-                                             .gradients = strata::GradientLayout::sharded});
-        CHECK(equivalence::max_relative_difference(equivalence::train_steps(sharded, sk), ref) < 1e-5);
-        strata::CentralStorageStrategy central(n);
-        CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, sk), ref) < 1e-5);
-      }
+      equivalence::Setup sk = s;
+      sk.accumulation = k;
+      strata::MirroredStrategy sharded(n, {.split_update = strata::UpdateSplit::on,
+                                           .gradients = strata::GradientLayout::sharded});
+      CHECK(equivalence::max_relative_difference(equivalence::train_steps(sharded, sk), ref) < 1e-5);
+      CHECK(sharded.gradient_stats().tables_gathered + sharded.gradient_stats().tables_dense == 0);
+    }
   }
 }
 

@@ -22,17 +22,28 @@ enum class GradAccumulation : bool { overwrite, accumulate };
 
 namespace autograd::detail {
 
-inline void fire_hooks(const Tensor& leaf, std::uint64_t epoch) {
+/// Leaf `leaf`'s gradient of pass `epoch` is zero (no path reached it; rows of an earlier
+/// pass are not it): no rows for a row-sparse table, else a dense zero.
+inline void zero_gradient(const Tensor& leaf, std::uint64_t epoch) {
   auto& ag = leaf.impl()->ag;
-  if (!ag.hooks) return;
-  if (ag.grad_epoch != epoch || !(ag.grad.defined() || ag.grad_index.defined())) {
-    // No path reached this leaf: its gradient is zero (and rows of an earlier pass are not it).
+  if (ag.row_sparse && leaf.ndim() >= 1 && leaf.device().kind == DeviceKind::cpu) {
+    Shape rs = leaf.shape();
+    rs[0] = 0;
+    ag.grad_index = Tensor::empty(Shape{0}, DType::i64);
+    ag.grad_rows = Tensor::empty(rs, leaf.dtype());
+  } else {
     ag.grad_index = Tensor();
     ag.grad_rows = Tensor();
     if (!ag.grad.defined()) ag.grad = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
     ag.grad.fill_(0.0);
-    ag.grad_epoch = epoch;
   }
+  ag.grad_epoch = epoch;
+}
+
+inline void fire_hooks(const Tensor& leaf, std::uint64_t epoch) {
+  auto& ag = leaf.impl()->ag;
+  if (!ag.hooks) return;
+  if (ag.grad_epoch != epoch || !(ag.grad.defined() || ag.grad_index.defined())) zero_gradient(leaf, epoch);
   const Tensor g = leaf.grad();  // hooks see it dense: a row-sparse one is scattered into its buffer
   for (auto& h : *ag.hooks) h(g);
 }
@@ -157,7 +168,7 @@ struct Gradients {
 };
 
 /// Differentiates `loss` with respect to `params` (every one gets a gradient; those `loss`
-/// does not depend on get zeros) and returns them.
+/// does not depend on get zeros: no rows, for a row-sparse table) and returns them.
 ///
 /// @code
 /// auto grads = strata::grad(loss, model.parameters());
@@ -175,11 +186,7 @@ inline Gradients grad(const Tensor& loss, std::span<const Tensor> params,
     const bool has = ag.grad.defined() || ag.grad_index.defined();  // dense or in rows
     if (ag.grad_epoch == epoch && has) continue;
     if (mode == GradAccumulation::accumulate && has) continue;
-    ag.grad_index = Tensor();
-    ag.grad_rows = Tensor();
-    if (!ag.grad.defined()) ag.grad = Tensor::empty(p.shape(), p.dtype(), p.device());
-    ag.grad.fill_(0.0);
-    ag.grad_epoch = epoch;
+    autograd::detail::zero_gradient(p, epoch);
   }
   autograd::GradientCompletion* completion = params.empty() ? nullptr : params[0].impl()->ag.completion;
   return Gradients{params, completion && completion->claim() ? completion : nullptr};

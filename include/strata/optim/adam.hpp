@@ -48,14 +48,15 @@ class Adam : public Optimizer {
     (void)state_for(m_, i);
     (void)state_for(v_, i);
   }
-  void update_rows(std::size_t i, Tensor& p, const RowGrad& g) override {
+  void update_rows(std::size_t i, Tensor& p, const RowGrad& g, ElementRange r) override {
     Tensor m = state_for(m_, i), v = state_for(v_, i);
     const kernels::cpu::AdamParams kp = step_params();
     const std::int64_t width = p.dim(0) > 0 ? p.numel() / p.dim(0) : 0;
     strata::detail::visit_floating(p.dtype(), "Adam", [&](auto tag) {
       using T = decltype(tag);
       kernels::cpu::adam_rows<T>(g.size(), width, g.indices.template data<std::int64_t>(), g.rows.template data<T>(),
-                                 p.template data<T>(), m.template data<T>(), v.template data<T>(), kp);
+                                 p.template data<T>(), m.template data<T>(), v.template data<T>(), kp, r.begin,
+                                 r.end);
     });
   }
   void update_range(std::size_t i, Tensor& p, const Tensor& g, ElementRange r) override {

@@ -267,11 +267,14 @@ class Optimizer {
   virtual void prepare_state(std::size_t i) { (void)i; }
 
   /// The lazy rule: updates the rows of parameter i (host memory, [V, ...]) that `g` names
-  /// and their state, skipping rows whose gradient is all zero. Without a rule of its own, an
-  /// optimizer updates densely (the gradient made dense).
-  virtual void update_rows(std::size_t i, Tensor& p, const RowGrad& g) {
+  /// and their state, inside elements `r`, skipping rows whose gradient is all zero. Without
+  /// a rule of its own, an optimizer updates densely (the gradient made dense).
+  virtual void update_rows(std::size_t i, Tensor& p, const RowGrad& g, ElementRange r) {
     (void)g;
-    update(i, p, p.grad());
+    if (r.begin == 0 && r.end == p.numel())
+      update(i, p, p.grad());
+    else
+      update_range(i, p, p.grad(), r);
   }
 
   /// Updates elements [r.begin, r.end) of parameter i (host memory) from gradient g; the
@@ -328,9 +331,9 @@ class Optimizer {
   }
 
   /// The lazy rule on parameter i's elements [r.begin, r.end): from its rows where the
-  /// gradient is in rows and the range is the whole parameter; otherwise from the dense
-  /// gradient, each row in the range kept or skipped by its whole gradient row (so replicas
-  /// whose ranges cut a row decide alike), the part of it inside the range updated.
+  /// gradient is in rows, otherwise from the dense gradient; each row in the range kept or
+  /// skipped by its whole gradient row (so replicas whose ranges cut a row decide alike), the
+  /// part of it inside the range updated.
   void step_rows(std::size_t i, ElementRange r) {
     Tensor& p = params_[i];
     if (!p.has_row_grad() && !p.impl()->ag.grad.defined()) return;
@@ -338,7 +341,7 @@ class Optimizer {
     // updates (replicas that split the update hold state of the same shapes), and every row
     // starts its state alike, in whichever call it is first updated.
     prepare_state(i);
-    if (p.has_row_grad() && r.begin == 0 && r.end == p.numel()) return update_rows(i, p, p.row_grad());
+    if (p.has_row_grad()) return update_rows(i, p, p.row_grad(), r);
     const Tensor g = p.grad();
     if (!g.defined() || r.end <= r.begin) return;
     const std::int64_t width = p.dim(0) > 0 ? p.numel() / p.dim(0) : 1;

@@ -52,14 +52,15 @@ class Sgd : public Optimizer {
   void prepare_state(std::size_t i) override {
     if (o_.momentum != 0) (void)state_for(bufs_, i);
   }
-  void update_rows(std::size_t i, Tensor& p, const RowGrad& g) override {
+  void update_rows(std::size_t i, Tensor& p, const RowGrad& g, ElementRange r) override {
     Tensor buf;
     const kernels::cpu::SgdParams kp = params_for(i, buf);
     const std::int64_t width = p.dim(0) > 0 ? p.numel() / p.dim(0) : 0;
     strata::detail::visit_floating(p.dtype(), "SGD", [&](auto tag) {
       using T = decltype(tag);
       kernels::cpu::sgd_rows<T>(g.size(), width, g.indices.template data<std::int64_t>(), g.rows.template data<T>(),
-                                p.template data<T>(), buf.defined() ? buf.template data<T>() : nullptr, kp);
+                                p.template data<T>(), buf.defined() ? buf.template data<T>() : nullptr, kp, r.begin,
+                                r.end);
     });
   }
   void update_range(std::size_t i, Tensor& p, const Tensor& g, ElementRange r) override {

@@ -11,6 +11,9 @@
 /// publish, one optimizer state that the replicas' optimizers hold together), and a barrier
 /// makes the update visible before the next step reads it. An optimizer that cannot update
 /// ranges, or gradients of other tensors than the scope's model's, are applied by replica 0.
+/// A row-sparse table whose gradient every replica holds in rows is summed by rows instead:
+/// each replica combines all replicas' rows in replica order (the same bits on each), and
+/// the table's gradient stays rows (docs/sparse_design.md).
 #pragma once
 
 #include <algorithm>
@@ -27,6 +30,7 @@
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replicated.hpp>
+#include <strata/strategy/detail/row_aggregation.hpp>
 #include <strata/strategy/detail/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/strategy/detail/thread_replicas.hpp>
@@ -51,7 +55,9 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
 
   explicit CentralStorageStrategy(int replicas = 2, collective::Options o = collective::Options::from_env())
       : detail::ThreadReplicas<CentralStorageStrategy>(replicas, "CentralStorageStrategy", o),
-        pending_(static_cast<std::size_t>(this->n_)) {}
+        pending_(static_cast<std::size_t>(this->n_)),
+        in_rows_(static_cast<std::size_t>(this->n_)),
+        row_sums_(static_cast<std::size_t>(this->n_)) {}
 
   /// One object per replica over one set of variables: replica r's parameters are views of
   /// replica 0's storage, and replica r updates share r of each of them.
@@ -95,14 +101,47 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
 
    private:
     // Replica r sums share r of every gradient in replica order (into replica 0's: the bits do
-    // not depend on which replica sums), then writes that sum into the other replicas'.
+    // not depend on which replica sums), then writes that sum into the other replicas'. A
+    // gradient in rows on every replica is summed by rows, by each replica for itself.
     bool aggregate(Gradients g, double) override {
       STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica");
-      s_.pending_[static_cast<std::size_t>(r_)] = g;
-      for (std::size_t i = 0; i < g.size(); ++i) (void)g[i];  // each its own dense, before the others read it
+      const auto me = static_cast<std::size_t>(r_);
+      s_.pending_[me] = g;
+      std::vector<char>& mine_in_rows = s_.in_rows_[me];
+      mine_in_rows.assign(g.size(), 0);
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        if (g.params[i].has_row_grad())
+          mine_in_rows[i] = 1;
+        else
+          (void)g[i];  // its own dense, before the others read it
+      }
       comm().barrier();  // every replica's gradients are final
+      // Where some replica's gradient of a table is dense, every replica makes its own dense.
+      std::vector<char>& by_rows = rows_here_;
+      by_rows.assign(g.size(), 0);
+      bool mixed = false;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        int holding = 0;
+        for (const std::vector<char>& q : s_.in_rows_) holding += q[i];
+        by_rows[i] = holding == s_.n_;
+        if (holding > 0 && holding < s_.n_) {
+          mixed = true;
+          if (mine_in_rows[i]) (void)g[i];
+        }
+      }
+      if (mixed) comm().barrier();
       const Gradients& g0 = s_.pending_[0];
+      std::vector<RowGrad>& sums = row_sums_here_;
+      sums.assign(g.size(), RowGrad{});
       for (std::size_t i = 0; i < g0.size(); ++i) {
+        if (by_rows[i]) {
+          sums[i] = s_.row_sums_[me].combine(g.params[i], s_.pending_.size(), [&](std::size_t q) {
+            const RowGrad part = s_.pending_[q].params[i].row_grad();
+            return detail::RowAggregation::RowPart{part.size(), part.indices.template data<std::int64_t>(),
+                                                   part.rows.raw_data()};
+          });
+          continue;
+        }
         const Tensor dst = g0[i];
         const optim::ElementRange mine = s_.share(dst.numel(), r_);
         const auto count = static_cast<std::size_t>(mine.end - mine.begin);
@@ -116,7 +155,13 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
           for (int q = 1; q < s_.n_; ++q) std::copy_n(d, count, share_of(q));
         });
       }
-      comm().barrier();  // every replica's gradients hold the sum
+      comm().barrier();  // every replica's gradients hold the sum (the rows, once each has read all)
+      for (std::size_t i = 0; i < g.size(); ++i)
+        if (by_rows[i]) {
+          auto& ag = g.params[i].impl()->ag;
+          ag.grad_index = std::move(sums[i].indices);
+          ag.grad_rows = std::move(sums[i].rows);
+        }
       return true;
     }
     // Each replica its share where the optimizer can update ranges of the scope's model;
@@ -145,6 +190,8 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     int r_;
     bool sync_ = true;
     detail::SplitUpdate* pending_ = nullptr;  // the split update this step's apply_gradients runs
+    std::vector<char> rows_here_;             // per gradient: summed by rows this step
+    std::vector<RowGrad> row_sums_here_;      // those sums, until every replica has read the rows
   };
 
   // Replica r's share of a gradient or parameter of n elements: what it sums and updates.
@@ -161,6 +208,8 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
   }
 
   std::vector<Gradients> pending_;  // each replica's gradients in the step being applied
+  std::vector<std::vector<char>> in_rows_;           // per replica, per gradient: held in rows this step
+  std::vector<detail::RowAggregation> row_sums_;     // each replica's scratch for summing rows
   std::vector<std::unique_ptr<detail::SplitUpdate>> splits_;  // one per model made under scope()
 };
 

@@ -15,7 +15,13 @@
 ///   detail::BucketReduction   how a bucket's all-reduce runs: on the replica's thread, on a
 ///                             communication thread (with detail::WireCompressor), or to
 ///                             shares under GradientLayout::sharded (bucket_reduction.hpp);
-///   detail::NonfiniteWatch    this replica's own non-finite gradients, before the sum.
+///   detail::NonfiniteWatch    this replica's own non-finite gradients, before the sum;
+///   detail::RowAggregation    a row-sparse table's sum, by rows gathered where that moves
+///                             fewer bytes, else dense (row_aggregation.hpp). A table has a
+///                             bucket of its own, skipped by the in-order launches: finish()
+///                             aggregates the tables after the other buckets, in one order
+///                             on every replica (with whole gradients; under
+///                             GradientLayout::sharded a table is one more dense bucket).
 /// Its place in a step is one StepState (below).
 #pragma once
 
@@ -37,6 +43,7 @@
 #include <strata/strategy/detail/bucket_reduction.hpp>
 #include <strata/strategy/detail/gradient_buckets.hpp>
 #include <strata/strategy/detail/nonfinite_watch.hpp>
+#include <strata/strategy/detail/row_aggregation.hpp>
 #include <strata/support/check.hpp>
 
 namespace strata {
@@ -57,6 +64,11 @@ struct GradientStats {
   std::int64_t steps = 0;
   double reduce_seconds = 0;   ///< inside the all-reduces (on whichever thread ran them)
   double exposed_seconds = 0;  ///< the replica thread blocked on them (the part not hidden)
+  /// Row-sparse tables (docs/sparse_design.md): aggregations that gathered rows, and those
+  /// that all-reduced the table dense; the bytes this replica sent for them, and the lower
+  /// bound, its touched rows and their indices.
+  std::int64_t tables_gathered = 0, tables_dense = 0;
+  double table_bytes_sent = 0, table_touched_bytes = 0;
   /// The share of all-reduce time that backward hid (0 when the replica ran it itself).
   double hidden_share() const noexcept {
     return reduce_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / reduce_seconds) : 0.0;
@@ -65,6 +77,10 @@ struct GradientStats {
     steps += o.steps;
     reduce_seconds += o.reduce_seconds;
     exposed_seconds += o.exposed_seconds;
+    tables_gathered += o.tables_gathered;
+    tables_dense += o.tables_dense;
+    table_bytes_sent += o.table_bytes_sent;
+    table_touched_bytes += o.table_touched_bytes;
     return *this;
   }
 };
@@ -102,7 +118,8 @@ class GradientEngine final : public autograd::GradientCompletion {
     hooks_->engine = this;
     const std::vector<Tensor>& ps = buckets_.params();
     for (std::size_t k = 0; k < ps.size(); ++k)
-      Tensor(ps[k]).register_hook([st = hooks_, k](const Tensor&) {
+      if (!by_rows(k))  // a table's gradient stays rows until finish() (a hook would make it dense)
+        Tensor(ps[k]).register_hook([st = hooks_, k](const Tensor&) {
         if (st->engine) st->engine->ready(k);
       });
     if (sharded_ && !ps.empty()) autograd::set_gradient_completion(ps[0], this);
@@ -226,6 +243,7 @@ class GradientEngine final : public autograd::GradientCompletion {
 
   std::unique_ptr<detail::BucketReduction<C>> choose_path(detail::GradientSharding sharding) {
     sharded_ = sharding.group != nullptr;
+    rows_path_ = !sharded_;
     if constexpr (collective::ThreadGroupCollective<C>) {
       if (sharded_) return std::make_unique<detail::ShardedReduction<C>>(comm_, std::move(sharding), buckets_);
       return std::make_unique<detail::ReplicaThreadReduction<C>>(comm_);
@@ -242,19 +260,56 @@ class GradientEngine final : public autograd::GradientCompletion {
     }
   }
 
+  // Whether parameter k is a table whose sum finish() makes by rows or dense.
+  bool by_rows(std::size_t k) const noexcept { return rows_path_ && buckets_.plan().buckets()[buckets_.plan().slot(k).bucket].table; }
+
   // Starts the buckets not started yet (parameters that got no gradient in this pass: grad()
-  // has left zeros, or the accumulation) and waits for all.
+  // has left zeros, or the accumulation), waits for all, then sums the tables.
   void settle() {
     for (std::size_t k = 0; k < fired_.size(); ++k)
       if (!fired_[k]) {
-        buckets_.bind(k);
+        if (!by_rows(k)) buckets_.bind(k);
         mark(k);
       }
     launch_ready();
     const auto t0 = Clock::now();
-    const collective::detail::WaitTimer waiting;
-    for (detail::GradientBucket& bk : buckets_) bk.done.wait();
+    {
+      const collective::detail::WaitTimer waiting;
+      for (detail::GradientBucket& bk : buckets_) bk.done.wait();
+    }
+    // The tables, in bucket order on every replica, each collective on this thread: the
+    // communication thread is idle now, so the collectives keep one order on every rank.
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      if (rows_path_ && buckets_[b].table) aggregate_table(b);
     stats_.exposed_seconds += seconds_since(t0);
+  }
+
+  // Table `b`'s sum across the replicas: its rows gathered where every replica holds rows and
+  // the rule finds that fewer bytes; else its rows made dense in its bucket, all-reduced whole.
+  void aggregate_table(std::size_t b) {
+    detail::GradientBucket& bk = buckets_[b];
+    const std::size_t k = bucket_members(b).front();
+    const Tensor& p = buckets_.params()[k];
+    if (detail::NonfiniteWatch::wanted())
+      nonfinite_.note(k, p.has_row_grad() ? p.row_grad().rows : p.impl()->ag.grad);
+    const std::int64_t width = p.dim(0) > 0 ? p.numel() / p.dim(0) : 0;
+    const std::size_t es = size_of(p.dtype());
+    const std::int64_t mine = p.has_row_grad() ? p.row_grad().indices.numel() : 0;
+    stats_.table_touched_bytes += double(mine) * (8.0 + double(width) * double(es));
+    detail::timed_reduction(bk, b, [&] {
+      const detail::RowAggregation::Census c = rows_.census(comm_, p);
+      if (c.all_rows && rule_.gathers(comm_.size(), c.most, p.dim(0), width, es)) {
+        stats_.table_bytes_sent += double(rows_.gather(comm_, p, c));
+        ++stats_.tables_gathered;
+        return;
+      }
+      (void)p.grad();     // rows scattered into the gradient's buffer, the bucket slot
+      buckets_.bind(k);   // (copied there if the gradient had moved)
+      void* buf = bk.buffer.raw_data();
+      comm_.allreduce_raw(buf, buf, bk.count, bk.dtype, ReduceOp::Sum);
+      stats_.table_bytes_sent += double(bk.bytes());
+      ++stats_.tables_dense;
+    });
   }
 
   // Parameter k's gradient of this step is final; the first one begins the step.
@@ -277,11 +332,12 @@ class GradientEngine final : public autograd::GradientCompletion {
     launch_ready();
   }
 
-  // Starts the buckets that are complete, in index order.
+  // Starts the buckets that are complete, in index order (passing the tables: finish() sums them).
   void launch_ready() {
-    while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
+    while (next_ < buckets_.size() && (buckets_[next_].pending == 0 || (rows_path_ && buckets_[next_].table))) {
       const std::size_t b = next_++;
       detail::GradientBucket& bk = buckets_[b];
+      if (rows_path_ && bk.table) continue;
       if (detail::NonfiniteWatch::wanted()) nonfinite_.note(buckets_.params(), bucket_members(b));
       const bool in_shares = path_->start(bk, b);
       if (path_->on_replica_thread()) stats_.exposed_seconds += bk.seconds;
@@ -292,6 +348,7 @@ class GradientEngine final : public autograd::GradientCompletion {
   C& comm_;
   Compression compression_;
   bool sharded_ = false;  // made with a GradientSharding (set by choose_path)
+  bool rows_path_ = false;  // tables summed by RowAggregation (whole gradients; set by choose_path)
   detail::GradientBuckets buckets_;
   std::unique_ptr<detail::BucketReduction<C>> path_;
   std::vector<bool> fired_;     // per parameter: its gradient of this step is final
@@ -300,6 +357,8 @@ class GradientEngine final : public autograd::GradientCompletion {
   StepState state_ = StepState::idle;
   bool sync_ = true;
   detail::NonfiniteWatch nonfinite_;
+  detail::RowAggregationRule rule_ = detail::RowAggregationRule::from_env();
+  detail::RowAggregation rows_;
   std::shared_ptr<HookState> hooks_;
   GradientStats stats_;
 };

@@ -3,6 +3,7 @@
 /// The formulas are PyTorch's (torch.optim.SGD, Adam, AdamW), so trajectories can be compared.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include <strata/config.hpp>                // STRATA_RESTRICT
@@ -54,7 +55,9 @@ void adam_step(std::int64_t n, T* STRATA_RESTRICT p, const T* STRATA_RESTRICT g,
 
 // The lazy sparse forms (docs/sparse_design.md): rows[0..k) of a [V, width] parameter and
 // its state, each from its gradient row g + j * width; a row whose gradient is all zero is
-// left as it is, state included.
+// left as it is, state included. Only elements [lo, hi) of the parameter are written (a
+// replica's share under a split update; a row cut by it is kept or skipped by its whole
+// gradient row, so the replicas sharing it decide alike).
 
 template <class T>
 bool all_zero(std::int64_t n, const T* g) {
@@ -65,23 +68,23 @@ bool all_zero(std::int64_t n, const T* g) {
 
 template <class T>
 void sgd_rows(std::int64_t k, std::int64_t width, const std::int64_t* rows, const T* g, T* p, T* buf,
-              const SgdParams& o) {
+              const SgdParams& o, std::int64_t lo, std::int64_t hi) {
   for (std::int64_t j = 0; j < k; ++j) {
+    const std::int64_t row = rows[j] * width, at = std::max(row, lo), end = std::min(row + width, hi);
     const T* gr = g + j * width;
-    if (all_zero(width, gr)) continue;
-    const std::int64_t at = rows[j] * width;
-    sgd_step<T>(width, p + at, gr, buf ? buf + at : nullptr, o);
+    if (end <= at || all_zero(width, gr)) continue;
+    sgd_step<T>(end - at, p + at, gr + (at - row), buf ? buf + at : nullptr, o);
   }
 }
 
 template <class T>
 void adam_rows(std::int64_t k, std::int64_t width, const std::int64_t* rows, const T* g, T* p, T* m, T* v,
-               const AdamParams& o) {
+               const AdamParams& o, std::int64_t lo, std::int64_t hi) {
   for (std::int64_t j = 0; j < k; ++j) {
+    const std::int64_t row = rows[j] * width, at = std::max(row, lo), end = std::min(row + width, hi);
     const T* gr = g + j * width;
-    if (all_zero(width, gr)) continue;
-    const std::int64_t at = rows[j] * width;
-    adam_step<T>(width, p + at, gr, m + at, v + at, o);
+    if (end <= at || all_zero(width, gr)) continue;
+    adam_step<T>(end - at, p + at, gr + (at - row), m + at, v + at, o);
   }
 }
 

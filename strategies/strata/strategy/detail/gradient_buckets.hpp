@@ -2,7 +2,9 @@
 /// GradientBuckets: how a GradientEngine packs one replica's gradients into flat buffers.
 ///
 /// The parameters go last first (the order backward finishes them) into buckets of about
-/// `bucket_bytes`; a dtype change starts a new bucket. Each parameter's gradient is a view of
+/// `bucket_bytes`; a dtype change starts a new bucket, and a row-sparse table (one whose
+/// gradient comes as rows, docs/sparse_design.md) has a bucket of its own, which the engine
+/// may sum by gathering rows instead (row_aggregation.hpp). Each parameter's gradient is a view of
 /// its slot in its bucket's buffer, so backward writes it there and nothing is copied.
 /// BucketPlan is the packing alone (no memory): the split update asks it for each replica's
 /// share of the buckets before any engine exists.
@@ -33,6 +35,7 @@ class BucketPlan {
     DType dtype = DType::f32;
     std::vector<std::size_t> members;  ///< parameter indices, in packing order
     std::size_t count = 0, bytes = 0;
+    bool table = false;  ///< one row-sparse table alone
   };
 
   BucketPlan(const std::vector<Tensor>& params, std::size_t bucket_bytes) : numel_(params.size()), slot_of_(params.size()) {
@@ -43,8 +46,12 @@ class BucketPlan {
                    " is not a leaf that requires gradients");
       STRATA_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, "GradientEngine: parameter ", k, " is ",
                    name_of(p.dtype()), "; gradients are all-reduced in float32 or float64");
-      if (buckets_.empty() || buckets_.back().dtype != p.dtype() || buckets_.back().bytes >= bucket_bytes)
+      const bool table = is_table(p);
+      if (buckets_.empty() || buckets_.back().dtype != p.dtype() || buckets_.back().bytes >= bucket_bytes || table ||
+          buckets_.back().table) {
         buckets_.emplace_back().dtype = p.dtype();
+        buckets_.back().table = table;
+      }
       Bucket& b = buckets_.back();
       slot_of_[k] = Slot{buckets_.size() - 1, b.count};
       numel_[k] = static_cast<std::size_t>(p.numel());
@@ -52,6 +59,12 @@ class BucketPlan {
       b.count += numel_[k];
       b.bytes += p.nbytes();
     }
+  }
+
+  /// Whether `p` packs as a row-sparse table: marked so by a row-sparse lookup or an
+  /// nn::Embedding made with TableGradient::row_sparse, in host memory, with rows.
+  static bool is_table(const Tensor& p) noexcept {
+    return p.impl()->ag.row_sparse && p.ndim() >= 1 && p.device().kind == DeviceKind::cpu;
   }
 
   const std::vector<Bucket>& buckets() const noexcept { return buckets_; }
@@ -84,6 +97,7 @@ struct GradientBucket {
   DType dtype = DType::f32;
   std::size_t count = 0;     ///< elements
   std::size_t pending = 0;   ///< members whose gradient of this step is not final yet
+  bool table = false;        ///< one row-sparse table alone (BucketPlan::Bucket::table)
   Tensor buffer;
   bool shared = false;       ///< `buffer` is in memory the ranks share
   collective::Work done;
@@ -107,6 +121,7 @@ class GradientBuckets {
       GradientBucket& bk = buckets_.emplace_back();
       bk.dtype = planned.dtype;
       bk.count = planned.count;
+      bk.table = planned.table;
       // On the parameters' device: the gradients are views of it, and a device collective
       // (Nccl) reduces it where it is.
       bk.buffer = make(static_cast<std::int64_t>(bk.count), bk.dtype, device, bk.shared).fill_(0.0);
