@@ -134,8 +134,12 @@ TEST_CASE("RowAggregation: by the byte rule, a large table gathers and a small o
   CHECK(small[0].stats.tables_dense == 1);
 
   strata::detail::RowAggregationRule rule;  // 3 ranks x 4 rows x (8 + 4 x 4) bytes = 288
+  rule.ratio = 1.0;
   CHECK(rule.gathers(3, 4, 18, 4, 4));       // <= 18 x 16 = 288
   CHECK_FALSE(rule.gathers(3, 4, 17, 4, 4));
+  rule.ratio = 0.4;                          // the default: 288 <= 0.4 x 45 x 16 = 288
+  CHECK(rule.gathers(3, 4, 45, 4, 4));
+  CHECK_FALSE(rule.gathers(3, 4, 44, 4, 4));
   rule.way = strata::detail::RowAggregationRule::Way::dense;
   CHECK_FALSE(rule.gathers(3, 4, 5000, 4, 4));
 }
