@@ -2,9 +2,13 @@
 // fortunes package: two embedding tables with row-sparse gradients, each step touching only
 // the rows of the words its batch holds, updated lazily (PyTorch's SparseAdam). The same loop
 // under any strategy, picked at run time like the other trainers'. The last 10 % of the text
-// is held out; at the end the chief prints the nearest neighbours of a few words.
+// is held out; at the end the chief prints the nearest neighbours of a few words. With
+// --bigram-rows N a third table adds to each center word a vector of its bigram (the word
+// before it and itself) hashed into N rows (fastText's word n-grams): a large table of which
+// a step touches a few thousand rows.
 //
 //   skip_gram --steps 2000                                     (one device)
+//   skip_gram --bigram-rows 1048576
 //   skip_gram --strategy mirrored --replicas 2
 //   mpirun -np 2 skip_gram --strategy multi_worker_mirrored --collective mpi
 //   mpirun -np 3 skip_gram --strategy parameter_server --servers 1 --mode sync
@@ -30,7 +34,7 @@ struct Options : trainer::StrategyFlags {
   std::int64_t steps = 2000, batch = 1024, dim = 64, window = 2, negatives = 5, min_count = 2;
   double lr = 0.01;
   std::uint64_t seed = 0;
-  std::int64_t eval_every = 500, eval_rows = 20000;
+  std::int64_t eval_every = 500, eval_rows = 20000, bigram_rows = 0;
   std::string table_gradient = "row_sparse", updates = "lazy";
   std::string data_dir = strata::data::default_fortunes_dir();
   bool quiet = false;
@@ -53,6 +57,7 @@ int parse_options(int argc, char** argv, Options& o) {
   app.add_option("--seed", o.seed, "initialisation, negatives and shuffling")->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "steps between held-out losses")->capture_default_str();
   app.add_option("--eval-rows", o.eval_rows, "held-out pairs each evaluation reads")->capture_default_str();
+  app.add_option("--bigram-rows", o.bigram_rows, "rows of the hashed-bigram table (0: none)")->capture_default_str();
   app.add_option("--table-gradient", o.table_gradient, "the tables' gradients: the rows looked up, or dense")
       ->check(CLI::IsMember({"row_sparse", "dense"}))->capture_default_str();
   app.add_option("--updates", o.updates, "the optimizer's rule on row-sparse tables")
@@ -67,6 +72,7 @@ int parse_options(int argc, char** argv, Options& o) {
                            std::pair{"--eval-every", o.eval_every}, std::pair{"--eval-rows", o.eval_rows}})
       if (v < 1) throw CLI::ValidationError(flag, "must be at least 1, got " + std::to_string(v));
     if (o.negatives < 0) throw CLI::ValidationError("--negatives", "must not be negative");
+    if (o.bigram_rows < 0) throw CLI::ValidationError("--bigram-rows", "must not be negative");
     trainer::check_strategy_flags(app, o);
     if (o.device != "cpu") throw CLI::ValidationError("--device", "this trainer runs on the CPU");
   } catch (const CLI::ParseError& e) {
@@ -76,27 +82,35 @@ int parse_options(int argc, char** argv, Options& o) {
 }
 
 /// Two tables of word vectors: "in" for a pair's center word, "out" for its context and the
-/// noise words. Rows [B, 2 + k] (center, context, k negatives) -> logits [B, 1 + k]: the
-/// center's vector against the others'.
+/// noise words; with `bigram_rows`, a third, "bigrams", whose row for the center's bigram is
+/// added to the center's vector. Rows [B, 2 + k (+ 1)] (center, context, k negatives, and
+/// the bigram's row) -> logits [B, 1 + k]: the center's vector against the others'.
 class SkipGram : public strata::nn::Module {
  public:
-  SkipGram(std::int64_t vocabulary, std::int64_t dim, strata::TableGradient g) {
+  SkipGram(std::int64_t vocabulary, std::int64_t dim, strata::TableGradient g, std::int64_t bigram_rows) {
     auto& gen = strata::default_generator();
     in_ = &make_module<strata::nn::Embedding>("in", vocabulary, dim, gen, strata::DType::f32, g);
     out_ = &make_module<strata::nn::Embedding>("out", vocabulary, dim, gen, strata::DType::f32, g);
     strata::Tensor in = in_->weight(), out = out_->weight();  // word2vec's start: small input vectors, zero output ones
     strata::nn::init::uniform_(in, 0.5 / static_cast<double>(dim), gen);
     out.fill_(0.0);
+    if (bigram_rows > 0) {
+      bigrams_ = &make_module<strata::nn::Embedding>("bigrams", bigram_rows, dim, gen, strata::DType::f32, g);
+      strata::Tensor b = bigrams_->weight();
+      strata::nn::init::uniform_(b, 0.5 / static_cast<double>(dim), gen);
+    }
   }
   strata::Tensor forward(const strata::Tensor& rows) override {
-    const strata::Tensor center = (*in_)(strata::slice(rows, 1, 0, 1));              // [B, 1, D]
-    const strata::Tensor others = (*out_)(strata::slice(rows, 1, 1, rows.dim(1)));  // [B, 1 + k, D]
+    const std::int64_t last = rows.dim(1) - (bigrams_ ? 1 : 0);
+    strata::Tensor center = (*in_)(strata::slice(rows, 1, 0, 1));                    // [B, 1, D]
+    if (bigrams_) center = center + (*bigrams_)(strata::slice(rows, 1, last, last + 1));
+    const strata::Tensor others = (*out_)(strata::slice(rows, 1, 1, last));          // [B, 1 + k, D]
     return strata::sum(others * center, {2});
   }
   const strata::Tensor& vectors() const { return in_->weight(); }
 
  private:
-  strata::nn::Embedding *in_, *out_;
+  strata::nn::Embedding *in_, *out_, *bigrams_ = nullptr;
 };
 
 /// The loss of a pair: -log s(center . context) - sum log s(-center . noise), from logits
@@ -146,6 +160,9 @@ std::string neighbours(const SkipGram& model, const strata::data::WordCorpus& co
   return out;
 }
 
+/// A count for the JSON line, or null where there is none (negative).
+std::string json_number(double v) { return v < 0 ? "null" : std::to_string(static_cast<long long>(v)); }
+
 template <strata::Strategy S>
 void train(S& strategy, const Options& o) {
   using Clock = std::chrono::steady_clock;
@@ -154,14 +171,15 @@ void train(S& strategy, const Options& o) {
   const std::size_t split = all.size() * 9 / 10;  // a fixed held-out tail
   strata::Generator rows_gen(o.seed + 7), held_gen(12345);
   const auto train_rows = strata::data::TensorDataset(strata::data::Inputs(
-      strata::data::skip_gram_rows(all.first(split), corpus.counts(), o.window, o.negatives, rows_gen)));
-  const strata::Tensor tail = strata::data::skip_gram_rows(all.subspan(split), corpus.counts(), o.window, o.negatives, held_gen);
+      strata::data::skip_gram_rows(all.first(split), corpus.counts(), o.window, o.negatives, rows_gen, o.bigram_rows)));
+  const strata::Tensor tail =
+      strata::data::skip_gram_rows(all.subspan(split), corpus.counts(), o.window, o.negatives, held_gen, o.bigram_rows);
   const auto held_out = strata::data::TensorDataset(strata::data::Inputs(
       strata::data::slice_rows(tail, 0, std::min(o.eval_rows, tail.dim(0)))));
 
   strata::manual_seed(o.seed);
   const auto grad = o.table_gradient == "dense" ? strata::TableGradient::dense : strata::TableGradient::row_sparse;
-  auto model = strategy.scope([&] { return SkipGram(corpus.vocabulary_size(), o.dim, grad); });
+  auto model = strategy.scope([&] { return SkipGram(corpus.vocabulary_size(), o.dim, grad, o.bigram_rows); });
   auto opt = strategy.scope([&] { return strata::optim::Adam(model.parameters(), o.lr); });
   opt.set_sparse_updates(o.updates == "dense" ? strata::optim::SparseUpdates::dense : strata::optim::SparseUpdates::lazy);
   auto pipeline = strata::data::Pipeline(train_rows).shuffle(o.seed).batch(o.batch * strategy.num_replicas_in_sync());
@@ -208,15 +226,32 @@ void train(S& strategy, const Options& o) {
   const std::size_t warmup = std::min<std::size_t>(10, step_ms.size() / 10);  // the median after a short warm-up
   std::sort(step_ms.begin() + static_cast<std::ptrdiff_t>(warmup), step_ms.end());
   const double median_ms = step_ms.empty() ? 0.0 : step_ms[warmup + (step_ms.size() - warmup) / 2];
+  // What this replica sent for the tables per step, against what dense all-reduces would
+  // move and the lower bound (its touched rows and their indices), where the strategy counts.
+  double sent = -1, touched = -1, dense_bytes = 0;
+  SkipGram& local = model;  // this process's copy
+  for (const strata::Tensor& p : local.parameters()) dense_bytes += static_cast<double>(p.nbytes());
+  if constexpr (requires { strategy.gradient_stats(); }) {
+    const strata::GradientStats st = strategy.gradient_stats();
+    if (st.steps > 0) {
+      sent = st.table_bytes_sent / static_cast<double>(st.steps);
+      touched = st.table_touched_bytes / static_cast<double>(st.steps);
+    }
+  }
   if (strategy.is_chief()) {
     const SkipGram& mine = model;
+    if (!o.quiet && sent >= 0)
+      std::printf("tables: %.0f bytes sent per step (dense: %.0f, %.0fx more; touched rows: %.0f)\n", sent, dense_bytes,
+                  dense_bytes / std::max(sent, 1.0), touched);
     if (!o.quiet)
       for (const char* w : {"love", "money", "computer", "woman", "night"})
         std::printf("%s\n", neighbours(mine, corpus, w, 6).c_str());
     std::printf("{\"model\":\"skip_gram\",\"strategy\":\"%s\",\"replicas\":%d,\"steps\":%lld,\"train_loss\":%.5f,"
-                "\"held_out_loss\":%.5f,\"pairs_per_s\":%.1f,\"median_step_ms\":%.4f}\n",
+                "\"held_out_loss\":%.5f,\"pairs_per_s\":%.1f,\"median_step_ms\":%.4f,\"bigram_rows\":%lld,"
+                "\"table_bytes_per_step\":%s,\"touched_bytes_per_step\":%s,\"dense_table_bytes\":%.0f}\n",
                 S::name, strategy.num_replicas_in_sync(), static_cast<long long>(step), loss, held,
-                static_cast<double>(pairs) / seconds, median_ms);
+                static_cast<double>(pairs) / seconds, median_ms, static_cast<long long>(o.bigram_rows),
+                json_number(sent).c_str(), json_number(touched).c_str(), dense_bytes);
   }
 }
 

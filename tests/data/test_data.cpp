@@ -427,3 +427,48 @@ TEST_CASE("Data.Text.CorpusWindowsAndTheFortunes") {
   CHECK_THROWS_WITH_AS(strata::data::fortunes_text("/nonexistent"), doctest::Contains("apt-get install fortunes"),
                        strata::data_error);
 }
+
+TEST_CASE("Data.Words.CorpusSkipGramRowsAndBigramBuckets") {
+  const strata::data::WordCorpus corpus("The cat sat. the cat ran; a dog's day, THE end", 1);
+  // By descending count, ties in byte order: the(3) cat(2) then a, day, dog's, end, ran, sat.
+  REQUIRE(corpus.vocabulary_size() == 8);
+  CHECK(corpus.word(0) == "the");
+  CHECK(corpus.word(1) == "cat");
+  CHECK(corpus.id("dog's") == 4);
+  CHECK(corpus.id("bird") == -1);
+  const std::vector<std::int64_t> tokens(corpus.tokens().begin(), corpus.tokens().end());
+  CHECK(tokens == std::vector<std::int64_t>{0, 1, 7, 0, 1, 6, 2, 4, 3, 0, 5});
+  CHECK(strata::data::WordCorpus("a b a c", 2).tokens().size() == 2);  // b and c seen once: left out
+
+  strata::Generator g1(4), g2(4);
+  const std::span<const std::int64_t> few(tokens.data(), 4);  // the cat sat the
+  const Tensor rows = strata::data::skip_gram_rows(few, corpus.counts(), 1, 2, g1);
+  const Tensor with_bigrams = strata::data::skip_gram_rows(few, corpus.counts(), 1, 2, g2, 1000);
+  // Pairs within one word: 1 + 2 + 2 + 1; [center, context, 2 negatives] (+ the bigram's bucket).
+  REQUIRE(rows.shape() == strata::Shape{6, 4});
+  REQUIRE(with_bigrams.shape() == strata::Shape{6, 5});
+  const auto r = rows.to_vector<std::int64_t>(), b = with_bigrams.to_vector<std::int64_t>();
+  const std::int64_t pairs[6][2] = {{0, 1}, {1, 0}, {1, 7}, {7, 1}, {7, 0}, {0, 7}};
+  const std::int64_t previous[6] = {-1, 0, 0, 1, 1, 7};
+  for (std::size_t i = 0; i < 6; ++i) {
+    CHECK(r[i * 4] == pairs[i][0]);
+    CHECK(r[i * 4 + 1] == pairs[i][1]);
+    for (std::size_t c = 0; c < 4; ++c) CHECK(b[i * 5 + c] == r[i * 4 + c]);  // the same draws
+    for (std::size_t c = 2; c < 4; ++c) CHECK((r[i * 4 + c] >= 0 && r[i * 4 + c] < 8));
+    CHECK(b[i * 5 + 4] == strata::data::bigram_bucket(previous[i], pairs[i][0], 1000));
+  }
+  // The bucket: a fixed hash of the bigram, spread over the buckets.
+  CHECK(strata::data::bigram_bucket(3, 5, 1 << 20) == strata::data::bigram_bucket(3, 5, 1 << 20));
+  CHECK(strata::data::bigram_bucket(3, 5, 1 << 20) != strata::data::bigram_bucket(5, 3, 1 << 20));
+  std::set<std::int64_t> seen;
+  for (std::int64_t a = 0; a < 100; ++a)
+    for (std::int64_t w = 0; w < 100; ++w) {
+      const std::int64_t k = strata::data::bigram_bucket(a, w, 1 << 20);
+      CHECK((k >= 0 && k < (1 << 20)));
+      seen.insert(k);
+    }
+  CHECK(seen.size() > 9950);  // 10 000 bigrams in 1 M buckets: few collisions
+  strata::Generator g3(1);
+  CHECK_THROWS_WITH_AS(strata::data::skip_gram_rows(few, corpus.counts(), 1, 2, g3, -1),
+                       doctest::Contains("bigram_buckets -1 is negative"), strata::invalid_argument);
+}

@@ -88,14 +88,33 @@ class WordCorpus {
   std::unordered_map<std::string, std::int64_t> index_;
 };
 
+namespace detail {
+/// SplitMix64's finaliser: a fixed, well-mixed hash of a 64-bit key.
+inline std::uint64_t mix64(std::uint64_t z) noexcept {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+}  // namespace detail
+
+/// The bucket of the word bigram (previous, word) among `buckets` (fastText's hashed word
+/// n-grams): a fixed hash, so every process and run agrees. `previous` is -1 at the start.
+inline std::int64_t bigram_bucket(std::int64_t previous, std::int64_t word, std::int64_t buckets) noexcept {
+  const auto key = (static_cast<std::uint64_t>(previous + 1) << 32) ^ static_cast<std::uint64_t>(word);
+  return static_cast<std::int64_t>(detail::mix64(key) % static_cast<std::uint64_t>(buckets));
+}
+
 /// Skip-gram rows of `tokens`: for each position and each other position at most `window`
 /// away, the row [center, context, negative_1 .. negative_k] (int64 [N, 2 + k]), the k
 /// negatives drawn by `gen` from the words' counts to the power 0.75 (word2vec's noise
-/// distribution; `counts` by id). The same tokens, counts and generator state give the same rows.
+/// distribution; `counts` by id). With `bigram_buckets` > 0 each row ends with one more
+/// column, the bigram_bucket of (the word before the center, the center). The same tokens,
+/// counts and generator state give the same rows.
 inline Tensor skip_gram_rows(std::span<const std::int64_t> tokens, std::span<const std::int64_t> counts,
-                             std::int64_t window, std::int64_t negatives, Generator& gen) {
+                             std::int64_t window, std::int64_t negatives, Generator& gen, std::int64_t bigram_buckets = 0) {
   STRATA_CHECK(window >= 1 && negatives >= 0, "skip_gram_rows: window ", window, " must be at least 1 and negatives ",
                negatives, " not negative");
+  STRATA_CHECK(bigram_buckets >= 0, "skip_gram_rows: bigram_buckets ", bigram_buckets, " is negative");
   STRATA_CHECK(!counts.empty(), "skip_gram_rows: an empty vocabulary");
   std::vector<double> cumulative(counts.size());
   double total = 0;
@@ -103,7 +122,7 @@ inline Tensor skip_gram_rows(std::span<const std::int64_t> tokens, std::span<con
   const auto n = static_cast<std::int64_t>(tokens.size());
   std::int64_t rows = 0;
   for (std::int64_t i = 0; i < n; ++i) rows += std::min(n - 1, i + window) - std::max<std::int64_t>(0, i - window);
-  const std::int64_t width = 2 + negatives;
+  const std::int64_t width = 2 + negatives + (bigram_buckets > 0 ? 1 : 0);
   Tensor out = Tensor::empty({rows, width}, DType::i64);
   std::int64_t* p = out.data<std::int64_t>();
   for (std::int64_t i = 0; i < n; ++i)
@@ -116,6 +135,9 @@ inline Tensor skip_gram_rows(std::span<const std::int64_t> tokens, std::span<con
         const auto at = std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin();
         *p++ = std::min<std::int64_t>(at, static_cast<std::int64_t>(counts.size()) - 1);
       }
+      if (bigram_buckets > 0)
+        *p++ = bigram_bucket(i > 0 ? tokens[static_cast<std::size_t>(i - 1)] : -1, tokens[static_cast<std::size_t>(i)],
+                             bigram_buckets);
     }
   return out;
 }
