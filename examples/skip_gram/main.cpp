@@ -105,7 +105,7 @@ class SkipGram : public strata::nn::Module {
     strata::Tensor center = (*in_)(strata::slice(rows, 1, 0, 1));                    // [B, 1, D]
     if (bigrams_) center = center + (*bigrams_)(strata::slice(rows, 1, last, last + 1));
     const strata::Tensor others = (*out_)(strata::slice(rows, 1, 1, last));          // [B, 1 + k, D]
-    return strata::sum(others * center, {2});
+    return strata::vecdot(others, center);  // sum(others * center, {2}) in one pass
   }
   const strata::Tensor& vectors() const { return in_->weight(); }
 

@@ -18,6 +18,7 @@
 #include <strata/ops/shape_ops.hpp>
 #include <strata/ops/concat.hpp>
 #include <strata/ops/linalg.hpp>
+#include <strata/ops/vecdot.hpp>
 #include <strata/ops/conv.hpp>
 #include <strata/ops/pool.hpp>
 #include <strata/ops/softmax.hpp>

@@ -100,6 +100,40 @@ TEST_CASE("Autograd.Gradcheck.BatchedMatmul") {
   }, {var({2, 3, 4}, 31), var({5, 4}, 32), var({5}, 33)});
 }
 
+TEST_CASE("Autograd.Gradcheck.Vecdot") {
+  expect_gradients_match("vecdot, same shapes", [](const Inputs& v) { return weigh(strata::vecdot(v[0], v[1])); },
+                         {var({3, 4, 9}, 1), var({3, 4, 9}, 2)});
+  expect_gradients_match("vecdot, one row against several",
+                         [](const Inputs& v) { return weigh(strata::vecdot(v[0], v[1])); },
+                         {var({3, 5, 10}, 3), var({3, 1, 10}, 4)});
+  expect_gradients_match("vecdot, broadcast both ways and across ranks",
+                         [](const Inputs& v) { return weigh(strata::vecdot(v[0], v[1])); },
+                         {var({2, 1, 3}, 5), var({4, 3}, 6)});
+  expect_gradients_match("vecdot of a tensor with itself", [](const Inputs& v) { return weigh(strata::vecdot(v[0], v[0])); },
+                         {var({3, 6}, 11)});
+  expect_gradients_match("vecdot, vectors", [](const Inputs& v) { return strata::vecdot(v[0], v[1]) * 1.5; },
+                         {var({7}, 7), var({7}, 8)});
+  expect_gradients_match("vecdot, a transposed view", [](const Inputs& v) {
+    return weigh(strata::vecdot(strata::transpose(v[0], 0, 1), v[1]));
+  }, {var({9, 4}, 9), var({4, 9}, 10)});
+}
+
+TEST_CASE("Ops.Vecdot.IsTheSumOfTheProductAndChecksItsOperands") {
+  strata::Generator g(3);
+  const Tensor a = strata::uniform({6, 5, 19}, -1, 1, g), b = strata::uniform({6, 1, 19}, -1, 1, g);
+  const Tensor got = strata::vecdot(a, b), want = strata::sum(a * b, {2});
+  REQUIRE(got.shape() == strata::Shape{6, 5});
+  const auto x = got.to_vector<float>(), y = want.to_vector<float>();
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(x[i] == doctest::Approx(y[i]).epsilon(1e-5));
+  CHECK(strata::vecdot(strata::zeros({2, 0}), strata::zeros({2, 0})).to_vector<float>() == std::vector<float>{0, 0});
+  CHECK_THROWS_WITH_AS(strata::vecdot(a, strata::zeros({6, 5, 18})), doctest::Contains("vecdot: last extents differ"),
+                       strata::invalid_argument);
+  CHECK_THROWS_WITH_AS(strata::vecdot(a, strata::zeros({4, 1, 19})), doctest::Contains("broadcast"),
+                       strata::invalid_argument);
+  CHECK_THROWS_WITH_AS(strata::vecdot(a, strata::zeros({6, 5, 19}, strata::DType::f64)),
+                       doctest::Contains("vecdot: dtypes differ"), strata::invalid_argument);
+}
+
 TEST_CASE("Autograd.Gradcheck.SoftmaxAndGelu") {
   expect_gradients_match("softmax", [](const Inputs& v) { return weigh(strata::softmax(v[0])); }, {var({3, 5}, 34, -3, 3)});
   expect_gradients_match("softmax axis 0", [](const Inputs& v) { return weigh(strata::softmax(v[0], 0)); },

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include <strata/autograd/grad_mode.hpp>  // GradMode
-#include <strata/kernels/cpu/rows.hpp>      // coalesce_rows, scatter_add_rows
+#include <strata/kernels/cpu/rows.hpp>      // distinct_rows, sum_rows, scatter_add_rows
 #include <strata/tensor/tensor.hpp>       // Tensor
 
 namespace strata::autograd {
@@ -162,26 +162,29 @@ void add_grad_rows(const Tensor& t, std::uint64_t epoch, std::int64_t n, std::in
   }
   thread_local std::vector<std::int64_t> slot;  // by row number: -1 between calls
   thread_local std::vector<std::int64_t> out_index;
-  thread_local std::vector<T> out_rows;
-  std::int64_t k = 0;
-  if (rows_now) {  // a second lookup in this pass: the rows so far, then the new ones, combined
+  std::vector<std::int64_t> all_index;  // a second lookup in this pass: the rows so far, then the new ones
+  std::vector<T> all_rows;
+  if (rows_now) {
     const std::int64_t had = ag.grad_index.numel();
-    std::vector<std::int64_t> all_index(static_cast<std::size_t>(had + n));
-    std::vector<T> all_rows(static_cast<std::size_t>((had + n) * width));
+    all_index.resize(static_cast<std::size_t>(had + n));
+    all_rows.resize(static_cast<std::size_t>((had + n) * width));
     // (copy_n, not memcpy: an empty tensor's data may be null)
     std::copy_n(ag.grad_index.template data<std::int64_t>(), had, all_index.begin());
     for (std::int64_t j = 0; j < n; ++j) all_index[static_cast<std::size_t>(had + j)] = static_cast<std::int64_t>(index[j]);
     std::copy_n(ag.grad_rows.template data<T>(), had * width, all_rows.begin());
     std::copy_n(rows, n * width, all_rows.begin() + had * width);
-    k = kernels::cpu::coalesce_rows<T>(had + n, width, all_index.data(), all_rows.data(), slot, out_index, out_rows);
-  } else {
-    k = kernels::cpu::coalesce_rows<T>(n, width, index, rows, slot, out_index, out_rows);
   }
-  Shape rs = t.shape();
-  rs[0] = k;
-  Tensor gi = Tensor::empty({k}, DType::i64), gr = Tensor::empty(rs, t.dtype());
-  std::copy_n(out_index.data(), k, static_cast<std::int64_t*>(gi.raw_data()));
-  std::copy_n(out_rows.data(), k * width, static_cast<T*>(gr.raw_data()));
+  auto coalesce = [&](std::int64_t count, const auto* ix, const T* rs) {
+    const std::int64_t k = kernels::cpu::distinct_rows(count, ix, slot, out_index);
+    Shape shape = t.shape();
+    shape[0] = k;
+    Tensor gi = Tensor::empty({k}, DType::i64), gr = Tensor::empty(shape, t.dtype());
+    std::copy_n(out_index.data(), k, gi.template data<std::int64_t>());
+    kernels::cpu::sum_rows<T>(count, width, ix, rs, slot, out_index, gr.template data<T>());
+    return std::pair{std::move(gi), std::move(gr)};
+  };
+  auto [gi, gr] = rows_now ? coalesce(static_cast<std::int64_t>(all_index.size()), all_index.data(), all_rows.data())
+                           : coalesce(n, index, rows);
   ag.grad_index = std::move(gi);
   ag.grad_rows = std::move(gr);
   ag.grad_epoch = epoch;

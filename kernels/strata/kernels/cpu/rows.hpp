@@ -20,14 +20,15 @@ void scatter_add_rows(std::int64_t n, std::int64_t width, const I* index, const 
   }
 }
 
-/// The distinct row numbers of index[0..n) in ascending order and, for each, the sum of its
-/// rows in the order they come (index[j] names rows[j], `width` values each). `slot` is
-/// scratch indexed by row number (grown as needed, every entry -1 between calls); out_index
-/// and out_rows are resized. Returns the count of distinct rows. Linear in n, plus a sort of
-/// the distinct rows.
-template <class T, class I>
-std::int64_t coalesce_rows(std::int64_t n, std::int64_t width, const I* index, const T* rows,
-                           std::vector<std::int64_t>& slot, std::vector<std::int64_t>& out_index, std::vector<T>& out_rows) {
+/// Coalescing in two phases, so the sums go straight where the caller wants them:
+/// distinct_rows() finds the distinct row numbers of index[0..n) in ascending order and
+/// numbers them in `slot` (scratch indexed by row number, grown as needed, every entry -1
+/// between calls); sum_rows() then writes, for each, the sum of its rows in the order they
+/// come (index[j] names rows[j], `width` values each) and clears `slot` again. Linear in n,
+/// plus a sort of the distinct rows.
+template <class I>
+std::int64_t distinct_rows(std::int64_t n, const I* index, std::vector<std::int64_t>& slot,
+                           std::vector<std::int64_t>& out_index) {
   out_index.clear();
   for (std::int64_t j = 0; j < n; ++j) {
     const auto r = static_cast<std::size_t>(index[j]);
@@ -40,14 +41,21 @@ std::int64_t coalesce_rows(std::int64_t n, std::int64_t width, const I* index, c
   std::sort(out_index.begin(), out_index.end());
   const auto k = static_cast<std::int64_t>(out_index.size());
   for (std::int64_t i = 0; i < k; ++i) slot[static_cast<std::size_t>(out_index[static_cast<std::size_t>(i)])] = i;
-  out_rows.assign(static_cast<std::size_t>(k * width), T(0));  // 0 + r + ...: the dense scatter's sums
+  return k;
+}
+
+/// out[slot[index[j]]] = 0 + rows[j] + ... for the distinct rows distinct_rows() found
+/// (`out_index`, k of them; `out` holds k * width): the dense scatter's sums, bit for bit.
+template <class T, class I>
+void sum_rows(std::int64_t n, std::int64_t width, const I* index, const T* rows, std::vector<std::int64_t>& slot,
+              const std::vector<std::int64_t>& out_index, T* out) {
+  std::fill_n(out, static_cast<std::int64_t>(out_index.size()) * width, T(0));
   for (std::int64_t j = 0; j < n; ++j) {
-    T* d = out_rows.data() + slot[static_cast<std::size_t>(index[j])] * width;
+    T* d = out + slot[static_cast<std::size_t>(index[j])] * width;
     const T* r = rows + j * width;
     for (std::int64_t c = 0; c < width; ++c) d[c] += r[c];
   }
-  for (std::int64_t i = 0; i < k; ++i) slot[static_cast<std::size_t>(out_index[static_cast<std::size_t>(i)])] = -1;
-  return k;
+  for (std::int64_t r : out_index) slot[static_cast<std::size_t>(r)] = -1;
 }
 
 }  // namespace strata::kernels::cpu

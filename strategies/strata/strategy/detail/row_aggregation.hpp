@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include <strata/kernels/cpu/rows.hpp>  // coalesce_rows
+#include <strata/kernels/cpu/rows.hpp>  // distinct_rows, sum_rows
 #include <strata/runtime/process.hpp>   // env
 #include <strata/support/check.hpp>
 #include <strata/tensor/tensor.hpp>
@@ -128,15 +128,15 @@ class RowAggregation {
         const T* r = static_cast<const T*>(pq.rows);
         all_rows.insert(all_rows.end(), r, r + k * static_cast<std::size_t>(width));
       }
-      std::vector<T>& out_rows = out_rows_of(tag);
-      const std::int64_t kept = kernels::cpu::coalesce_rows<T>(static_cast<std::int64_t>(all_index_.size()), width,
-                                                              all_index_.data(), all_rows.data(), slot_, out_index_, out_rows);
+      const auto total = static_cast<std::int64_t>(all_index_.size());
+      const std::int64_t kept = kernels::cpu::distinct_rows(total, all_index_.data(), slot_, out_index_);
       Shape rs = table.shape();
       rs[0] = kept;
       out.indices = Tensor::empty({kept}, DType::i64);
       out.rows = Tensor::empty(rs, table.dtype());
       std::copy_n(out_index_.data(), kept, out.indices.data<std::int64_t>());
-      std::copy_n(out_rows.data(), kept * width, out.rows.template data<T>());
+      kernels::cpu::sum_rows<T>(total, width, all_index_.data(), all_rows.data(), slot_, out_index_,
+                                out.rows.template data<T>());
     });
     return out;
   }
@@ -172,13 +172,11 @@ class RowAggregation {
  private:
   std::vector<float>& rows_of(float) { return rows_f32_; }
   std::vector<double>& rows_of(double) { return rows_f64_; }
-  std::vector<float>& out_rows_of(float) { return out_f32_; }
-  std::vector<double>& out_rows_of(double) { return out_f64_; }
 
   std::vector<std::int64_t> counts_, send_, recv_, all_index_, out_index_;
-  std::vector<std::int64_t> slot_;  // coalesce_rows' scratch by row number (-1 between calls)
-  std::vector<float> rows_f32_, out_f32_;
-  std::vector<double> rows_f64_, out_f64_;
+  std::vector<std::int64_t> slot_;  // distinct_rows' scratch by row number (-1 between calls)
+  std::vector<float> rows_f32_;
+  std::vector<double> rows_f64_;
 };
 
 }  // namespace strata::detail
