@@ -363,13 +363,13 @@ TEST_CASE("Strategy.SparseTableEquivalentToOneDevice") {
     }
     for (int n : {2, 3})  // sharded sums: the table is one more dense bucket
       for (int k : {1, 2}) {
-      equivalence::Setup sk = s;
-      sk.accumulation = k;
-      strata::MirroredStrategy sharded(n, {.split_update = strata::UpdateSplit::on,
-                                           .gradients = strata::GradientLayout::sharded});
-      CHECK(equivalence::max_relative_difference(equivalence::train_steps(sharded, sk), ref) < 1e-5);
-      CHECK(sharded.gradient_stats().tables_gathered + sharded.gradient_stats().tables_dense == 0);
-    }
+        equivalence::Setup sk = s;
+        sk.accumulation = k;
+        strata::MirroredStrategy sharded(n, {.split_update = strata::UpdateSplit::on,
+                                             .gradients = strata::GradientLayout::sharded});
+        CHECK(equivalence::max_relative_difference(equivalence::train_steps(sharded, sk), ref) < 1e-5);
+        CHECK(sharded.gradient_stats().tables_gathered + sharded.gradient_stats().tables_dense == 0);
+      }
   }
 }
 
