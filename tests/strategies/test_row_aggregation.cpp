@@ -137,9 +137,9 @@ TEST_CASE("RowAggregation: by the byte rule, a large table gathers and a small o
   rule.ratio = 1.0;
   CHECK(rule.gathers(3, 4, 18, 4, 4));       // <= 18 x 16 = 288
   CHECK_FALSE(rule.gathers(3, 4, 17, 4, 4));
-  rule.ratio = 0.4;                          // the default: 288 <= 0.4 x 45 x 16 = 288
-  CHECK(rule.gathers(3, 4, 45, 4, 4));
-  CHECK_FALSE(rule.gathers(3, 4, 44, 4, 4));
+  rule.ratio = 0.5;                          // the default: 288 <= 0.5 x 36 x 16 = 288
+  CHECK(rule.gathers(3, 4, 36, 4, 4));
+  CHECK_FALSE(rule.gathers(3, 4, 35, 4, 4));
   rule.way = strata::detail::RowAggregationRule::Way::dense;
   CHECK_FALSE(rule.gathers(3, 4, 5000, 4, 4));
 }

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include <strata/kernels/cpu/rows.hpp>  // distinct_rows, sum_rows
+#include <strata/kernels/cpu/rows.hpp>  // note_rows, number_rows, add_rows
 #include <strata/runtime/process.hpp>   // env
 #include <strata/support/check.hpp>
 #include <strata/tensor/tensor.hpp>
@@ -37,10 +37,11 @@ struct RowAggregationRule {
   enum class Way : std::uint8_t { automatic, gather, dense };
   Way way = Way::automatic;
   /// Gather while the gathered messages are at most `ratio` × the dense table's bytes. The
-  /// two ways cost the same near 0.4 (bench/bench_row_aggregation.cpp, 2 ranks, tables of
-  /// 16 k to 1 M rows × 64 floats: gather 1.85× faster at 0.13, 0.83× at 0.52): the gather
-  /// copies and combines each byte it receives a few times, the dense way streams the table.
-  double ratio = 0.4;
+  /// two ways cost the same near 0.5 (bench/bench_row_aggregation.cpp, 2 ranks, tables of
+  /// 16 k to 1 M rows × 64 floats: gather 1.4× to 2.2× faster at 0.13, 0.97× to 1.13× at
+  /// 0.52, 0.5× at 2.06): the gather copies and combines each byte it receives, the dense way
+  /// streams the table.
+  double ratio = 0.5;
 
   static RowAggregationRule from_env() {
     RowAggregationRule r;
@@ -118,25 +119,24 @@ class RowAggregation {
     RowGrad out;
     visit_floating(table.dtype(), "row aggregation", [&](auto tag) {
       using T = decltype(tag);
-      std::vector<T>& all_rows = rows_of(tag);
-      all_index_.clear();
-      all_rows.clear();
+      out_index_.clear();
       for (std::size_t q = 0; q < parts; ++q) {
         const RowPart pq = part(q);
-        const auto k = static_cast<std::size_t>(pq.count);
-        all_index_.insert(all_index_.end(), pq.index, pq.index + k);
-        const T* r = static_cast<const T*>(pq.rows);
-        all_rows.insert(all_rows.end(), r, r + k * static_cast<std::size_t>(width));
+        kernels::cpu::note_rows(pq.count, pq.index, slot_, out_index_);
       }
-      const auto total = static_cast<std::int64_t>(all_index_.size());
-      const std::int64_t kept = kernels::cpu::distinct_rows(total, all_index_.data(), slot_, out_index_);
+      const std::int64_t kept = kernels::cpu::number_rows(slot_, out_index_);
       Shape rs = table.shape();
       rs[0] = kept;
       out.indices = Tensor::empty({kept}, DType::i64);
       out.rows = Tensor::empty(rs, table.dtype());
       std::copy_n(out_index_.data(), kept, out.indices.data<std::int64_t>());
-      kernels::cpu::sum_rows<T>(total, width, all_index_.data(), all_rows.data(), slot_, out_index_,
-                                out.rows.template data<T>());
+      T* sums = out.rows.template data<T>();
+      std::fill_n(sums, kept * width, T(0));
+      for (std::size_t q = 0; q < parts; ++q) {  // straight from each part: no copy of the rows
+        const RowPart pq = part(q);
+        kernels::cpu::add_rows<T>(pq.count, width, pq.index, static_cast<const T*>(pq.rows), slot_, sums);
+      }
+      kernels::cpu::clear_rows(slot_, out_index_);
     });
     return out;
   }
@@ -170,13 +170,8 @@ class RowAggregation {
   }
 
  private:
-  std::vector<float>& rows_of(float) { return rows_f32_; }
-  std::vector<double>& rows_of(double) { return rows_f64_; }
-
-  std::vector<std::int64_t> counts_, send_, recv_, all_index_, out_index_;
-  std::vector<std::int64_t> slot_;  // distinct_rows' scratch by row number (-1 between calls)
-  std::vector<float> rows_f32_;
-  std::vector<double> rows_f64_;
+  std::vector<std::int64_t> counts_, send_, recv_, out_index_;
+  std::vector<std::int64_t> slot_;  // note_rows' scratch by row number (-1 between calls)
 };
 
 }  // namespace strata::detail
