@@ -226,8 +226,9 @@ void train(S& strategy, const Options& o) {
   const std::size_t warmup = std::min<std::size_t>(10, step_ms.size() / 10);  // the median after a short warm-up
   std::sort(step_ms.begin() + static_cast<std::ptrdiff_t>(warmup), step_ms.end());
   const double median_ms = step_ms.empty() ? 0.0 : step_ms[warmup + (step_ms.size() - warmup) / 2];
-  // What this replica sent for the tables per step, against what dense all-reduces would
-  // move and the lower bound (its touched rows and their indices), where the strategy counts.
+  // What this replica sent for the tables per step (a parameter-server worker: everything it
+  // pushed), against the tables' dense bytes and the lower bound (its touched rows and their
+  // indices), where the strategy counts them.
   double sent = -1, touched = -1, dense_bytes = 0;
   SkipGram& local = model;  // this process's copy
   for (const strata::Tensor& p : local.parameters()) dense_bytes += static_cast<double>(p.nbytes());
@@ -237,6 +238,10 @@ void train(S& strategy, const Options& o) {
       sent = st.table_bytes_sent / static_cast<double>(st.steps);
       touched = st.table_touched_bytes / static_cast<double>(st.steps);
     }
+  }
+  if constexpr (requires { strategy.transfer_stats(); }) {  // a parameter-server worker: its pushes
+    const strata::ps::TransferStats st = strategy.transfer_stats();
+    if (st.steps > 0) sent = st.pushed_bytes / static_cast<double>(st.steps);
   }
   if (strategy.is_chief()) {
     const SkipGram& mine = model;

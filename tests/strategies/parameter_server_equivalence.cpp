@@ -105,11 +105,21 @@ int check_sync(int servers) {
     const bool lazy = rule == strata::optim::SparseUpdates::lazy;
     strata::ParameterServerStrategy<C, strata::ps::Sync> strategy(
         {.servers = servers, .update_on_servers = !lazy, .partition_bytes = 2048});
-    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
-    const bool ok = diff < 1e-5;
+    const auto got = equivalence::train_steps(strategy, s);
+    const double diff = equivalence::max_relative_difference(got, ref);
+    // What a worker moved: every variable, whole, each way, every step (the dense protocol).
+    double model_bytes = 0;
+    for (const auto& v : got) model_bytes += 4.0 * static_cast<double>(v.size());
+    const strata::ps::TransferStats moved = strategy.transfer_stats();
+    const bool counted = strategy.is_server() ? moved.steps == 0 && moved.pushed_bytes == 0
+                                              : moved.steps > 0 && moved.pushed_bytes == moved.steps * model_bytes &&
+                                                    moved.pulled_bytes == moved.pushed_bytes;
+    const bool ok = diff < 1e-5 && counted;
     failures += ok ? 0 : 1;
-    std::printf("%s rank %d: sync, row-sparse table, %s rule, update on %s: parameters differ by %.3g (relative)\n",
-                ok ? "ok  " : "FAIL", strategy.rank(), lazy ? "lazy" : "dense", lazy ? "workers" : "servers", diff);
+    std::printf("%s rank %d: sync, row-sparse table, %s rule, update on %s: parameters differ by %.3g (relative); "
+                "%lld steps, %.0f bytes pushed and %.0f pulled\n",
+                ok ? "ok  " : "FAIL", strategy.rank(), lazy ? "lazy" : "dense", lazy ? "workers" : "servers", diff,
+                static_cast<long long>(moved.steps), moved.pushed_bytes, moved.pulled_bytes);
   }
   // Weights for inference from the chief, after training with the variables on the servers
   // (split over them): a fresh one-device model loaded from the file holds what every rank

@@ -157,6 +157,9 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     return run_replica<std::invoke_result_t<F&, ReplicaContext&>>([&](ReplicaContext& ctx) { return fn(ctx); });
   }
 
+  /// The bytes this worker pushed to and pulled from the servers in its steps (zero on a server).
+  ps::TransferStats transfer_stats() const { return worker_ ? worker_->stats() : ps::TransferStats{}; }
+
   /// Sync: the reduction over the workers, the same on each. Async: this worker's value.
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) {
     detail::check_cross_replica("reduce()");

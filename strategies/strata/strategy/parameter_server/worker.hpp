@@ -19,6 +19,13 @@
 
 namespace strata::ps {
 
+/// What a worker moved through the servers, summed over its steps (push_pull calls).
+struct TransferStats {
+  std::int64_t steps = 0;
+  double pushed_bytes = 0;  ///< gradients sent to the servers
+  double pulled_bytes = 0;  ///< replies received: new values, or summed gradients
+};
+
 template <class T>
 class Worker {
  public:
@@ -55,14 +62,19 @@ class Worker {
         const int server = servers[static_cast<std::size_t>(q.server)];
         post(t_.irecv(into + off, bytes, server, static_cast<int>(id)), server);
         bytes_ += 2 * bytes;
+        stats_.pushed_bytes += static_cast<double>(bytes);
+        stats_.pulled_bytes += static_cast<double>(bytes);
         post(t_.isend(static_cast<const char*>(grad.raw_data()) + off, bytes, server, kPushTag + static_cast<int>(id)),
              server);
       }
     }
     wait("replies");
+    ++stats_.steps;
     if (!update_on_servers_)
       for (std::size_t i = 0; i < g.size(); ++i) std::swap(g.params[i].impl()->ag.grad, sums_[vars[i]]);
   }
+
+  const TransferStats& stats() const noexcept { return stats_; }
 
   /// Tells every server this worker has finished the epoch.
   void finish_epoch() {
@@ -166,6 +178,7 @@ class Worker {
   std::vector<Tensor> sums_;      // update on workers: the next summed gradient of each variable
   std::vector<const void*> seen_;  // the parameter list variables_of() last resolved
   std::vector<std::size_t> vars_;  // and its variable indices
+  TransferStats stats_;
 };
 
 }  // namespace strata::ps
