@@ -56,8 +56,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
   explicit CentralStorageStrategy(int replicas = 2, collective::Options o = collective::Options::from_env())
       : detail::ThreadReplicas<CentralStorageStrategy>(replicas, "CentralStorageStrategy", o),
         pending_(static_cast<std::size_t>(this->n_)),
-        in_rows_(static_cast<std::size_t>(this->n_)),
-        row_sums_(static_cast<std::size_t>(this->n_)) {}
+        rows_(static_cast<std::size_t>(this->n_)) {}
 
   /// One object per replica over one set of variables: replica r's parameters are views of
   /// replica 0's storage, and replica r updates share r of each of them.
@@ -107,7 +106,8 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
       STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica");
       const auto me = static_cast<std::size_t>(r_);
       s_.pending_[me] = g;
-      std::vector<char>& mine_in_rows = s_.in_rows_[me];
+      RowScratch& mine = s_.rows_[me];
+      std::vector<char>& mine_in_rows = mine.in_rows;
       mine_in_rows.assign(g.size(), 0);
       for (std::size_t i = 0; i < g.size(); ++i) {
         if (g.params[i].has_row_grad())
@@ -117,12 +117,12 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
       }
       comm().barrier();  // every replica's gradients are final
       // Where some replica's gradient of a table is dense, every replica makes its own dense.
-      std::vector<char>& by_rows = rows_here_;
+      std::vector<char>& by_rows = mine.by_rows;
       by_rows.assign(g.size(), 0);
       bool mixed = false;
       for (std::size_t i = 0; i < g.size(); ++i) {
         int holding = 0;
-        for (const std::vector<char>& q : s_.in_rows_) holding += q[i];
+        for (const RowScratch& q : s_.rows_) holding += q.in_rows[i];
         by_rows[i] = holding == s_.n_;
         if (holding > 0 && holding < s_.n_) {
           mixed = true;
@@ -131,11 +131,11 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
       }
       if (mixed) comm().barrier();
       const Gradients& g0 = s_.pending_[0];
-      std::vector<RowGrad>& sums = row_sums_here_;
+      std::vector<RowGrad>& sums = mine.sums;
       sums.assign(g.size(), RowGrad{});
       for (std::size_t i = 0; i < g0.size(); ++i) {
         if (by_rows[i]) {
-          sums[i] = s_.row_sums_[me].combine(g.params[i], s_.pending_.size(), [&](std::size_t q) {
+          sums[i] = mine.aggregation.combine(g.params[i], s_.pending_.size(), [&](std::size_t q) {
             const RowGrad part = s_.pending_[q].params[i].row_grad();
             return detail::RowAggregation::RowPart{part.size(), part.indices.template data<std::int64_t>(),
                                                    part.rows.raw_data()};
@@ -190,8 +190,6 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     int r_;
     bool sync_ = true;
     detail::SplitUpdate* pending_ = nullptr;  // the split update this step's apply_gradients runs
-    std::vector<char> rows_here_;             // per gradient: summed by rows this step
-    std::vector<RowGrad> row_sums_here_;      // those sums, until every replica has read the rows
   };
 
   // Replica r's share of a gradient or parameter of n elements: what it sums and updates.
@@ -208,8 +206,14 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
   }
 
   std::vector<Gradients> pending_;  // each replica's gradients in the step being applied
-  std::vector<std::vector<char>> in_rows_;           // per replica, per gradient: held in rows this step
-  std::vector<detail::RowAggregation> row_sums_;     // each replica's scratch for summing rows
+  // A replica's side of summing row-sparse tables, kept from step to step.
+  struct RowScratch {
+    std::vector<char> in_rows;   // per gradient: held in rows this step (every replica reads it)
+    std::vector<char> by_rows;   // per gradient: summed by rows this step
+    std::vector<RowGrad> sums;   // those sums, until every replica has read the rows
+    detail::RowAggregation aggregation;
+  };
+  std::vector<RowScratch> rows_;
   std::vector<std::unique_ptr<detail::SplitUpdate>> splits_;  // one per model made under scope()
 };
 
