@@ -73,6 +73,34 @@ TEST_CASE("ParameterServer.Placement.WholeVariablesGoLargestFirstToTheLeastLoade
   CHECK(extra[0].server == 0);
 }
 
+TEST_CASE("ParameterServer.Placement.TablesAreCutByRowsOverEveryServer") {
+  // A 10-row table of width 3 (small, yet cut), a 2-row one over 3 servers, and a plain
+  // variable that goes whole.
+  const std::vector<VariableSize> vars = {{30, 4, 3}, {8, 4, 4}, {12}};
+  std::vector<std::int64_t> load(3, 0);
+  const auto parts = strata::ps::plan_partitions(vars, 0, load, 1 << 20);
+  check_cover(vars, parts, 3);
+  std::vector<Partition> table;
+  for (const Partition& q : parts)
+    if (q.variable == 0) table.push_back(q);
+  REQUIRE(table.size() == 3);  // rows [0, 3), [3, 6), [6, 10)
+  for (int s = 0; s < 3; ++s) {
+    CHECK(table[static_cast<std::size_t>(s)].server == s);
+    CHECK(table[static_cast<std::size_t>(s)].row_width == 3);
+    CHECK(table[static_cast<std::size_t>(s)].offset % 3 == 0);
+    CHECK(table[static_cast<std::size_t>(s)].count % 3 == 0);
+  }
+  CHECK(table[2].count == 12);
+  std::vector<Partition> small;
+  for (const Partition& q : parts)
+    if (q.variable == 1) small.push_back(q);
+  REQUIRE(small.size() == 2);  // 2 rows, 3 servers: no empty block
+  CHECK(small[0].count == 4);
+  CHECK(small[1].count == 4);
+  for (const Partition& q : parts)
+    if (q.variable == 2) CHECK(q.row_width == 0);
+}
+
 TEST_CASE("ParameterServer.Roles") {
   ::unsetenv("STRATA_SERVER_RANKS");
   ::unsetenv("STRATA_NUM_SERVERS");

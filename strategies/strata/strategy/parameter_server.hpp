@@ -83,9 +83,9 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
                  "(an asynchronous push is applied where it arrives)");
     STRATA_CHECK(o.staleness >= -1, "ParameterServerStrategy: staleness must be -1 (no bound) or >= 0, got ", o.staleness);
     if (t_.is_server())
-      server_.emplace(t_, shards_, typename ps::Server<T>::Settings{sync, o.update_on_servers, o.staleness});
+      server_.emplace(t_, shards_, typename ps::Server<T>::Settings{sync, o.update_on_servers, o.staleness, sync});
     else
-      worker_.emplace(t_, shards_, o.update_on_servers);
+      worker_.emplace(t_, shards_, o.update_on_servers, sync);
   }
   ParameterServerStrategy(const ParameterServerStrategy&) = delete;
   ParameterServerStrategy& operator=(const ParameterServerStrategy&) = delete;
@@ -395,6 +395,10 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     }
     void set_gradient_sync(bool on) override { sync_on_ = on; }
     bool updates_elsewhere() const override { return s_.o_.update_on_servers; }
+    bool updates_rows_elsewhere() const override { return sync; }  // Sync: tables go by rows
+    void note_optimizer(const optim::Optimizer& opt) override {
+      s_.worker_->set_lazy_rows(opt.sparse_updates() == optim::SparseUpdates::lazy);
+    }
 
     ParameterServerStrategy& s_;
     bool sync_on_ = true;

@@ -104,10 +104,12 @@ inline void run_update(ReplicaContext& ctx, optim::Optimizer& opt, Gradients gra
                  "the update, which the parameter servers apply here: construct ParameterServerStrategy with "
                  "update_on_servers = false to clip on the workers");
   for (std::size_t i = 0; i < opt.params().size(); ++i)
-    STRATA_REQUIRE(!(step.updates_elsewhere() && opt.updates_by_rows(i)), invalid_argument, "strata.optim.sparse",
-                   "parameter ", i, " is a row-sparse table under the lazy rule, which the parameter servers do not "
-                   "apply (they update whole partitions): call set_sparse_updates(SparseUpdates::dense) on the "
-                   "optimizer, or construct ParameterServerStrategy with update_on_servers = false");
+    STRATA_REQUIRE(!(step.updates_elsewhere() && !step.updates_rows_elsewhere() && opt.updates_by_rows(i)),
+                   invalid_argument, "strata.optim.sparse",
+                   "parameter ", i, " is a row-sparse table under the lazy rule, which asynchronous parameter servers "
+                   "do not apply (they update whole partitions): call set_sparse_updates(SparseUpdates::dense) on the "
+                   "optimizer, or use ps::Sync");
+  step.note_optimizer(opt);
   bool here;
   {
     observe::ScopedEvent ev("aggregate gradients", "communication");

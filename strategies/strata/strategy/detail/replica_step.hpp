@@ -47,6 +47,12 @@ class ReplicaStep {
   /// Whether stage 3 happens off this replica (on parameter servers), so that stage 2's
   /// gradient transforms cannot run here.
   virtual bool updates_elsewhere() const { return false; }
+  /// Where stage 3 happens elsewhere: whether it applies the optimizer's lazy rule to
+  /// row-sparse tables (the sparse parameter server, which updates them by rows).
+  virtual bool updates_rows_elsewhere() const { return false; }
+  /// Before stage 1: the optimizer whose update this is (its rule on row-sparse tables
+  /// travels with the gradients where the update runs elsewhere).
+  virtual void note_optimizer(const optim::Optimizer& opt) { (void)opt; }
 
   /// Stage 3: how this replica applies `opt`'s rule to `g` (already aggregated and
   /// transformed). The default: every replica updates the whole of its own copy.

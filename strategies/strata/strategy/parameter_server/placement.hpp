@@ -2,7 +2,9 @@
 /// Where each variable of a ParameterServerStrategy lives: a variable of at least
 /// `partition_bytes` is cut into one contiguous element range per server (MXNet's big-array
 /// slicing, TF's partitioners); smaller ones go whole, largest first, to the server holding
-/// the fewest bytes so far. Every rank computes the same plan from the same variables.
+/// the fewest bytes so far. A row-sparse table is cut by rows into one block per server,
+/// whatever its size: its rows are what workers push and pull (docs/sparse_design.md). Every
+/// rank computes the same plan from the same variables.
 #pragma once
 
 #include <algorithm>
@@ -22,12 +24,14 @@ struct Partition {
   std::int64_t offset = 0;   ///< first element
   std::int64_t count = 0;    ///< elements
   int server = 0;            ///< index among the servers (0..S-1)
+  std::int64_t row_width = 0;  ///< a row-sparse table's block: elements per row (offset and count are whole rows)
 };
 
 /// A variable as placement sees it.
 struct VariableSize {
   std::int64_t numel = 0;
   std::size_t element_bytes = 4;
+  std::int64_t row_width = 0;  ///< > 0: a row-sparse table of numel / row_width rows
   std::int64_t bytes() const noexcept { return numel * static_cast<std::int64_t>(element_bytes); }
 };
 
@@ -43,7 +47,15 @@ inline std::vector<Partition> plan_partitions(std::span<const VariableSize> vars
   std::vector<std::size_t> whole;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     const std::int64_t n = vars[i].numel;
-    if (vars[i].bytes() >= partition_bytes && n >= servers && servers > 1) {
+    if (const std::int64_t w = vars[i].row_width; w > 0) {  // a table: a block of rows per server
+      const std::int64_t rows = n / w;
+      for (int s = 0; s < servers; ++s) {
+        const std::int64_t lo = rows * s / servers, hi = rows * (s + 1) / servers;
+        if (hi == lo && !(s == 0 && rows == 0)) continue;  // fewer rows than servers
+        per_var[i].push_back({first_variable + i, lo * w, (hi - lo) * w, s, w});
+        load[static_cast<std::size_t>(s)] += (hi - lo) * w * static_cast<std::int64_t>(vars[i].element_bytes);
+      }
+    } else if (vars[i].bytes() >= partition_bytes && n >= servers && servers > 1) {
       for (int s = 0; s < servers; ++s) {
         const std::int64_t lo = n * s / servers, hi = n * (s + 1) / servers;
         per_var[i].push_back({first_variable + i, lo, hi - lo, s});

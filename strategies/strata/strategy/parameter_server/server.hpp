@@ -16,6 +16,13 @@
 /// into the sum, the others each into a buffer of its own), so the sum is the same bits run
 /// after run: what a resumed run must reproduce.
 ///
+/// A row-sparse table's block under Sync (Settings::sparse_tables) holds no dense sum or push
+/// buffers: each worker's push is [k, flags, k row numbers, k rows] (sized by the probe,
+/// checked against the block before anything is read from it); at the W-th the rows are
+/// combined in worker order, the update runs on them (the lazy rule, or the dense one, as the
+/// workers' flag says), and every worker gets a count, then the changed rows with their new
+/// values (or, where the workers update, the summed rows). docs/sparse_design.md.
+///
 /// Checkpoints: on the chief's kSaveTag(step) the server writes its shard — each partition's
 /// value and optimizer state — to `DIR/ps-shard-SERVER-STEP.strata` (atomically) and
 /// answers with the file's CRC-32C, which the chief's index records (see shard_path()).
@@ -39,6 +46,7 @@
 #include <strata/checkpoint/file.hpp>
 #include <strata/checkpoint/training_state.hpp>  // add_optimizer_state, read_optimizer_state
 #include <strata/collective/detail/reduce.hpp>
+#include <strata/kernels/cpu/rows.hpp>  // note_rows, number_rows, add_rows
 #include <strata/optim/optimizer.hpp>
 #include <strata/runtime/process_state.hpp>
 #include <strata/strategy/parameter_server/backoff.hpp>
@@ -53,6 +61,7 @@ class Server {
     bool sync = true;
     bool update_on_servers = true;
     std::int64_t staleness = -1;
+    bool sparse_tables = false;  ///< row-sparse tables' blocks go by rows (Sync)
   };
 
   Server(T& transport, const Shards& shards, Settings s)
@@ -70,12 +79,18 @@ class Server {
       Held h;
       h.id = id;
       const Tensor& v = shards_.variables[q.variable];
-      h.value = Tensor::empty({q.count}, v.dtype());
+      h.rows = s_.sparse_tables && q.row_width > 0 ? q.row_width : 0;
+      h.value = Tensor::empty(h.rows ? Shape{q.count / h.rows, h.rows} : Shape{q.count}, v.dtype());
       std::memcpy(h.value.raw_data(), static_cast<const char*>(v.raw_data()) + shards_.byte_offset(q), shards_.bytes(q));
       h.value.requires_grad_(true);
-      h.sum = Tensor::empty({q.count}, v.dtype());
-      if (s_.sync)
-        for (int w = 1; w < workers_; ++w) h.pushes.push_back(Tensor::empty({q.count}, v.dtype()));
+      if (h.rows) {  // its rows come and go by rows: no dense sum, no dense pushes
+        h.value.impl()->ag.row_sparse = true;
+        h.row_pushes.resize(static_cast<std::size_t>(workers_));
+      } else {
+        h.sum = Tensor::empty({q.count}, v.dtype());
+        if (s_.sync)
+          for (int w = 1; w < workers_; ++w) h.pushes.push_back(Tensor::empty({q.count}, v.dtype()));
+      }
       h.clock.assign(static_cast<std::size_t>(workers_), 0);
       held_.push_back(std::move(h));
     }
@@ -163,6 +178,10 @@ class Server {
         STRATA_REQUIRE(h != nullptr, invalid_argument, "strata.ps", "server rank ", t_.rank(), ": worker rank ",
                        m.source,
                        " pushed to partition ", id, ", which this server does not hold (tag ", m.tag, ")");
+        if (h->rows) {
+          push_rows(*h, w, m);
+          continue;
+        }
         STRATA_REQUIRE(m.bytes == h->sum.nbytes(), invalid_argument, "strata.ps", "worker rank ", m.source, " pushed ",
                        m.bytes,
                        " bytes to partition ", id, " of ", h->sum.nbytes());
@@ -320,6 +339,10 @@ class Server {
     std::vector<int> reply_to;                 // the worker rank of each
     std::vector<std::int64_t> clock;      // Async: pushes per worker
     std::chrono::steady_clock::time_point first{};
+    std::int64_t rows = 0;                             // a table block going by rows: elements per row
+    std::vector<std::vector<std::int64_t>> row_pushes;  // its pushes this step, by worker
+    std::int64_t reply_count = 0;                      // its reply: the row count, then
+    std::vector<std::int64_t> reply_rows;              // [c row numbers, c rows]
   };
 
   const Held* find(std::size_t id) const {
@@ -363,7 +386,7 @@ class Server {
                    shards_.partitions[h.id].variable,
                    ") has no optimizer: create the optimizer under the strategy's scope(), or set update_on_servers = "
                    "false");
-    h.value.impl()->ag.grad = h.sum;
+    if (!h.rows) h.value.impl()->ag.grad = h.sum;  // a table block's gradient is already its rows
     const Tensor one[1] = {h.value};
     h.opt->apply_gradients(Gradients{one});
   }
@@ -418,6 +441,86 @@ class Server {
     h.arrived = 0;
   }
 
+  /// A Sync push of a table block's rows (see the file comment).
+  void push_rows(Held& h, int w, typename T::Message& m) {
+    const std::int64_t n = h.value.dim(0), width = h.rows;
+    const std::size_t es = size_of(h.value.dtype());
+    const std::size_t most = static_cast<std::size_t>(2 + n) * 8 + static_cast<std::size_t>(n * width) * es;
+    STRATA_REQUIRE(m.bytes >= 16 && m.bytes <= most, invalid_argument, "strata.ps", "server rank ", t_.rank(),
+                   ": worker rank ", m.source, " pushed ", m.bytes, " bytes to table partition ", h.id, " of ", n,
+                   " rows (16 to ", most, " expected)");
+    if (h.arrived == 0) {
+      complete_replies(h);  // the previous step's replies still read reply_rows
+      h.first = std::chrono::steady_clock::now();
+    }
+    std::vector<std::int64_t>& in = h.row_pushes[static_cast<std::size_t>(w)];
+    in.resize((m.bytes + 7) / 8);
+    t_.receive(m, in.data());
+    const std::int64_t k = in[0];
+    const bool sized = k >= 0 && k <= n && m.bytes == static_cast<std::size_t>(2 + k) * 8 + static_cast<std::size_t>(k * width) * es;
+    bool inside = sized;
+    for (std::int64_t j = 0; inside && j < k; ++j) inside = in[static_cast<std::size_t>(2 + j)] >= 0 && in[static_cast<std::size_t>(2 + j)] < n;
+    STRATA_REQUIRE(inside, invalid_argument, "strata.ps", "server rank ", t_.rank(), ": worker rank ", m.source,
+                   " pushed a malformed row message to table partition ", h.id, " (", k, " rows claimed in ", m.bytes,
+                   " bytes, a block of ", n, " rows)");
+    h.waiting.push_back(m.source);
+    if (++h.arrived < workers_) return;
+    // Every worker's rows, combined in worker order (the same bits whatever order they came in).
+    const bool lazy = (h.row_pushes[0][1] & 1) != 0;
+    row_index_.clear();
+    for (const auto& p : h.row_pushes) kernels::cpu::note_rows(p[0], p.data() + 2, row_slot_, row_index_);
+    const std::int64_t kept = kernels::cpu::number_rows(row_slot_, row_index_);
+    Tensor index = Tensor::empty({kept}, DType::i64), sums = Tensor::empty({kept, width}, h.value.dtype());
+    std::copy_n(row_index_.data(), kept, index.data<std::int64_t>());
+    strata::detail::visit_floating(h.value.dtype(), "parameter server rows", [&](auto tag) {
+      using E = decltype(tag);
+      E* d = sums.template data<E>();
+      std::fill_n(d, kept * width, E(0));
+      for (const auto& p : h.row_pushes)
+        kernels::cpu::add_rows<E>(p[0], width, p.data() + 2, reinterpret_cast<const E*>(p.data() + 2 + p[0]), row_slot_, d);
+    });
+    kernels::cpu::clear_rows(row_slot_, row_index_);
+    // The rows to send back: the summed ones (the workers update), the changed ones (the lazy
+    // rule), or every row (the dense rule moves rows without a gradient too).
+    Tensor send_index = index, send_rows = sums;
+    if (s_.update_on_servers) {
+      h.opt->set_sparse_updates(lazy ? optim::SparseUpdates::lazy : optim::SparseUpdates::dense);
+      auto& ag = h.value.impl()->ag;
+      ag.grad_index = index;
+      ag.grad_rows = sums;
+      update(h);
+      send_rows = Tensor();
+      if (!lazy) {
+        send_index = Tensor::empty({n}, DType::i64);
+        for (std::int64_t r = 0; r < n; ++r) send_index.data<std::int64_t>()[r] = r;
+      }
+    }
+    const std::int64_t c = send_index.numel();
+    h.reply_count = c;
+    h.reply_rows.resize(static_cast<std::size_t>(c) + (static_cast<std::size_t>(c * width) * es + 7) / 8);
+    std::copy_n(send_index.data<std::int64_t>(), c, h.reply_rows.data());
+    char* values = reinterpret_cast<char*>(h.reply_rows.data() + c);
+    const std::size_t row_bytes = static_cast<std::size_t>(width) * es;
+    if (send_rows.defined()) {
+      if (c > 0) std::memcpy(values, send_rows.raw_data(), static_cast<std::size_t>(c) * row_bytes);
+    } else {
+      const char* from = static_cast<const char*>(h.value.raw_data());
+      for (std::int64_t j = 0; j < c; ++j)
+        std::memcpy(values + static_cast<std::size_t>(j) * row_bytes,
+                    from + static_cast<std::size_t>(send_index.data<std::int64_t>()[j]) * row_bytes, row_bytes);
+    }
+    for (int r : h.waiting) {
+      if (!lost_.empty() && lost_[static_cast<std::size_t>(t_.roles().index_of(r))]) continue;
+      h.replies.push_back(t_.isend(&h.reply_count, sizeof h.reply_count, r, static_cast<int>(h.id)));
+      h.reply_to.push_back(r);
+      if (c == 0) continue;
+      h.replies.push_back(t_.isend(h.reply_rows.data(), static_cast<std::size_t>(c) * (8 + row_bytes), r, static_cast<int>(h.id)));
+      h.reply_to.push_back(r);
+    }
+    h.waiting.clear();
+    h.arrived = 0;
+  }
+
   void push_async(Held& h, int w, typename T::Message& m) {
     complete_replies(h);  // replies of the old values must leave before they change
     t_.receive(m, h.sum.raw_data());
@@ -467,6 +570,7 @@ class Server {
   std::vector<char> running_;    // Async: workers not yet done with the epoch (empty: all)
   std::vector<char> lost_;       // Async: workers gone from the job
   std::filesystem::path checkpoint_dir_;
+  std::vector<std::int64_t> row_slot_, row_index_;  // combining a table block's rows (kernels/cpu/rows.hpp)
 };
 
 }  // namespace strata::ps

@@ -44,7 +44,7 @@ struct Shards {
       STRATA_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, "ParameterServerStrategy::scope(): variables "
                    "must be float32 or float64, got ", name_of(p.dtype()));
       STRATA_CHECK(index_of(p) < 0, "ParameterServerStrategy::scope(): a variable created under scope() twice");
-      sizes.push_back({p.numel(), size_of(p.dtype())});
+      sizes.push_back({p.numel(), size_of(p.dtype()), table_row_width(p)});
     }
     const std::vector<Partition> planned = plan_partitions(sizes, variables.size(), load, partition_bytes);
     STRATA_CHECK(partitions.size() + planned.size() <= kMaxPartitions, "ParameterServerStrategy: more than ",
@@ -58,6 +58,13 @@ struct Shards {
       partitions.push_back(q);
     }
     return ids;
+  }
+
+  /// Elements per row of `p` where it is a row-sparse table (marked by nn::Embedding with
+  /// TableGradient::row_sparse, or a row-sparse lookup), in host memory; else 0.
+  static std::int64_t table_row_width(const Tensor& p) {
+    if (!p.impl()->ag.row_sparse || p.ndim() < 1 || p.device().kind != DeviceKind::cpu || p.dim(0) == 0) return 0;
+    return p.numel() / p.dim(0);
   }
 
   /// The index of variable `p` (the same tensor), or -1.

@@ -4,10 +4,17 @@
 /// memory: the new values into the parameter (update on the servers), or the summed gradient
 /// into a buffer that then becomes the parameter's gradient (update on the workers; the old
 /// gradient tensor is the next step's buffer). No copies, no allocation after the first step.
+///
+/// A row-sparse table's blocks under Sync go by rows (docs/sparse_design.md): the worker
+/// pushes [k, flags, k row numbers, k rows] of the rows it touched in each block, and the
+/// server answers with a count, then [c row numbers, c rows]: the rows that changed (their
+/// new values), or, where the workers update, the summed rows, which become the table's row
+/// gradient.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -29,8 +36,13 @@ struct TransferStats {
 template <class T>
 class Worker {
  public:
-  Worker(T& transport, const Shards& shards, bool update_on_servers)
-      : t_(transport), shards_(shards), update_on_servers_(update_on_servers) {}
+  /// `sparse_tables`: row-sparse tables go by rows (Sync).
+  Worker(T& transport, const Shards& shards, bool update_on_servers, bool sparse_tables = false)
+      : t_(transport), shards_(shards), update_on_servers_(update_on_servers), sparse_tables_(sparse_tables) {}
+
+  /// Whether the optimizer's rule on row-sparse tables is the lazy one (told to the servers
+  /// with each table push).
+  void set_lazy_rows(bool lazy) noexcept { lazy_rows_ = lazy; }
 
   /// Sends `g` to the servers and waits for the replies: afterwards the parameters hold the
   /// servers' new values (update on servers) or `g` holds the sum over all workers. `lr`: the
@@ -43,10 +55,15 @@ class Worker {
       sent_lr_ = lr;
     }
     if (sums_.size() < shards_.variables.size()) sums_.resize(shards_.variables.size());
+    if (tables_.size() < shards_.partitions.size()) tables_.resize(shards_.partitions.size());
     const std::vector<std::size_t>& vars = variables_of(g);
     for (std::size_t i = 0; i < g.size(); ++i) {
       const Tensor& p = g.params[i];
       const std::size_t v = vars[i];
+      if (by_rows(v)) {  // before g[i], which would make its rows dense
+        push_table(p, g.rows(i), v);
+        continue;
+      }
       const Tensor grad = g[i];
       STRATA_CHECK(grad.defined() && grad.is_contiguous() && grad.dtype() == p.dtype(),
                    "ParameterServerStrategy: the gradient of parameter ", i, " is missing or not contiguous");
@@ -69,12 +86,19 @@ class Worker {
       }
     }
     wait("replies");
+    pull_tables(g, vars);
     ++stats_.steps;
     if (!update_on_servers_)
-      for (std::size_t i = 0; i < g.size(); ++i) std::swap(g.params[i].impl()->ag.grad, sums_[vars[i]]);
+      for (std::size_t i = 0; i < g.size(); ++i)
+        if (!by_rows(vars[i])) std::swap(g.params[i].impl()->ag.grad, sums_[vars[i]]);
   }
 
   const TransferStats& stats() const noexcept { return stats_; }
+
+  /// Whether variable v goes by rows: a row-sparse table, under Sync.
+  bool by_rows(std::size_t v) const {
+    return sparse_tables_ && shards_.partitions[shards_.of_variable[v].front()].row_width > 0;
+  }
 
   /// Tells every server this worker has finished the epoch.
   void finish_epoch() {
@@ -121,6 +145,122 @@ class Worker {
   }
 
  private:
+  /// One table block's messages: the push [k, flags, k row numbers, k rows], the reply's row
+  /// count, then its [c row numbers, c rows].
+  struct TableBlock {
+    std::vector<std::int64_t> push, reply;
+    std::int64_t count = 0;
+  };
+  static constexpr std::int64_t kLazyRows = 1;  // a table push's flag: the lazy rule
+
+  static std::size_t words_for(std::size_t bytes) { return (bytes + 7) / 8; }
+
+  /// Pushes table variable v's gradient (its rows `rows`, or dense) block by block, each with
+  /// the receive of its reply's row count posted first.
+  void push_table(const Tensor& p, const RowGrad& rows, std::size_t v) {
+    const auto& servers = t_.roles().servers;
+    const std::size_t es = size_of(p.dtype());
+    const Tensor dense = rows.defined() ? Tensor() : p.grad();
+    STRATA_CHECK(rows.defined() || (dense.defined() && dense.is_contiguous() && dense.dtype() == p.dtype()),
+                 "ParameterServerStrategy: the gradient of table variable ", v, " is missing or not contiguous");
+    const std::int64_t* index = rows.defined() ? rows.indices.template data<std::int64_t>() : nullptr;
+    const std::int64_t k_all = rows.size();
+    for (std::size_t id : shards_.of_variable[v]) {
+      const Partition& q = shards_.partitions[id];
+      const std::int64_t w = q.row_width, r0 = q.offset / w, r1 = (q.offset + q.count) / w;
+      std::int64_t lo = 0, k = r1 - r0;  // dense: every row of the block
+      const char* values = dense.defined() ? static_cast<const char*>(dense.raw_data()) + shards_.byte_offset(q) : nullptr;
+      if (rows.defined()) {
+        lo = std::lower_bound(index, index + k_all, r0) - index;
+        k = (std::lower_bound(index, index + k_all, r1) - index) - lo;
+        values = static_cast<const char*>(rows.rows.raw_data()) + static_cast<std::size_t>(lo * w) * es;
+      }
+      TableBlock& b = tables_[id];
+      const std::size_t bytes = static_cast<std::size_t>(2 + k) * 8 + static_cast<std::size_t>(k * w) * es;
+      b.push.resize(words_for(bytes));
+      b.push[0] = k;
+      b.push[1] = lazy_rows_ ? kLazyRows : 0;
+      for (std::int64_t j = 0; j < k; ++j) b.push[static_cast<std::size_t>(2 + j)] = (rows.defined() ? index[lo + j] : r0 + j) - r0;
+      if (k > 0) std::memcpy(b.push.data() + 2 + k, values, static_cast<std::size_t>(k * w) * es);
+      const int server = servers[static_cast<std::size_t>(q.server)];
+      post(t_.irecv(&b.count, sizeof b.count, server, static_cast<int>(id)), server);
+      post(t_.isend(b.push.data(), bytes, server, kPushTag + static_cast<int>(id)), server);
+      bytes_ += bytes + sizeof b.count;
+      stats_.pushed_bytes += static_cast<double>(bytes);
+      stats_.pulled_bytes += static_cast<double>(sizeof b.count);
+    }
+  }
+
+  /// The tables' replies after their counts: the changed rows' values into the tables
+  /// (update on the servers), or the summed rows as each table's row gradient.
+  void pull_tables(const Gradients& g, const std::vector<std::size_t>& vars) {
+    const auto& servers = t_.roles().servers;
+    bool any = false;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      if (!by_rows(vars[i])) continue;
+      any = true;
+      const std::size_t es = size_of(g.params[i].dtype());
+      for (std::size_t id : shards_.of_variable[vars[i]]) {
+        const Partition& q = shards_.partitions[id];
+        TableBlock& b = tables_[id];
+        const std::int64_t n = q.count / q.row_width;
+        if (b.count < 0 || b.count > n)
+          t_.abort(strata::detail::error_text("strata.ps", "worker rank ", t_.rank(), ": the reply of partition ", id,
+                                              " claims ", b.count, " rows of a block of ", n, "; aborting the job"));
+        if (b.count == 0) continue;
+        const std::size_t bytes = static_cast<std::size_t>(b.count) * (8 + static_cast<std::size_t>(q.row_width) * es);
+        b.reply.resize(words_for(bytes));
+        const int server = servers[static_cast<std::size_t>(q.server)];
+        post(t_.irecv(b.reply.data(), bytes, server, static_cast<int>(id)), server);
+        bytes_ += bytes;
+        stats_.pulled_bytes += static_cast<double>(bytes);
+      }
+    }
+    if (!any) return;
+    wait("the tables' rows");
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      if (!by_rows(vars[i])) continue;
+      const Tensor& p = g.params[i];
+      strata::detail::visit_floating(p.dtype(), "parameter server rows", [&](auto tag) {
+        using E = decltype(tag);
+        std::int64_t total = 0;
+        for (std::size_t id : shards_.of_variable[vars[i]]) total += tables_[id].count;
+        Tensor gi, gr;
+        if (!update_on_servers_) {
+          Shape rs = p.shape();
+          rs[0] = total;
+          gi = Tensor::empty({total}, DType::i64);
+          gr = Tensor::empty(rs, p.dtype());
+        }
+        std::int64_t at = 0;  // blocks ascend, and rows within each: the row gradient ascends
+        for (std::size_t id : shards_.of_variable[vars[i]]) {
+          const Partition& q = shards_.partitions[id];
+          const TableBlock& b = tables_[id];
+          const std::int64_t w = q.row_width, r0 = q.offset / w, n = q.count / w;
+          const E* values = reinterpret_cast<const E*>(b.reply.data() + b.count);
+          for (std::int64_t j = 0; j < b.count; ++j) {
+            const std::int64_t local = b.reply[static_cast<std::size_t>(j)];
+            if (local < 0 || local >= n)
+              t_.abort(strata::detail::error_text("strata.ps", "worker rank ", t_.rank(), ": the reply of partition ",
+                                                  id, " names row ", local, " of a block of ", n, "; aborting the job"));
+            if (update_on_servers_) {
+              std::copy_n(values + j * w, w, p.template data<E>() + (r0 + local) * w);
+            } else {
+              gi.template data<std::int64_t>()[at + j] = r0 + local;
+              std::copy_n(values + j * w, w, gr.template data<E>() + (at + j) * w);
+            }
+          }
+          at += b.count;
+        }
+        if (!update_on_servers_) {
+          auto& ag = p.impl()->ag;
+          ag.grad_index = std::move(gi);
+          ag.grad_rows = std::move(gr);
+        }
+      });
+    }
+  }
+
   /// The variable index of each of `g`'s parameters; looked up once per parameter list (a
   /// step then only compares the tensors with the previous step's).
   const std::vector<std::size_t>& variables_of(const Gradients& g) {
@@ -171,6 +311,8 @@ class Worker {
   T& t_;
   const Shards& shards_;
   bool update_on_servers_;
+  bool sparse_tables_ = false;
+  bool lazy_rows_ = true;
   double sent_lr_ = -1;
   std::vector<typename T::Request> requests_;
   std::vector<int> peers_;        // the server rank of each request
@@ -179,6 +321,7 @@ class Worker {
   std::vector<const void*> seen_;  // the parameter list variables_of() last resolved
   std::vector<std::size_t> vars_;  // and its variable indices
   TransferStats stats_;
+  std::vector<TableBlock> tables_;  // by partition id (table blocks only)
 };
 
 }  // namespace strata::ps
