@@ -30,7 +30,7 @@ struct StrategyFlags {
   std::string compression = "none", device = "cpu";
   std::string gradients, rows;  ///< mirrored; empty: STRATA_GRADIENTS / STRATA_ROW_SPLIT or the defaults
   int servers = 0;
-  std::string mode = "sync", update_on = "servers";
+  std::string mode = "sync", update_on = "servers", tables = "rows";
   std::int64_t staleness = -1;
 
   /// --device as a Device: "cpu" or "cuda:N".
@@ -68,6 +68,8 @@ inline void add_strategy_flags(CLI::App& app, StrategyFlags& f, const std::strin
   app.add_option("--mode", f.mode, "parameter_server")->check(CLI::IsMember({"sync", "async"}));
   app.add_option("--staleness", f.staleness, "parameter_server --mode async: pushes a worker may run ahead (-1: any)");
   app.add_option("--update-on", f.update_on, "parameter_server")->check(CLI::IsMember({"servers", "workers"}));
+  app.add_option("--tables", f.tables, "parameter_server: row-sparse tables go by rows, or whole (the dense protocol)")
+      ->check(CLI::IsMember({"rows", "whole"}));
 }
 
 /// The checks that span several strategy flags, once `app` has parsed (CLI11 errors).
@@ -81,7 +83,7 @@ inline void check_strategy_flags(const CLI::App& app, const StrategyFlags& f) {
        "--strategy multi_worker_mirrored|parameter_server");
   only("--compression", f.strategy == "multi_worker_mirrored", "--strategy multi_worker_mirrored");
   for (const char* flag : {"--gradients", "--rows"}) only(flag, f.strategy == "mirrored", "--strategy mirrored");
-  for (const char* flag : {"--servers", "--mode", "--staleness", "--update-on"})
+  for (const char* flag : {"--servers", "--mode", "--staleness", "--update-on", "--tables"})
     only(flag, f.strategy == "parameter_server", "--strategy parameter_server");
   only("--device", f.strategy == "one_device", "--strategy one_device (the others run on the CPU in this trainer)");
   if (f.strategy == "multi_worker_mirrored" && f.collective.empty())
@@ -134,7 +136,8 @@ void with_strategy(const StrategyFlags& o, F&& f) {
     });
   } else {  // parameter_server
     const strata::ParameterServerOptions ps{
-        .servers = o.servers, .update_on_servers = o.update_on == "servers", .staleness = o.staleness};
+        .servers = o.servers, .update_on_servers = o.update_on == "servers", .staleness = o.staleness,
+        .sparse_tables = o.tables == "rows"};
     with_collective(o, [&]<class C>(C*) {
       if constexpr (strata::ps::TransportOf<C>) {
         if (o.mode == "sync") {

@@ -12,6 +12,7 @@
 //   skip_gram --strategy mirrored --replicas 2
 //   mpirun -np 2 skip_gram --strategy multi_worker_mirrored --collective mpi
 //   mpirun -np 3 skip_gram --strategy parameter_server --servers 1 --mode sync
+//   mpirun -np 3 skip_gram --strategy parameter_server --servers 1 --mode async --bigram-rows 1048576
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -38,8 +39,6 @@ struct Options : trainer::StrategyFlags {
   std::string table_gradient = "row_sparse", updates = "lazy";
   std::string data_dir = strata::data::default_fortunes_dir();
   bool quiet = false;
-  // The lazy rule runs where the optimizer runs: on the workers (docs/sparse_design.md).
-  Options() { update_on = "workers"; }
 };
 
 int parse_options(int argc, char** argv, Options& o) {
@@ -229,7 +228,7 @@ void train(S& strategy, const Options& o) {
   // What this replica sent for the tables per step (a parameter-server worker: everything it
   // pushed), against the tables' dense bytes and the lower bound (its touched rows and their
   // indices), where the strategy counts them.
-  double sent = -1, touched = -1, dense_bytes = 0;
+  double sent = -1, touched = -1, pulled = -1, dense_bytes = 0;
   SkipGram& local = model;  // this process's copy
   for (const strata::Tensor& p : local.parameters()) dense_bytes += static_cast<double>(p.nbytes());
   if constexpr (requires { strategy.gradient_stats(); }) {
@@ -241,22 +240,28 @@ void train(S& strategy, const Options& o) {
   }
   if constexpr (requires { strategy.transfer_stats(); }) {  // a parameter-server worker: its pushes
     const strata::ps::TransferStats st = strategy.transfer_stats();
-    if (st.steps > 0) sent = st.pushed_bytes / static_cast<double>(st.steps);
+    if (st.steps > 0) {
+      sent = st.pushed_bytes / static_cast<double>(st.steps);
+      pulled = st.pulled_bytes / static_cast<double>(st.steps);
+      touched = st.touched_bytes > 0 ? st.touched_bytes / static_cast<double>(st.steps) : -1;  // whole: not counted
+    }
   }
   if (strategy.is_chief()) {
     const SkipGram& mine = model;
     if (!o.quiet && sent >= 0)
-      std::printf("tables: %.0f bytes sent per step (dense: %.0f, %.0fx more; touched rows: %.0f)\n", sent, dense_bytes,
-                  dense_bytes / std::max(sent, 1.0), touched);
+      std::printf("tables: %.0f bytes sent per step (dense: %.0f, %.0fx more; touched rows: %.0f)%s\n", sent,
+                  dense_bytes, dense_bytes / std::max(sent, 1.0), touched,
+                  pulled >= 0 ? (", " + std::to_string(static_cast<long long>(pulled)) + " received").c_str() : "");
     if (!o.quiet)
       for (const char* w : {"love", "money", "computer", "woman", "night"})
         std::printf("%s\n", neighbours(mine, corpus, w, 6).c_str());
     std::printf("{\"model\":\"skip_gram\",\"strategy\":\"%s\",\"replicas\":%d,\"steps\":%lld,\"train_loss\":%.5f,"
                 "\"held_out_loss\":%.5f,\"pairs_per_s\":%.1f,\"median_step_ms\":%.4f,\"bigram_rows\":%lld,"
-                "\"table_bytes_per_step\":%s,\"touched_bytes_per_step\":%s,\"dense_table_bytes\":%.0f}\n",
+                "\"table_bytes_per_step\":%s,\"touched_bytes_per_step\":%s,\"received_bytes_per_step\":%s,"
+                "\"dense_table_bytes\":%.0f}\n",
                 S::name, strategy.num_replicas_in_sync(), static_cast<long long>(step), loss, held,
                 static_cast<double>(pairs) / seconds, median_ms, static_cast<long long>(o.bigram_rows),
-                json_number(sent).c_str(), json_number(touched).c_str(), dense_bytes);
+                json_number(sent).c_str(), json_number(touched).c_str(), json_number(pulled).c_str(), dense_bytes);
   }
 }
 

@@ -35,17 +35,25 @@ sys.exit(0 if abs(a - c) <= 1e-4 * c and abs(b - d) <= 1e-4 * d else 1)" "$got" 
 same "mirrored, 3 replicas" "$exe" "${small[@]}" --strategy mirrored --replicas 3 --batch $((global / 3))
 same "central_storage, 2 replicas" "$exe" "${small[@]}" --strategy central_storage --replicas 2 --batch $((global / 2))
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-n=2
+n=2 learned=
 if [[ $mpirun != none ]]; then
   same "multi_worker_mirrored over mpi, 2 ranks" "$mpirun" -np 2 "$exe" "${small[@]}" --strategy multi_worker_mirrored \
     --collective mpi --batch $((global / 2))
   same "parameter_server sync over mpi, 1 server, 2 workers" "$mpirun" -np 3 "$exe" "${small[@]}" \
     --strategy parameter_server --collective mpi --servers 1 --mode sync --batch $((global / 2))
+  # Async: no one-device twin (each push is applied where it arrives); it must learn.
+  got=$(run "parameter_server async over mpi, 1 server, 2 workers" "$mpirun" -np 3 "$exe" "${small[@]}" \
+    --strategy parameter_server --collective mpi --servers 1 --mode async --batch $((global / 2))) || exit 1
+  read -r t _ <<<"$got"
+  awk -v t="$t" -v m="$max_loss" 'BEGIN { exit !(t < m) }' || fail "parameter_server async: training loss $t (above $max_loss)"
   n=$((n + 2))
+  learned=", and parameter_server async learned ($got)"
 fi
 if [[ $strata_run != none ]]; then
   same "multi_worker_mirrored over gloo, 3 ranks" "$strata_run" -np 3 "$exe" "${small[@]}" \
     --strategy multi_worker_mirrored --collective gloo --batch $((global / 3))
-  n=$((n + 1))
+  same "parameter_server sync over gloo, 2 servers, 2 workers" "$strata_run" -np 4 "$exe" "${small[@]}" \
+    --strategy parameter_server --collective gloo --servers 2 --mode sync --batch $((global / 2))
+  n=$((n + 2))
 fi
-echo "PASS: $n strategies equal one device ($want)"
+echo "PASS: $n strategies equal one device ($want)$learned"

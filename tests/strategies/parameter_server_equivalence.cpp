@@ -270,6 +270,100 @@ int check_async(int servers, std::int64_t staleness) {
   return failures;
 }
 
+// Async with a row-sparse table (200 rows x 4, cut by rows over the servers) under a loss
+// linear in it (the looked-up rows' sum / 8: a gradient that does not depend on the values), a
+// zero start and SGD at lr 1, so every order of the pushes ends at the same exact values:
+// each row at -(its lookups over the whole epoch) / 8, where every push was applied once.
+// After its last step a worker holds the rows as of its last replies (the rows dirty for it):
+// each row at -m / 8 with m between its own lookups and all of them, and for every row some
+// worker (the last its server answered) already holds the final value. By rows (the lazy rule
+// or the dense one) and by the dense protocol (sparse_tables = false).
+template <class C>
+int check_async_table(int servers, std::int64_t staleness) {
+  constexpr std::int64_t kRows = 200, kWidth = 4, kLookups = 6, kExamples = 90, kBatch = 8;
+  const auto row_of = [](std::int64_t i, std::int64_t j) { return (i * 7 + j * 13) % 60 + (j == 5 ? 100 : 0); };
+  int failures = 0;
+  for (auto [by_rows, rule] : {std::pair{true, strata::optim::SparseUpdates::lazy},
+                               std::pair{true, strata::optim::SparseUpdates::dense},
+                               std::pair{false, strata::optim::SparseUpdates::dense}}) {
+    strata::ParameterServerStrategy<C, strata::ps::Async> strategy(
+        {.servers = servers, .staleness = staleness, .sparse_tables = by_rows});
+    strata::nn::Embedding table = strategy.scope([&] {
+      strata::nn::Embedding e(kRows, kWidth, strata::TableGradient::row_sparse);
+      strata::NoGradGuard no_grad;
+      strata::Tensor w = e.weight();  // a handle: fills the table's own values
+      w.fill_(0.0);
+      return e;
+    });
+    strata::optim::Sgd opt = strategy.scope([&] { return strata::optim::Sgd(table.parameters(), 1.0); });
+    opt.set_sparse_updates(rule);
+    std::vector<float> xs(kExamples);
+    for (std::int64_t i = 0; i < kExamples; ++i) xs[static_cast<std::size_t>(i)] = static_cast<float>(i);
+    strata::data::TensorDataset examples(strata::from_vector<float>({kExamples, 1}, xs),
+                                         strata::from_vector<std::int64_t>({kExamples}, std::vector<std::int64_t>(kExamples, 0)));
+    std::vector<std::int64_t> own(kRows, 0), all(kRows, 0);
+    for (std::int64_t i = 0; i < kExamples; ++i)
+      for (std::int64_t j = 0; j < kLookups; ++j) ++all[static_cast<std::size_t>(row_of(i, j))];
+    std::vector<float> last;
+    for (auto& batch : strategy.distribute(strata::data::Pipeline(examples).batch(kBatch))) {
+      strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+        const strata::Tensor x = b.x.contiguous();
+        std::vector<std::int64_t> idx;
+        for (std::int64_t n = 0; n < x.dim(0); ++n) {
+          const auto i = static_cast<std::int64_t>(x.data<float>()[n]);
+          for (std::int64_t j = 0; j < kLookups; ++j) {
+            idx.push_back(row_of(i, j));
+            ++own[static_cast<std::size_t>(row_of(i, j))];
+          }
+        }
+        const strata::Tensor loss = strata::sum(table(strata::from_vector<std::int64_t>({x.dim(0), kLookups}, idx))) * 0.125;
+        opt.apply_gradients(ctx, strata::grad(loss, table.parameters()));
+      }, batch);
+      last = table.weight().to_vector<float>();
+    }
+    const std::vector<float> final_values = table.weight().to_vector<float>();
+    // Every worker's copy after its last step, gathered (a server's: zeros, left out).
+    auto& world = strategy.transport().world();
+    std::vector<double> mine(static_cast<std::size_t>(kRows * kWidth), 0.0);
+    if (!strategy.is_server()) std::copy(last.begin(), last.end(), mine.begin());
+    std::vector<double> every(mine.size() * static_cast<std::size_t>(world.size()));
+    world.allgather_raw(mine.data(), every.data(), mine.size(), strata::DType::f64);
+    int wrong_final = 0, wrong_copy = 0, unseen = 0;
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      const double want = -0.125 * static_cast<double>(all[static_cast<std::size_t>(r)]);
+      bool someone = false;
+      for (int w : strategy.transport().roles().workers) {
+        bool row_final = true;
+        for (std::int64_t c = 0; c < kWidth; ++c)
+          row_final = row_final && every[static_cast<std::size_t>(w) * mine.size() + static_cast<std::size_t>(r * kWidth + c)] == want;
+        someone = someone || row_final;
+      }
+      unseen += someone ? 0 : 1;
+      if (strategy.is_server()) continue;
+      for (std::int64_t c = 0; c < kWidth; ++c) {
+        const auto e = static_cast<std::size_t>(r * kWidth + c);
+        wrong_final += final_values[e] == want ? 0 : 1;
+        const double m = -8.0 * last[e];
+        wrong_copy += m == std::floor(m) && m >= static_cast<double>(own[static_cast<std::size_t>(r)]) &&
+                              m <= static_cast<double>(all[static_cast<std::size_t>(r)])
+                          ? 0
+                          : 1;
+      }
+    }
+    const strata::ps::TransferStats moved = strategy.transfer_stats();
+    const bool small = strategy.is_server() || !by_rows || moved.pushed_bytes < moved.steps * 4.0 * kRows * kWidth;
+    const bool ok = wrong_final == 0 && wrong_copy == 0 && unseen == 0 && small;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d: async, staleness %lld, row-sparse table %s%s: %d final values and %d copies wrong, %d "
+                "rows final on no worker; %lld steps, %.0f bytes pushed\n",
+                ok ? "ok  " : "FAIL", strategy.rank(), static_cast<long long>(staleness),
+                by_rows ? "by rows, " : "whole (sparse_tables = false)",
+                by_rows ? (rule == strata::optim::SparseUpdates::lazy ? "lazy rule" : "dense rule") : "", wrong_final,
+                wrong_copy, unseen, static_cast<long long>(moved.steps), moved.pushed_bytes);
+  }
+  return failures;
+}
+
 // The staleness bound, observed: worker 1 sleeps 20 ms before each push (the others do not). Bound 0: worker 0's
 // step k completes only after worker 1 pushed its step k. No bound: worker 0 finishes all its
 // steps before worker 1 starts its last (it never waits for it).
@@ -359,7 +453,8 @@ int check_gather(int servers) {
 template <class C>
 int check_all(int servers) {
   return check_sync<C>(servers) + check_gather<C>(servers) + check_async<C>(servers, -1) +
-         check_async<C>(servers, 0) + check_staleness<C>(servers, 0) + check_staleness<C>(servers, -1);
+         check_async<C>(servers, 0) + check_async_table<C>(servers, -1) + check_async_table<C>(servers, 0) +
+         check_staleness<C>(servers, 0) + check_staleness<C>(servers, -1);
 }
 
 int main(int argc, char** argv) {

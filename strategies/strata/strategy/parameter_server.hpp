@@ -57,6 +57,10 @@ struct ParameterServerOptions {
   bool update_on_servers = true;         ///< the optimizer runs on the servers (MXNet update_on_kvstore)
   std::int64_t staleness = -1;           ///< Async: pushes a worker may run ahead of the slowest (-1: no bound)
   std::int64_t partition_bytes = 256 << 10;  ///< variables this large are split over every server
+  /// Row-sparse tables go by rows: workers push the rows they touched and get back the rows
+  /// that changed (docs/sparse_design.md). false: they are pushed and pulled whole like any
+  /// variable (the dense protocol; the lazy rule then needs update_on_servers = false).
+  bool sparse_tables = true;
 };
 
 /// The strategy for a C without a transport, or a Mode that is not one: a compile-time error.
@@ -83,9 +87,9 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
                  "(an asynchronous push is applied where it arrives)");
     STRATA_CHECK(o.staleness >= -1, "ParameterServerStrategy: staleness must be -1 (no bound) or >= 0, got ", o.staleness);
     if (t_.is_server())
-      server_.emplace(t_, shards_, typename ps::Server<T>::Settings{sync, o.update_on_servers, o.staleness, sync});
+      server_.emplace(t_, shards_, typename ps::Server<T>::Settings{sync, o.update_on_servers, o.staleness, o.sparse_tables});
     else
-      worker_.emplace(t_, shards_, o.update_on_servers, sync);
+      worker_.emplace(t_, shards_, o.update_on_servers, o.sparse_tables);
   }
   ParameterServerStrategy(const ParameterServerStrategy&) = delete;
   ParameterServerStrategy& operator=(const ParameterServerStrategy&) = delete;
@@ -395,7 +399,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     }
     void set_gradient_sync(bool on) override { sync_on_ = on; }
     bool updates_elsewhere() const override { return s_.o_.update_on_servers; }
-    bool updates_rows_elsewhere() const override { return sync; }  // Sync: tables go by rows
+    bool updates_rows_elsewhere() const override { return s_.o_.sparse_tables; }
     void note_optimizer(const optim::Optimizer& opt) override {
       s_.worker_->set_lazy_rows(opt.sparse_updates() == optim::SparseUpdates::lazy);
     }

@@ -106,9 +106,9 @@ inline void run_update(ReplicaContext& ctx, optim::Optimizer& opt, Gradients gra
   for (std::size_t i = 0; i < opt.params().size(); ++i)
     STRATA_REQUIRE(!(step.updates_elsewhere() && !step.updates_rows_elsewhere() && opt.updates_by_rows(i)),
                    invalid_argument, "strata.optim.sparse",
-                   "parameter ", i, " is a row-sparse table under the lazy rule, which asynchronous parameter servers "
-                   "do not apply (they update whole partitions): call set_sparse_updates(SparseUpdates::dense) on the "
-                   "optimizer, or use ps::Sync");
+                   "parameter ", i, " is a row-sparse table under the lazy rule, which parameter servers with "
+                   "sparse_tables = false do not apply (they update whole partitions): call "
+                   "set_sparse_updates(SparseUpdates::dense) on the optimizer, or leave sparse_tables on");
   step.note_optimizer(opt);
   bool here;
   {

@@ -16,12 +16,14 @@
 /// into the sum, the others each into a buffer of its own), so the sum is the same bits run
 /// after run: what a resumed run must reproduce.
 ///
-/// A row-sparse table's block under Sync (Settings::sparse_tables) holds no dense sum or push
-/// buffers: each worker's push is [k, flags, k row numbers, k rows] (sized by the probe,
-/// checked against the block before anything is read from it); at the W-th the rows are
+/// A row-sparse table's block (Settings::sparse_tables) holds no dense sum or push buffers:
+/// each worker's push is [k, flags, k row numbers, k rows] (sized by the probe, checked
+/// against the block before anything is read from it). Sync: at the W-th the rows are
 /// combined in worker order, the update runs on them (the lazy rule, or the dense one, as the
 /// workers' flag says), and every worker gets a count, then the changed rows with their new
-/// values (or, where the workers update, the summed rows). docs/sparse_design.md.
+/// values (or, where the workers update, the summed rows). Async: each push is applied on
+/// arrival and marks the rows it changed dirty for every worker; a worker's reply is the
+/// rows dirty for it (its own among them), from a buffer of its own. docs/sparse_design.md.
 ///
 /// Checkpoints: on the chief's kSaveTag(step) the server writes its shard — each partition's
 /// value and optimizer state — to `DIR/ps-shard-SERVER-STEP.strata` (atomically) and
@@ -29,6 +31,7 @@
 #pragma once
 
 #include <algorithm>
+#include <span>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -61,7 +64,7 @@ class Server {
     bool sync = true;
     bool update_on_servers = true;
     std::int64_t staleness = -1;
-    bool sparse_tables = false;  ///< row-sparse tables' blocks go by rows (Sync)
+    bool sparse_tables = false;  ///< row-sparse tables' blocks go by rows
   };
 
   Server(T& transport, const Shards& shards, Settings s)
@@ -86,6 +89,11 @@ class Server {
       if (h.rows) {  // its rows come and go by rows: no dense sum, no dense pushes
         h.value.impl()->ag.row_sparse = true;
         h.row_pushes.resize(static_cast<std::size_t>(workers_));
+        if (!s_.sync) {
+          h.worker_replies.resize(static_cast<std::size_t>(workers_));
+          h.dirty.resize(static_cast<std::size_t>(workers_));
+          h.dirty_rows.resize(static_cast<std::size_t>(workers_));
+        }
       } else {
         h.sum = Tensor::empty({q.count}, v.dtype());
         if (s_.sync)
@@ -118,12 +126,15 @@ class Server {
     Backoff backoff(0, T::poll_window);
     auto last_check = std::chrono::steady_clock::now();
     while (finished < workers_) {
-      if (T::poll_window.count() > 0 && progress_replies()) {  // replies first: MPI moves them only while polled
-        backoff.active();
-        std::this_thread::yield();
-        continue;
-      }
+      // Replies move (MPI moves them only while polled), and pushes are still taken meanwhile:
+      // a table block's reply rows leave only once the worker has every block's row count.
+      const bool replying = T::poll_window.count() > 0 && progress_replies();
       if (!t_.probe(m)) {
+        if (replying) {
+          backoff.active();
+          std::this_thread::yield();
+          continue;
+        }
         if (backoff.pause()) {
           const auto now = std::chrono::steady_clock::now();
           if (now - last_check > std::chrono::milliseconds(100)) {
@@ -343,6 +354,13 @@ class Server {
     std::vector<std::vector<std::int64_t>> row_pushes;  // its pushes this step, by worker
     std::int64_t reply_count = 0;                      // its reply: the row count, then
     std::vector<std::int64_t> reply_rows;              // [c row numbers, c rows]
+    struct Reply {
+      std::int64_t count = 0;
+      std::vector<std::int64_t> rows;
+    };
+    std::vector<Reply> worker_replies;                   // Async: each worker's reply, by worker
+    std::vector<std::vector<char>> dirty;                // Async: rows changed since each worker's last reply
+    std::vector<std::vector<std::int64_t>> dirty_rows;  // and their list
   };
 
   const Held* find(std::size_t id) const {
@@ -363,6 +381,29 @@ class Server {
       }
     }
     return pending;
+  }
+
+  /// Completes the replies of `h` in flight to worker rank `to` (only).
+  void complete_replies_to(Held& h, int to) {
+    std::size_t kept = 0;
+    const auto deadline = std::chrono::steady_clock::now() + t_.timeout();
+    for (std::size_t k = 0; k < h.replies.size(); ++k) {
+      if (h.reply_to[k] != to) {
+        if (kept != k) {
+          h.replies[kept] = std::move(h.replies[k]);
+          h.reply_to[kept] = h.reply_to[k];
+        }
+        ++kept;
+        continue;
+      }
+      t_.wait_all(std::span(&h.replies[k], 1), deadline, [&](const std::string& why) {
+        if (runtime::is_gone(runtime::settled_state([&] { return t_.peer_state(to); }))) return;
+        t_.abort(strata::detail::error_text("strata.ps.timeout", "server rank ", t_.rank(), ": the reply of partition ",
+                                            h.id, " to worker rank ", to, " failed: ", why, "; aborting the job"));
+      });
+    }
+    h.replies.resize(kept);
+    h.reply_to.resize(kept);
   }
 
   void complete_replies(Held& h) {
@@ -393,6 +434,10 @@ class Server {
 
   void reply(Held& h, int to_rank) {
     if (!lost_.empty() && lost_[static_cast<std::size_t>(t_.roles().index_of(to_rank))]) return;
+    if (h.rows) {
+      reply_rows(h, to_rank);
+      return;
+    }
     const Tensor& from = s_.update_on_servers ? h.value : h.sum;
     h.replies.push_back(t_.isend(from.raw_data(), from.nbytes(), to_rank, static_cast<int>(h.id)));
     h.reply_to.push_back(to_rank);
@@ -441,7 +486,8 @@ class Server {
     h.arrived = 0;
   }
 
-  /// A Sync push of a table block's rows (see the file comment).
+  /// A push of a table block's rows (see the file comment): received and checked, then, under
+  /// Sync at the W-th, combined in worker order and applied; under Async applied at once.
   void push_rows(Held& h, int w, typename T::Message& m) {
     const std::int64_t n = h.value.dim(0), width = h.rows;
     const std::size_t es = size_of(h.value.dtype());
@@ -449,7 +495,7 @@ class Server {
     STRATA_REQUIRE(m.bytes >= 16 && m.bytes <= most, invalid_argument, "strata.ps", "server rank ", t_.rank(),
                    ": worker rank ", m.source, " pushed ", m.bytes, " bytes to table partition ", h.id, " of ", n,
                    " rows (16 to ", most, " expected)");
-    if (h.arrived == 0) {
+    if (s_.sync && h.arrived == 0) {
       complete_replies(h);  // the previous step's replies still read reply_rows
       h.first = std::chrono::steady_clock::now();
     }
@@ -464,51 +510,15 @@ class Server {
                    " pushed a malformed row message to table partition ", h.id, " (", k, " rows claimed in ", m.bytes,
                    " bytes, a block of ", n, " rows)");
     h.waiting.push_back(m.source);
+    if (!s_.sync) {
+      apply_rows(h, std::span(&in, 1));
+      ++h.clock[static_cast<std::size_t>(w)];
+      release(h);
+      return;
+    }
     if (++h.arrived < workers_) return;
-    // Every worker's rows, combined in worker order (the same bits whatever order they came in).
-    const bool lazy = (h.row_pushes[0][1] & 1) != 0;
-    row_index_.clear();
-    for (const auto& p : h.row_pushes) kernels::cpu::note_rows(p[0], p.data() + 2, row_slot_, row_index_);
-    const std::int64_t kept = kernels::cpu::number_rows(row_slot_, row_index_);
-    Tensor index = Tensor::empty({kept}, DType::i64), sums = Tensor::empty({kept, width}, h.value.dtype());
-    std::copy_n(row_index_.data(), kept, index.data<std::int64_t>());
-    strata::detail::visit_floating(h.value.dtype(), "parameter server rows", [&](auto tag) {
-      using E = decltype(tag);
-      E* d = sums.template data<E>();
-      std::fill_n(d, kept * width, E(0));
-      for (const auto& p : h.row_pushes)
-        kernels::cpu::add_rows<E>(p[0], width, p.data() + 2, reinterpret_cast<const E*>(p.data() + 2 + p[0]), row_slot_, d);
-    });
-    kernels::cpu::clear_rows(row_slot_, row_index_);
-    // The rows to send back: the summed ones (the workers update), the changed ones (the lazy
-    // rule), or every row (the dense rule moves rows without a gradient too).
-    Tensor send_index = index, send_rows = sums;
-    if (s_.update_on_servers) {
-      h.opt->set_sparse_updates(lazy ? optim::SparseUpdates::lazy : optim::SparseUpdates::dense);
-      auto& ag = h.value.impl()->ag;
-      ag.grad_index = index;
-      ag.grad_rows = sums;
-      update(h);
-      send_rows = Tensor();
-      if (!lazy) {
-        send_index = Tensor::empty({n}, DType::i64);
-        for (std::int64_t r = 0; r < n; ++r) send_index.data<std::int64_t>()[r] = r;
-      }
-    }
-    const std::int64_t c = send_index.numel();
-    h.reply_count = c;
-    h.reply_rows.resize(static_cast<std::size_t>(c) + (static_cast<std::size_t>(c * width) * es + 7) / 8);
-    std::copy_n(send_index.data<std::int64_t>(), c, h.reply_rows.data());
-    char* values = reinterpret_cast<char*>(h.reply_rows.data() + c);
+    const std::int64_t c = apply_rows(h, h.row_pushes);
     const std::size_t row_bytes = static_cast<std::size_t>(width) * es;
-    if (send_rows.defined()) {
-      if (c > 0) std::memcpy(values, send_rows.raw_data(), static_cast<std::size_t>(c) * row_bytes);
-    } else {
-      const char* from = static_cast<const char*>(h.value.raw_data());
-      for (std::int64_t j = 0; j < c; ++j)
-        std::memcpy(values + static_cast<std::size_t>(j) * row_bytes,
-                    from + static_cast<std::size_t>(send_index.data<std::int64_t>()[j]) * row_bytes, row_bytes);
-    }
     for (int r : h.waiting) {
       if (!lost_.empty() && lost_[static_cast<std::size_t>(t_.roles().index_of(r))]) continue;
       h.replies.push_back(t_.isend(&h.reply_count, sizeof h.reply_count, r, static_cast<int>(h.id)));
@@ -519,6 +529,106 @@ class Server {
     }
     h.waiting.clear();
     h.arrived = 0;
+  }
+
+  /// Combines `pushes` (checked row messages) in their order into the block's row gradient
+  /// and applies it. Sync: writes the reply into reply_count and reply_rows (the summed rows
+  /// where the workers update, else the changed rows' new values); returns its row count.
+  /// Async: marks the changed rows dirty for every live worker (reply() sends each worker its
+  /// own); returns 0.
+  std::int64_t apply_rows(Held& h, std::span<const std::vector<std::int64_t>> pushes) {
+    const std::int64_t n = h.value.dim(0), width = h.rows;
+    const std::size_t es = size_of(h.value.dtype());
+    const bool lazy = (pushes[0][1] & 1) != 0;
+    row_index_.clear();
+    for (const auto& p : pushes) kernels::cpu::note_rows(p[0], p.data() + 2, row_slot_, row_index_);
+    const std::int64_t kept = kernels::cpu::number_rows(row_slot_, row_index_);
+    Tensor index = Tensor::empty({kept}, DType::i64), sums = Tensor::empty({kept, width}, h.value.dtype());
+    std::copy_n(row_index_.data(), kept, index.data<std::int64_t>());
+    strata::detail::visit_floating(h.value.dtype(), "parameter server rows", [&](auto tag) {
+      using E = decltype(tag);
+      E* d = sums.template data<E>();
+      std::fill_n(d, kept * width, E(0));
+      for (const auto& p : pushes)
+        kernels::cpu::add_rows<E>(p[0], width, p.data() + 2, reinterpret_cast<const E*>(p.data() + 2 + p[0]), row_slot_, d);
+    });
+    kernels::cpu::clear_rows(row_slot_, row_index_);
+    if (s_.update_on_servers) {
+      h.opt->set_sparse_updates(lazy ? optim::SparseUpdates::lazy : optim::SparseUpdates::dense);
+      auto& ag = h.value.impl()->ag;
+      ag.grad_index = index;
+      ag.grad_rows = sums;
+      update(h);
+    }
+    if (!s_.sync) {  // the changed rows: the lazy rule's, or every row (the dense rule moves them all)
+      for (std::size_t i = 0; i < h.dirty.size(); ++i) {
+        if (!lost_.empty() && lost_[i]) continue;
+        auto& marks = h.dirty[i];
+        if (marks.empty()) marks.assign(static_cast<std::size_t>(n), 0);
+        auto& list = h.dirty_rows[i];
+        const auto mark = [&](std::int64_t r) {
+          if (marks[static_cast<std::size_t>(r)]) return;
+          marks[static_cast<std::size_t>(r)] = 1;
+          list.push_back(r);
+        };
+        if (lazy)
+          for (std::int64_t j = 0; j < kept; ++j) mark(row_index_[static_cast<std::size_t>(j)]);
+        else
+          for (std::int64_t r = 0; r < n; ++r) mark(r);
+      }
+      return 0;
+    }
+    // Sync's reply: the summed rows (the workers update), the changed rows (the lazy rule), or
+    // every row (the dense rule moves rows without a gradient too).
+    const std::int64_t c = s_.update_on_servers && !lazy ? n : kept;
+    h.reply_count = c;
+    h.reply_rows.resize(static_cast<std::size_t>(c) + (static_cast<std::size_t>(c * width) * es + 7) / 8);
+    std::int64_t* rows = h.reply_rows.data();
+    if (c == kept)
+      std::copy_n(row_index_.data(), c, rows);
+    else
+      for (std::int64_t r = 0; r < n; ++r) rows[r] = r;
+    const Tensor& from = s_.update_on_servers ? h.value : sums;
+    copy_rows(from, s_.update_on_servers ? rows : nullptr, c, width * static_cast<std::int64_t>(es),
+              reinterpret_cast<char*>(rows + c));
+    return c;
+  }
+
+  /// Copies rows `rows[0..c)` of `from` (or its first c rows, where rows is null) to `to`.
+  static void copy_rows(const Tensor& from, const std::int64_t* rows, std::int64_t c, std::int64_t row_bytes,
+                        char* to) {
+    const char* base = static_cast<const char*>(from.raw_data());
+    const auto rb = static_cast<std::size_t>(row_bytes);
+    if (!rows) {
+      if (c > 0) std::memcpy(to, base, static_cast<std::size_t>(c) * rb);
+      return;
+    }
+    for (std::int64_t j = 0; j < c; ++j) std::memcpy(to + static_cast<std::size_t>(j) * rb, base + static_cast<std::size_t>(rows[j]) * rb, rb);
+  }
+
+  /// Async: a table block's reply to worker rank `to_rank`, in its own buffers: the count,
+  /// then every row changed since its last reply (its own push's among them) with its value.
+  void reply_rows(Held& h, int to_rank) {
+    const auto i = static_cast<std::size_t>(t_.roles().index_of(to_rank));
+    auto& list = h.dirty_rows[i];
+    auto& marks = h.dirty[i];
+    const std::int64_t c = static_cast<std::int64_t>(list.size()), width = h.rows;
+    const std::size_t es = size_of(h.value.dtype()), row_bytes = static_cast<std::size_t>(width) * es;
+    // Its own buffers, so replies to the others in flight do not hold this one up: a worker
+    // posts the receive of its rows only once it has every block's count.
+    complete_replies_to(h, to_rank);  // (its previous reply: received before it pushed again)
+    typename Held::Reply& out = h.worker_replies[i];
+    out.count = c;
+    out.rows.resize(static_cast<std::size_t>(c) + (static_cast<std::size_t>(c) * row_bytes + 7) / 8);
+    std::copy_n(list.data(), c, out.rows.data());
+    copy_rows(h.value, out.rows.data(), c, static_cast<std::int64_t>(row_bytes), reinterpret_cast<char*>(out.rows.data() + c));
+    for (std::int64_t r : list) marks[static_cast<std::size_t>(r)] = 0;
+    list.clear();
+    h.replies.push_back(t_.isend(&out.count, sizeof out.count, to_rank, static_cast<int>(h.id)));
+    h.reply_to.push_back(to_rank);
+    if (c == 0) return;
+    h.replies.push_back(t_.isend(out.rows.data(), static_cast<std::size_t>(c) * (8 + row_bytes), to_rank, static_cast<int>(h.id)));
+    h.reply_to.push_back(to_rank);
   }
 
   void push_async(Held& h, int w, typename T::Message& m) {

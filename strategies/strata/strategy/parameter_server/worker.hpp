@@ -31,6 +31,7 @@ struct TransferStats {
   std::int64_t steps = 0;
   double pushed_bytes = 0;  ///< gradients sent to the servers
   double pulled_bytes = 0;  ///< replies received: new values, or summed gradients
+  double touched_bytes = 0;  ///< the tables' share of the pushes at the least: the rows touched with their numbers
 };
 
 template <class T>
@@ -188,6 +189,7 @@ class Worker {
       bytes_ += bytes + sizeof b.count;
       stats_.pushed_bytes += static_cast<double>(bytes);
       stats_.pulled_bytes += static_cast<double>(sizeof b.count);
+      if (rows.defined()) stats_.touched_bytes += static_cast<double>(k) * static_cast<double>(8 + static_cast<std::size_t>(w) * es);
     }
   }
 
