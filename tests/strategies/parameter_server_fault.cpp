@@ -7,11 +7,16 @@
 //                 the rest go on until the launcher ends the job
 //   carry-on      kill-worker under strata-run --keep-going (Gloo): the server drops the lost
 //                 worker, the other one finishes the epoch, and the job's rate counts it alone
+//   bad-row       Sync, a row-sparse table: worker rank 2's 4th push to the table is a message
+//                 naming a row past the table's end; the server refuses it, naming the worker
+//   bad-count     the same with a row count larger than the message holds
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #if STRATA_HAS_MPI
 #include <strata/collective/mpi.hpp>
@@ -19,8 +24,39 @@
 #if STRATA_HAS_GLOO
 #include <strata/collective/gloo.hpp>
 #endif
+#include <strata/runtime/fail_job.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/parameter_server.hpp>
+
+// A worker's table push, [k, flags, k row numbers, k rows of 4 floats], made by hand: what a
+// broken or hostile worker could send. The server must refuse it before reading a row.
+template <class S>
+int hostile_rows(S& strategy, const std::string& mode) {
+  strata::nn::Embedding table = strategy.scope([] { return strata::nn::Embedding(1000, 4, strata::TableGradient::row_sparse); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(table.parameters(), 0.1); });
+  const strata::data::TensorDataset ds(strata::zeros({64, 1}), strata::zeros({64}, strata::DType::i64));
+  int step = 0;
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(ds).batch(2 * 4))) {
+    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      auto rows = table(strata::from_vector<std::int64_t>({b.x.dim(0)}, std::vector<std::int64_t>(b.x.dim(0), 7)));
+      auto grads = strata::grad(strata::sum(rows), table.parameters());
+      if (++step == 4 && strategy.rank() == 2) {
+        auto& t = strategy.transport();
+        const auto v = static_cast<std::size_t>(strategy.shards().index_of(table.weight()));
+        const std::size_t id = strategy.shards().of_variable[v].front();
+        std::vector<std::int64_t> msg = {3, 1, 1, 2, mode == "bad-row" ? 5000 : 3};
+        if (mode == "bad-count") msg[0] = 1 << 20;  // more rows than the bytes hold
+        msg.resize(msg.size() + 6, 0);              // 3 rows of 4 floats
+        auto r = t.isend(msg.data(), msg.size() * 8, t.roles().servers.front(), strata::ps::kPushTag + static_cast<int>(id));
+        t.wait_all(std::span(&r, 1), std::chrono::steady_clock::now() + std::chrono::seconds(10), [](const std::string&) {});
+        return;  // and goes on: its next push waits for a server that has refused it
+      }
+      opt.apply_gradients(ctx, grads);
+    }, batch);
+  }
+  std::printf("rank %d finished: the hostile push went unnoticed\n", strategy.rank());
+  return 0;
+}
 
 template <class C, class Mode>
 int run(const std::string& mode) {
@@ -30,6 +66,7 @@ int run(const std::string& mode) {
   const std::int64_t n = mode == "carry-on" ? 4000 : 200000;
   strata::Generator g(1);
   const strata::data::TensorDataset ds(strata::uniform({n, 8}, -1, 1, g), strata::zeros({n}, strata::DType::i64));
+  if (mode == "bad-row" || mode == "bad-count") return hostile_rows(strategy, mode);
   std::thread saboteur;
   if (strategy.is_server() && (mode == "stop-server" || mode == "kill-server"))
     saboteur = std::thread([mode] {
@@ -66,7 +103,8 @@ int run(const std::string& mode) {
 template <class C>
 int run_mode(const std::string& mode) {
   if (mode == "kill-worker" || mode == "carry-on") return run<C, strata::ps::Async>(mode);
-  if (mode == "stop-worker" || mode == "stop-server" || mode == "kill-server") return run<C, strata::ps::Sync>(mode);
+  if (mode == "stop-worker" || mode == "stop-server" || mode == "kill-server" || mode == "bad-row" || mode == "bad-count")
+    return run<C, strata::ps::Sync>(mode);
   return 2;
 }
 
@@ -81,8 +119,11 @@ int main(int argc, char** argv) {
 #endif
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
+    std::fflush(stdout);
+    strata::runtime::fail_job(e.what());  // under mpirun: the others stop now, not at their deadlines
     return 1;
   }
-  std::printf("usage: parameter_server_fault stop-worker|stop-server|kill-server|kill-worker|carry-on mpi|gloo\n");
+  std::printf("usage: parameter_server_fault stop-worker|stop-server|kill-server|kill-worker|carry-on|bad-row|bad-count "
+              "mpi|gloo\n");
   return 2;
 }

@@ -57,6 +57,10 @@ case $mode in
     grep -q "rank 1 finished the epoch (250 steps here); workers still in the job: 1" <<<"$out" ||
       fail "worker rank 1 did not finish its epoch"
     grep -q "rank 0 finished the epoch" <<<"$out" || fail "the server did not finish the epoch" ;;
+  bad-row | bad-count)
+    grep -q "\[strata.ps\] server rank 0: worker rank 2 pushed a malformed row message to table partition [0-9]" <<<"$out" ||
+      fail "the server did not refuse worker rank 2's malformed table push"
+    [[ $out != *"hostile push went unnoticed"* ]] || fail "a rank finished after the hostile push" ;;
   *) fail "unknown mode $mode" ;;
 esac
 ((elapsed_ms < 30000)) || fail "took ${elapsed_ms} ms"

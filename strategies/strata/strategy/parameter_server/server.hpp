@@ -492,9 +492,14 @@ class Server {
     const std::int64_t n = h.value.dim(0), width = h.rows;
     const std::size_t es = size_of(h.value.dtype());
     const std::size_t most = static_cast<std::size_t>(2 + n) * 8 + static_cast<std::size_t>(n * width) * es;
-    STRATA_REQUIRE(m.bytes >= 16 && m.bytes <= most, invalid_argument, "strata.ps", "server rank ", t_.rank(),
-                   ": worker rank ", m.source, " pushed ", m.bytes, " bytes to table partition ", h.id, " of ", n,
-                   " rows (16 to ", most, " expected)");
+    // A malformed push is a broken or hostile worker: the job ends at once, naming it (a throw
+    // would leave the workers waiting for this server until their deadlines).
+    const auto refuse = [&](const auto&... why) {
+      t_.abort(strata::detail::error_text("strata.ps", "server rank ", t_.rank(), ": worker rank ", m.source,
+                                          " pushed a malformed row message to table partition ", h.id, " (", why...,
+                                          "); aborting the job"));
+    };
+    if (m.bytes < 16 || m.bytes > most) refuse(m.bytes, " bytes, a block of ", n, " rows takes 16 to ", most);
     if (s_.sync && h.arrived == 0) {
       complete_replies(h);  // the previous step's replies still read reply_rows
       h.first = std::chrono::steady_clock::now();
@@ -503,12 +508,11 @@ class Server {
     in.resize((m.bytes + 7) / 8);
     t_.receive(m, in.data());
     const std::int64_t k = in[0];
-    const bool sized = k >= 0 && k <= n && m.bytes == static_cast<std::size_t>(2 + k) * 8 + static_cast<std::size_t>(k * width) * es;
-    bool inside = sized;
-    for (std::int64_t j = 0; inside && j < k; ++j) inside = in[static_cast<std::size_t>(2 + j)] >= 0 && in[static_cast<std::size_t>(2 + j)] < n;
-    STRATA_REQUIRE(inside, invalid_argument, "strata.ps", "server rank ", t_.rank(), ": worker rank ", m.source,
-                   " pushed a malformed row message to table partition ", h.id, " (", k, " rows claimed in ", m.bytes,
-                   " bytes, a block of ", n, " rows)");
+    if (k < 0 || k > n || m.bytes != static_cast<std::size_t>(2 + k) * 8 + static_cast<std::size_t>(k * width) * es)
+      refuse(k, " rows claimed in ", m.bytes, " bytes, a block of ", n, " rows");
+    for (std::int64_t j = 0; j < k; ++j)
+      if (const std::int64_t r = in[static_cast<std::size_t>(2 + j)]; r < 0 || r >= n)
+        refuse("row ", r, " of a block of ", n, " rows");
     h.waiting.push_back(m.source);
     if (!s_.sync) {
       apply_rows(h, std::span(&in, 1));
