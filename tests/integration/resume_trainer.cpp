@@ -2,14 +2,17 @@
 // the flags name, saving a checkpoint every --checkpoint-every steps and at the end, resuming
 // from the newest complete one in --checkpoint-dir, with the fault hook live after each step
 // (STRATA_FAULT, tests/support/fault.hpp) so a test can kill a rank at a chosen step.
-//   resume_trainer --checkpoint-dir DIR [--checkpoint-every N] [--model mlp|cnn|mlp_dropout] [--epochs E]
+//   resume_trainer --checkpoint-dir DIR [--checkpoint-every N] [--model mlp|cnn|mlp_dropout|mlp_table] [--epochs E]
 //                  [--rows N (the first N training images)] [--batch B (the global batch; default 64 per replica)]
 //                  [--max-steps S] [--strategy one_device|mirrored|central_storage|
 //                  multi_worker_mirrored|parameter_server] [--replicas R] [--collective mpi|gloo]
 //                  [--servers S] [--mode sync] [--update-on servers|workers]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <strata/runtime/fail_job.hpp>
 #include <strata/strategy/parameter_server.hpp>
@@ -31,12 +34,40 @@ struct Args {
   int epochs = 1, replicas = 2, servers = 1;
 };
 
+/// [N, 784] -> [N, 784 + 8]: the image, then the sum of 16 rows of a row-sparse [16 x 32, 8]
+/// table, one per 7 x 7 patch, picked by the patch's mean intensity (mlp_table: a table whose
+/// rows and lazy optimizer state a checkpoint must carry).
+class PatchTable : public strata::nn::Module {
+ public:
+  PatchTable()
+      : table_(&register_module("table", std::make_unique<strata::nn::Embedding>(16 * 32, 8, strata::TableGradient::row_sparse))) {}
+  strata::Tensor forward(const strata::Tensor& x) override {
+    const std::int64_t n = x.dim(0);
+    const strata::Tensor xc = x.contiguous();
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(n * 16));
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t p = 0; p < 16; ++p) {
+        double sum = 0;
+        for (std::int64_t r = 0; r < 7; ++r)
+          for (std::int64_t c = 0; c < 7; ++c) sum += xc.data<float>()[i * 784 + ((p / 4) * 7 + r) * 28 + (p % 4) * 7 + c];
+        const auto bucket = std::clamp<std::int64_t>(static_cast<std::int64_t>(sum / 49.0 * 32.0), 0, 31);
+        idx[static_cast<std::size_t>(i * 16 + p)] = p * 32 + bucket;
+      }
+    const strata::Tensor rows = (*table_)(strata::from_vector<std::int64_t>({n, 16}, idx));
+    return strata::concat({x, strata::sum(rows, {1})}, 1);
+  }
+
+ private:
+  strata::nn::Module* table_;
+};
+
 template <strata::Strategy S>
 void train(S& strategy, const Args& a) {
   strata::manual_seed(0);
   auto model = strategy.scope([&] {
     using namespace strata::nn;
     if (a.model == "mlp_dropout") return Sequential(Flatten(), Linear(784, 128), ReLU(), Dropout(0.3), Linear(128, 10));
+    if (a.model == "mlp_table") return Sequential(Flatten(), PatchTable(), Linear(792, 128), ReLU(), Linear(128, 10));
     return strata::models::fashion_mnist(a.model);
   });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(model.parameters(), 0.05, {.momentum = 0.9}); });

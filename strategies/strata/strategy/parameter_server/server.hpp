@@ -83,8 +83,11 @@ class Server {
       h.id = id;
       const Tensor& v = shards_.variables[q.variable];
       h.rows = s_.sparse_tables && q.row_width > 0 ? q.row_width : 0;
-      h.value = Tensor::empty(h.rows ? Shape{q.count / h.rows, h.rows} : Shape{q.count}, v.dtype());
-      std::memcpy(h.value.raw_data(), static_cast<const char*>(v.raw_data()) + shards_.byte_offset(q), shards_.bytes(q));
+      // A header over the variable's own elements (no copy: the server's model already holds
+      // them), with an autograd state of its own for the partition's gradient.
+      STRATA_CHECK(v.is_contiguous(), "ParameterServerStrategy: variable ", q.variable, " is not contiguous");
+      h.value = strata::detail::make_view(v, h.rows ? Shape{q.count / h.rows, h.rows} : Shape{q.count},
+                                          h.rows ? Shape{h.rows, 1} : Shape{1}, v.impl()->offset() + q.offset);
       h.value.requires_grad_(true);
       if (h.rows) {  // its rows come and go by rows: no dense sum, no dense pushes
         h.value.impl()->ag.row_sparse = true;
@@ -265,16 +268,12 @@ class Server {
 
   /// Writes the values this server holds into its copies of the variables (the rest zero).
   void values_into_variables() {
-    NoGradGuard no_grad;
-    for (const Tensor& v : shards_.variables) {
-      Tensor dst = v;
-      dst.fill_(0.0);
-    }
-    for (const Held& h : held_) {
-      const Partition& q = shards_.partitions[h.id];
-      std::memcpy(static_cast<char*>(shards_.variables[q.variable].raw_data()) + shards_.byte_offset(q),
-                  h.value.raw_data(), shards_.bytes(q));
-    }
+    // The held partitions are views of their variables already; the others become zeros.
+    for (std::size_t id = 0; id < shards_.partitions.size(); ++id)
+      if (!find(id))
+        std::memset(static_cast<char*>(shards_.variables[shards_.partitions[id].variable].raw_data()) +
+                        shards_.byte_offset(shards_.partitions[id]),
+                    0, shards_.bytes(shards_.partitions[id]));
   }
 
   /// Where this server writes its checkpoint shards.
