@@ -18,6 +18,8 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,8 @@ struct Options : trainer::StrategyFlags {
   std::int64_t eval_every = 500, eval_rows = 20000, bigram_rows = 0;
   std::string table_gradient = "row_sparse", updates = "lazy";
   std::string data_dir = strata::data::default_fortunes_dir();
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_every = 0;
   bool quiet = false;
 };
 
@@ -62,6 +66,8 @@ int parse_options(int argc, char** argv, Options& o) {
   app.add_option("--updates", o.updates, "the optimizer's rule on row-sparse tables")
       ->check(CLI::IsMember({"lazy", "dense"}))->capture_default_str();
   app.add_option("--data", o.data_dir, "the fortunes directory")->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "resume from the newest checkpoint here, and save to it");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: only at the end)");
   app.add_flag("--quiet", o.quiet, "no progress lines");
   trainer::add_strategy_flags(app, o, "cpu (this trainer runs on the CPU)");
   try {
@@ -74,6 +80,9 @@ int parse_options(int argc, char** argv, Options& o) {
     if (o.bigram_rows < 0) throw CLI::ValidationError("--bigram-rows", "must not be negative");
     trainer::check_strategy_flags(app, o);
     if (o.device != "cpu") throw CLI::ValidationError("--device", "this trainer runs on the CPU");
+    if (o.checkpoint_every < 0) throw CLI::ValidationError("--checkpoint-every", "must not be negative");
+    if (!o.checkpoint_dir.empty() && o.strategy == "parameter_server" && o.mode == "async")
+      throw CLI::ValidationError("--checkpoint-dir", "an asynchronous parameter server has no consistent point to save");
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
@@ -159,6 +168,13 @@ std::string neighbours(const SkipGram& model, const strata::data::WordCorpus& co
   return out;
 }
 
+/// What a strategy without checkpoints gets (an asynchronous parameter server: the flags
+/// refuse --checkpoint-dir there, so it is never made).
+struct NoCheckpoints {
+  std::optional<strata::checkpoint::TrainingPosition> restore() { return std::nullopt; }
+  void save(const strata::checkpoint::TrainingPosition&) {}
+};
+
 /// A count for the JSON line, or null where there is none (negative).
 std::string json_number(double v) { return v < 0 ? "null" : std::to_string(static_cast<long long>(v)); }
 
@@ -188,16 +204,32 @@ void train(S& strategy, const Options& o) {
                 static_cast<long long>(corpus.vocabulary_size()), static_cast<long long>(o.min_count),
                 static_cast<long long>(train_rows.size()), static_cast<long long>(held_out.size()), S::name);
 
+  // Checkpoints: resume from the newest complete one, then save every N steps and at the end.
+  strata::checkpoint::TrainingPosition pos;
+  using Checkpoints = std::conditional_t<strata::checkpoints_supported<S>,
+                                         strata::TrainingCheckpoints<S, decltype(model), decltype(opt)>, NoCheckpoints>;
+  std::optional<Checkpoints> checkpoints;
+  if constexpr (strata::checkpoints_supported<S>)
+    if (!o.checkpoint_dir.empty()) checkpoints.emplace(strategy, model, opt, o.checkpoint_dir);
+  if (checkpoints)
+    if (auto at = checkpoints->restore()) {
+      pos = *at;
+      if (strategy.is_chief())
+        std::printf("resumed from step %lld (epoch %lld, batch %lld) in %s\n", static_cast<long long>(pos.step),
+                    static_cast<long long>(pos.epoch), static_cast<long long>(pos.batch), o.checkpoint_dir.c_str());
+    }
+
   // Whole epochs, then the first batches of one more, as in the other trainers.
   const std::int64_t per_epoch = pipeline.num_batches();
-  std::int64_t step = 0, pairs = 0;
+  std::int64_t step = pos.step, pairs = 0;
   double loss = 0, held = NAN, seconds = 0;  // the training steps' time (evaluation left out)
   std::vector<double> step_ms;
   step_ms.reserve(static_cast<std::size_t>(o.steps));
-  for (std::int64_t epoch = 0, done = 0; done < o.steps; ++epoch) {
+  for (std::int64_t epoch = pos.epoch, done = pos.epoch * per_epoch; done < o.steps; ++epoch) {
     const std::int64_t now = std::min(per_epoch, o.steps - done);
+    std::int64_t in_epoch = epoch == pos.epoch ? pos.batch : 0;  // batches of this epoch done
     strata::data::Pipeline part = pipeline.take(now);
-    part.set_position(epoch, 0);
+    part.set_position(epoch, in_epoch);
     for (auto& batch : strategy.distribute(part)) {
       const auto t0 = Clock::now();
       auto losses = strategy.run(
@@ -212,6 +244,9 @@ void train(S& strategy, const Options& o) {
       seconds += step_ms.back() / 1000;
       pairs += batch.global_size;
       ++step;
+      const bool epoch_done = ++in_epoch == per_epoch;  // the position of the next batch
+      pos = {step, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : in_epoch};
+      if (checkpoints && o.checkpoint_every > 0 && step % o.checkpoint_every == 0) checkpoints->save(pos);
       if (step % o.eval_every == 0 || step == o.steps) {
         SkipGram& mine = model;  // this process's copy
         held = held_out_loss(mine, held_out);
@@ -222,6 +257,7 @@ void train(S& strategy, const Options& o) {
     }
     done += now;
   }
+  if (checkpoints) checkpoints->save(pos);
   const std::size_t warmup = std::min<std::size_t>(10, step_ms.size() / 10);  // the median after a short warm-up
   std::sort(step_ms.begin() + static_cast<std::ptrdiff_t>(warmup), step_ms.end());
   const double median_ms = step_ms.empty() ? 0.0 : step_ms[warmup + (step_ms.size() - warmup) / 2];

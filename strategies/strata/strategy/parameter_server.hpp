@@ -240,6 +240,9 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
       if (!is_chief()) return {};
       crcs = worker_->save_shards(step);
     } else {
+      // Every rank saves here, but only a worker's loop knows the step: the chief's counts
+      // (a server's own position never moved).
+      t_.world().broadcast_raw(&step, 1, DType::i64, chief_rank());
       const std::int64_t mine = server_ ? server_->save_shard(step) : 0;
       std::vector<std::int64_t> all(static_cast<std::size_t>(t_.world().size()));
       t_.world().allgather(std::span<const std::int64_t>(&mine, 1), std::span<std::int64_t>(all));
