@@ -263,7 +263,9 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
   /// Every rank, after the index `r` of step `step` is restored: each server takes its shard.
   void restore_shards(const checkpoint::Reader& r, const std::filesystem::path& dir, std::int64_t step) {
     (void)shard_crcs(r);
-    if (server_) server_->restore_shard(open_shard(r, dir, step, t_.roles().index_of(t_.rank())));
+    if (!server_) return;
+    server_->restore_shard(open_shard(r, dir, step, t_.roles().index_of(t_.rank())));
+    server_->release_other_rows();  // the chief's index wrote every row of the tables here
   }
   /// The shard CRCs index `r` records, one per server of this job.
   Tensor shard_crcs(const checkpoint::Reader& r) const {
@@ -439,11 +441,18 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
       }
       server_->send_values();
       server_->values_into_variables();
-      for (const Tensor& v : shards_.variables)
-        t_.group().allreduce_raw(v.raw_data(), v.raw_data(), static_cast<std::size_t>(v.numel()), v.dtype(), ReduceOp::Sum);
-    } else {
-      for (const Tensor& v : shards_.variables)
-        t_.world().broadcast_raw(v.raw_data(), static_cast<std::size_t>(v.numel()), v.dtype(), chief_rank());
+      // A table going by rows stays in blocks: each server's copy keeps its own rows.
+      for (std::size_t i = 0; i < shards_.variables.size(); ++i) {
+        const Tensor& v = shards_.variables[i];
+        if (!server_->keeps_own_rows(i))
+          t_.group().allreduce_raw(v.raw_data(), v.raw_data(), static_cast<std::size_t>(v.numel()), v.dtype(), ReduceOp::Sum);
+      }
+    } else {  // the workers hold the same values already; a server's copy of a table going by rows is never read
+      for (std::size_t i = 0; i < shards_.variables.size(); ++i) {
+        const Tensor& v = shards_.variables[i];
+        if (!(o_.sparse_tables && shards_.partitions[shards_.of_variable[i].front()].row_width > 0))
+          t_.world().broadcast_raw(v.raw_data(), static_cast<std::size_t>(v.numel()), v.dtype(), chief_rank());
+      }
     }
   }
 

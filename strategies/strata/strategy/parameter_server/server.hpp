@@ -34,6 +34,7 @@
 #include <span>
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -53,6 +54,9 @@
 #include <strata/optim/optimizer.hpp>
 #include <strata/runtime/process_state.hpp>
 #include <strata/strategy/parameter_server/backoff.hpp>
+#if defined(__linux__)
+#include <sys/mman.h>  // madvise: a server gives back the rows of tables it does not hold
+#endif
 #include <strata/strategy/parameter_server/shards.hpp>
 
 namespace strata::ps {
@@ -104,6 +108,23 @@ class Server {
       }
       h.clock.assign(static_cast<std::size_t>(workers_), 0);
       held_.push_back(std::move(h));
+    }
+    release_other_rows();
+  }
+
+  /// Whether this server's copy of variable v keeps only its own rows: a row-sparse table
+  /// going by rows (its blocks are all a server reads or writes of it).
+  bool keeps_own_rows(std::size_t v) const {
+    return s_.sparse_tables && shards_.partitions[shards_.of_variable[v].front()].row_width > 0;
+  }
+
+  /// Gives back the memory of the rows of tables this server does not hold (they read as
+  /// zeros): its copy of a table costs its blocks, not the table (docs/sparse_design.md).
+  void release_other_rows() {
+    for (std::size_t id = 0; id < shards_.partitions.size(); ++id) {
+      const Partition& q = shards_.partitions[id];
+      if (!keeps_own_rows(q.variable) || find(id)) continue;
+      release_bytes(static_cast<char*>(shards_.variables[q.variable].raw_data()) + shards_.byte_offset(q), shards_.bytes(q));
     }
   }
 
@@ -269,11 +290,15 @@ class Server {
   /// Writes the values this server holds into its copies of the variables (the rest zero).
   void values_into_variables() {
     // The held partitions are views of their variables already; the others become zeros.
-    for (std::size_t id = 0; id < shards_.partitions.size(); ++id)
-      if (!find(id))
-        std::memset(static_cast<char*>(shards_.variables[shards_.partitions[id].variable].raw_data()) +
-                        shards_.byte_offset(shards_.partitions[id]),
-                    0, shards_.bytes(shards_.partitions[id]));
+    for (std::size_t id = 0; id < shards_.partitions.size(); ++id) {
+      const Partition& q = shards_.partitions[id];
+      if (find(id)) continue;
+      char* at = static_cast<char*>(shards_.variables[q.variable].raw_data()) + shards_.byte_offset(q);
+      if (keeps_own_rows(q.variable))
+        release_bytes(at, shards_.bytes(q));
+      else
+        std::memset(at, 0, shards_.bytes(q));
+    }
   }
 
   /// Where this server writes its checkpoint shards.
@@ -380,6 +405,23 @@ class Server {
       }
     }
     return pending;
+  }
+
+  /// Zeros [p, p + n): the whole pages in it go back to the system (they read as zeros and
+  /// take no memory until written), the bytes sharing a page with others are cleared.
+  static void release_bytes(char* p, std::size_t n) {
+#if defined(__linux__)
+    constexpr std::uintptr_t page = 4096;
+    const auto begin = reinterpret_cast<std::uintptr_t>(p), end = begin + n;
+    const std::uintptr_t lo = (begin + page - 1) / page * page, hi = end / page * page;
+    if (hi > lo) {
+      std::memset(p, 0, lo - begin);
+      ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+      std::memset(reinterpret_cast<char*>(hi), 0, end - hi);
+      return;
+    }
+#endif
+    std::memset(p, 0, n);
   }
 
   /// Completes the replies of `h` in flight to worker rank `to` (only).
