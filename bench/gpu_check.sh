@@ -7,10 +7,13 @@
 #   bench/gpu_check.sh BIN_DIR DATA_DIR [REPORT_DIR]
 #
 # BIN_DIR holds test_cuda_tensor, test_cuda_kernels, test_cuda_training, test_nccl,
-# fashion_mnist_cuda, bench_train_cuda, bench_nccl and strata-info (a build's tests/cuda,
-# examples, bench and tools outputs, flattened). Each step has its own time limit, and a
+# fashion_mnist_cuda, char_transformer_cuda, bench_train_cuda, bench_nccl and strata-info (a
+# build's tests/cuda, examples, bench and tools outputs, flattened); STRATA_FORTUNES_DIR names
+# the fortunes text where it is not /usr/share/games/fortunes. The order puts correctness first:
+# the tests and the sanitizers on the newest kernels, the trainers, then the benchmarks. Each step has its own time limit, and a
 # failing step does not stop the later ones; each step's whole output is appended to
-# REPORT_DIR/steps.log as it ends, and the summary at the end says what passed.
+# REPORT_DIR/steps.log as it ends, and the summary at the end says what passed. GPU_CHECK_ONLY
+# (step names, space-separated) runs only those steps, for a second look within a short lease.
 set -u
 BIN=$(readlink -f "$1")
 DATA=$(readlink -f "$2")
@@ -37,6 +40,7 @@ ldd "$BIN/test_nccl" "$BIN/fashion_mnist_cuda" | grep "not found"
 step() {  # step NAME LIMIT_S COMMAND... : runs it with a limit, logs it, records pass/fail
   local name=$1 limit=$2
   shift 2
+  if [ -n "${GPU_CHECK_ONLY:-}" ] && [[ " $GPU_CHECK_ONLY " != *" $name "* ]]; then return; fi
   local t0=$SECONDS
   timeout -k 5 "$limit" "$@" >"$LOG/$name.log" 2>&1
   local rc=$?
@@ -50,6 +54,12 @@ step() {  # step NAME LIMIT_S COMMAND... : runs it with a limit, logs it, record
 for t in test_cuda_tensor test_cuda_kernels test_cuda_training test_nccl; do
   step "$t" 150 "$BIN/$t" --no-colors
 done
+CS=$(command -v compute-sanitizer || { [ -x /usr/local/cuda/bin/compute-sanitizer ] && echo /usr/local/cuda/bin/compute-sanitizer; })
+[ -n "$CS" ] && step memcheck_test_cuda_training 120 "$CS" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_training" --no-colors
+
+# 1b. The layers' models on the GPU: the ResNet one epoch, the character Transformer 500 steps.
+step resnet_seed0 150 "$BIN/fashion_mnist_cuda" --device cuda:0 --model resnet --epochs 1 --seed 0 --quiet
+step char_transformer 150 "$BIN/char_transformer_cuda" --device cuda:0 --steps 500 --eval-every 500 --quiet
 
 # 2. The trainers' accuracy bars: MLP 3 epochs, seeds 0-2 (mean >= 84.9 %); CNN 1 epoch (>= 84.5 %).
 for seed in 0 1 2; do
@@ -69,22 +79,26 @@ mlp = [a for k, (a, _) in acc.items() if k.startswith("mlp")]
 if mlp: print("mlp mean of %d seeds: %.4f (bar 0.849)" % (len(mlp), sum(mlp) / len(mlp)))
 EOF
 
-# 3. strata against the machine's PyTorch, eager, float32, same run, A B A B.
-mkdir -p "$LOG/build/bench"
-ln -sf "$BIN/bench_train_cuda" "$LOG/build/bench/bench_train_cuda"
-step train_vs_pytorch 200 python3 "$HERE/train_vs_pytorch.py" --build "$LOG/build" --device cuda --batches 64,512 --pairs 3
-rm -rf "$LOG/build"
-cat "$LOG/train_vs_pytorch.log"
-
-# 4. strata::Nccl against raw ncclAllReduce.
+# 3. strata::Nccl against raw ncclAllReduce.
 step nccl_out_of_place 60 "$BIN/bench_nccl" --iters 60
 step nccl_in_place 60 "$BIN/bench_nccl" --iters 60 --inplace
 cat "$LOG/nccl_out_of_place.log" "$LOG/nccl_in_place.log"
 
+# 4. strata against the machine's PyTorch, eager, float32, same run, A B A B.
+mkdir -p "$LOG/build/bench" "$LOG/build/examples" "$LOG/build/tools"
+ln -sf "$BIN/bench_train_cuda" "$LOG/build/bench/bench_train_cuda"
+ln -sf "$BIN/char_transformer_cuda" "$LOG/build/examples/char_transformer_cuda"
+ln -sf "$BIN/strata-info" "$LOG/build/tools/strata-info"
+step train_vs_pytorch 200 python3 "$HERE/train_vs_pytorch.py" --build "$LOG/build" --device cuda --batches 64,512 --pairs 3
+cat "$LOG/train_vs_pytorch.log"
+step transformer_vs_pytorch 200 python3 "$HERE/transformer_vs_pytorch.py" --build "$LOG/build" --device cuda \
+  --steps 300 --pairs 2
+cat "$LOG/transformer_vs_pytorch.log"
+rm -rf "$LOG/build"
+
 # 5. compute-sanitizer: memory errors and shared-memory races.
-if command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
-  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  for t in test_cuda_tensor test_cuda_kernels test_cuda_training; do
+if [ -n "$CS" ]; then
+  for t in test_cuda_tensor test_cuda_kernels; do
     step "memcheck_$t" 90 "$CS" --tool memcheck --error-exitcode 9 "$BIN/$t" --no-colors
   done
   # libnccl probes its kernels with cudaFuncGetAttributes, which answers "no kernel image" for

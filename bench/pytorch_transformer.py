@@ -9,6 +9,7 @@ second and the peak RSS.
 
     /usr/bin/python3 bench/pytorch_transformer.py [--steps 200] [--batch 32] [--seed 0] [--nproc 2]
 
+With --device cuda it trains on the GPU (float32, TF32 off, as strata's float32).
 With --nproc N it trains as PyTorch DDP: N processes x 1 thread, gloo over 127.0.0.1, batch
 B per process (rank r takes the r-th B rows of each global batch of N x B); rank 0 reports.
 """
@@ -72,8 +73,8 @@ class CharTransformer(nn.Module):
 
     def forward(self, idx):
         t = idx.shape[1]
-        mask = torch.triu(torch.full((t, t), float("-inf")), diagonal=1)
-        x = self.wte(idx) + self.wpe(torch.arange(t))
+        mask = torch.triu(torch.full((t, t), float("-inf"), device=idx.device), diagonal=1)
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for b in self.h:
             x = b(x, mask)
         return self.lm_head(self.ln_f(x))
@@ -99,6 +100,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-windows", type=int, default=256)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (one process)")
     ap.add_argument("--data", default=os.environ.get("STRATA_FORTUNES_DIR", "/usr/share/games/fortunes"))
     a = ap.parse_args()
     if a.nproc == 1:
@@ -123,10 +125,16 @@ def train(rank, a, port):
     vx, vy = windows(tokens[split:], a.context)
     vx, vy = vx[:a.eval_windows], vy[:a.eval_windows]
     model = CharTransformer(len(vocab), a.context, a.width, a.heads, a.layers)
+    dev = torch.device(a.device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        model = model.to(dev)
+        x, y, vx, vy = x.to(dev), y.to(dev), vx.to(dev), vy.to(dev)
     net = nn.parallel.DistributedDataParallel(model) if port is not None else model
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
     warm = min(100, a.steps // 10)
-    order = torch.from_numpy(np.random.default_rng(a.seed).permutation(len(x)))
+    order = torch.from_numpy(np.random.default_rng(a.seed).permutation(len(x))).to(dev)
     loss_fn = nn.CrossEntropyLoss()
     times, loss = [], float("nan")
     for step in range(a.steps):

@@ -6,6 +6,9 @@ RSS; prints one JSON line per seed with the medians, the per-pair ratios of step
 (PyTorch's median step time / strata's) and the validation losses of both.
 
     /usr/bin/python3 bench/transformer_vs_pytorch.py --build build [--pairs 3] [--steps 200] [--seeds 0]
+
+With --device cuda both train on the GPU: examples/char_transformer_cuda --device cuda:0 and
+PyTorch on cuda, float32 without TF32 on both sides.
 """
 import argparse
 import json
@@ -27,13 +30,17 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--seeds", default="0")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     a = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     for seed in a.seeds.split(","):
         common = ["--steps", str(a.steps), "--batch", str(a.batch), "--context", str(a.context), "--seed", seed]
+        gpu = a.device == "cuda"
+        strata_cmd = [os.path.join(a.build, "examples", "char_transformer_cuda" if gpu else "char_transformer"), *common,
+                      "--eval-every", str(a.steps), "--quiet"] + (["--device", "cuda:0"] if gpu else [])
         s_runs, p_runs = run_pairs(
-            [os.path.join(a.build, "examples", "char_transformer"), *common, "--eval-every", str(a.steps), "--quiet"],
-            [sys.executable, os.path.join(HERE, "pytorch_transformer.py"), *common], a.pairs, env, peer_env(env, a.build))
+            strata_cmd, [sys.executable, os.path.join(HERE, "pytorch_transformer.py"), *common, "--device", a.device],
+            a.pairs, env, peer_env(env, a.build))
         ratios = [p["median_step_ms"] / s["median_step_ms"] for s, p in zip(s_runs, p_runs)]
         median = lambda runs, key: round(statistics.median(r[key] for r in runs), 5)
         print(json.dumps({

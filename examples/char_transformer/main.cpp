@@ -6,6 +6,7 @@
 //
 //   char_transformer --steps 2000                                  (one device)
 //   char_transformer --strategy mirrored --replicas 2
+//   char_transformer_cuda --device cuda:0                          (with the kernels of cuda_kernels.cu)
 //   mpirun -np 2 char_transformer --strategy multi_worker_mirrored --collective mpi
 //   strata-run -np 2 char_transformer --strategy multi_worker_mirrored --collective gloo
 //   mpirun -np 3 char_transformer --strategy parameter_server --servers 1 --mode sync
@@ -58,7 +59,7 @@ int parse_options(int argc, char** argv, Options& o) {
   app.add_option("--sample", o.sample_chars, "characters to sample at the end")->capture_default_str();
   app.add_option("--data", o.data_dir, "the fortunes directory")->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress lines");
-  trainer::add_strategy_flags(app, o, "cpu (this trainer runs on the CPU)");
+  trainer::add_strategy_flags(app, o, "cpu, or cuda:N (char_transformer_cuda, --strategy one_device)");
   try {
     app.parse(argc, argv);
     for (auto [flag, v] : {std::pair{"--steps", o.steps}, std::pair{"--batch", o.batch}, std::pair{"--context", o.context},
@@ -69,7 +70,6 @@ int parse_options(int argc, char** argv, Options& o) {
     trainer::check_strategy_flags(app, o);
     if (o.update_on == "servers" && o.clip > 0)
       throw CLI::ValidationError("--update-on", "servers needs --clip 0: clipping runs on the workers, before the update");
-    if (o.device != "cpu") throw CLI::ValidationError("--device", "this trainer runs on the CPU");
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
@@ -80,11 +80,13 @@ int parse_options(int argc, char** argv, Options& o) {
 double validation_loss(strata::models::CharTransformer& model, const strata::data::TensorDataset& windows) {
   strata::NoGradGuard no_grad;
   const std::int64_t V = model.shape().vocab;
+  const strata::Device device = model.parameters().front().device();
   double total = 0;
   std::int64_t count = 0;
   for (const auto& b : strata::data::Pipeline(windows).batch(64)) {
-    const strata::Tensor logits = strata::reshape(model(b.x), {-1, V});
-    total += strata::nn::cross_entropy(logits, strata::reshape(b.y, {-1}), strata::nn::Reduction::sum).item();
+    const strata::Tensor logits = strata::reshape(model(b.x.to(device)), {-1, V});
+    const strata::Tensor labels = strata::reshape(b.y, {-1}).to(device);
+    total += strata::nn::cross_entropy(logits, labels, strata::nn::Reduction::sum).item();
     count += b.y.numel();
   }
   return total / static_cast<double>(count);
@@ -100,7 +102,9 @@ std::string sample(strata::models::CharTransformer& model, const strata::data::C
     const auto from = prompt.size() > static_cast<std::size_t>(C) ? prompt.end() - C : prompt.begin();
     const std::vector<std::int64_t> window(from, prompt.end());
     const auto T = static_cast<std::int64_t>(window.size());
-    const auto p = strata::softmax(model(strata::from_vector<std::int64_t>({1, T}, window))).to_vector<double>();
+    const strata::Tensor x = strata::from_vector<std::int64_t>({1, T}, window).to(model.parameters().front().device());
+    const strata::Tensor probs = strata::softmax(model(x)).to(strata::Device::cpu());
+    const auto p = strata::to_dtype(probs, strata::DType::f64).to_vector<double>();
     double u = gen.uniform(0.0, 1.0), acc = 0;
     std::int64_t next = V - 1;
     for (std::int64_t v = 0; v < V; ++v)

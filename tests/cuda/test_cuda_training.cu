@@ -2,11 +2,14 @@
 // pooling, linear layers, dropout) and the softmax cross-entropy, SGD with momentum and Adam,
 // in float64 so the two runs agree to rounding. Also: a moved model's parameters, mixed
 // devices named in the error, and a steady-state device step that calls cudaMalloc no more.
+// The Transformer and ResNet layers (support/layer_ops.hpp) on the device against the CPU: in
+// float64 to rounding, and in float32 on fresh random inputs within float32's bounds.
 #include "doctest.hpp"
 
 #include <cmath>
 
 #include "cuda_test_support.hpp"
+#include "support/layer_ops.hpp"
 
 using namespace strata;
 using namespace cuda_test;
@@ -117,6 +120,48 @@ TEST_CASE("elementwise ops, sum and mean on the device: values and gradients equ
     REQUIRE(gag[i] == doctest::Approx(gac[i]).epsilon(1e-12));
     REQUIRE(gbg[i] == doctest::Approx(gbc[i]).epsilon(1e-12));
   }
+}
+
+namespace {
+
+/// ||got - want|| / ||want|| over a vector (NaN fails).
+double relative_error(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+void check_layers(DType dtype, std::uint64_t seed, double bound) {
+  namespace lo = support::layer_ops;
+  for (const auto size : {lo::Size::small, lo::Size::large}) {
+    CAPTURE(static_cast<int>(size));
+    CAPTURE(seed);
+    const lo::Inputs in = lo::inputs(seed, size, dtype);
+    const lo::Result c = lo::run(in, Device::cpu()), g = lo::run(in, kDev);
+    CHECK(std::abs(g.value - c.value) <= bound * std::abs(c.value));
+    REQUIRE(g.grads.size() == c.grads.size());
+    for (std::size_t i = 0; i < c.grads.size(); ++i) {
+      CAPTURE(i);
+      const double e = relative_error(g.grads[i], c.grads[i]);
+      CHECK(e <= bound);  // (false for NaN)
+      MESSAGE("gradient " << i << ": relative error " << e);
+    }
+    CHECK(relative_error(g.running_mean, c.running_mean) <= bound);
+    CHECK(relative_error(g.running_var, c.running_var) <= bound);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the Transformer and ResNet layers on the device: values and gradients equal the CPU's") {
+  check_layers(DType::f64, 31, 1e-11);
+  // float32, fresh inputs each run: METHOD's float32 bound is far under 1e-3.
+  const auto seed = static_cast<std::uint64_t>(std::random_device{}());
+  check_layers(DType::f32, seed, 1e-4);
 }
 
 TEST_CASE("operands on different devices are an error naming both") {

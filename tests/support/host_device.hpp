@@ -7,11 +7,14 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
+#include <strata/kernels/cpu/batch_norm.hpp>
+#include <strata/kernels/cpu/layer_norm.hpp>
 #include <strata/kernels/cpu/optim_step.hpp>
 #include <strata/kernels/cpu/pool.hpp>
 #include <strata/kernels/cpu/softmax.hpp>
@@ -208,6 +211,128 @@ inline strata::DeviceKernels make_kernels() {
     floating(t, [&](auto tag) {
       using T = decltype(tag);
       strata::kernels::cpu::max_pool2d_backward<T>(geo, at<T>(dy), arg, at<T>(dx), acc);
+    });
+  };
+  k.avg_pool_forward = [](int, DType t, const strata::kernels::math::PoolGeometry& geo, const void* x, void* y) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      strata::kernels::cpu::avg_pool2d_forward<T>(geo, at<T>(x), at<T>(y));
+    });
+  };
+  k.avg_pool_backward = [](int, DType t, const strata::kernels::math::PoolGeometry& geo, const void* dy, void* dx,
+                           bool acc) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      strata::kernels::cpu::avg_pool2d_backward<T>(geo, at<T>(dy), at<T>(dx), acc);
+    });
+  };
+  k.softmax_forward = [](int, DType t, std::int64_t rows, std::int64_t cols, const void* x, void* y, double scale,
+                         std::int64_t period) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      strata::kernels::cpu::softmax_forward<T>(rows, cols, at<T>(x), at<T>(y), static_cast<T>(scale), period);
+    });
+  };
+  k.softmax_backward = [](int, DType t, std::int64_t rows, std::int64_t cols, const void* y, const void* dy,
+                          double scale, void* dx, bool acc) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      strata::kernels::cpu::softmax_backward<T>(rows, cols, at<T>(y), at<T>(dy), static_cast<T>(scale), at<T>(dx), acc);
+    });
+  };
+  k.log_softmax_forward = [](int, DType t, std::int64_t rows, std::int64_t cols, const void* x, void* y) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      strata::kernels::cpu::log_softmax_forward<T>(rows, cols, at<T>(x), at<T>(y));
+    });
+  };
+  k.log_softmax_backward = [](int, DType t, std::int64_t rows, std::int64_t cols, const void* y, const void* dy,
+                              void* dx, bool acc) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      strata::kernels::cpu::log_softmax_backward<T>(rows, cols, at<T>(y), at<T>(dy), at<T>(dx), acc);
+    });
+  };
+  k.layer_norm_forward = [](int, DType t, std::int64_t rows, std::int64_t cols, const void* x, const void* w,
+                            const void* b, double eps, void* y, void* stats) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      strata::kernels::cpu::layer_norm_forward<T>(rows, cols, at<T>(x), at<T>(w), at<T>(b), eps, at<T>(y),
+                                                  at<T>(stats));
+    });
+  };
+  k.layer_norm_backward = [](int, DType t, std::int64_t rows, std::int64_t cols, const void* x, const void* w,
+                             const void* stats, const void* dy, void* dx, bool adx, void* dw, bool adw, void* db,
+                             bool adb) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      strata::kernels::cpu::layer_norm_backward<T>(rows, cols, at<T>(x), at<T>(w), at<T>(stats), at<T>(dy), at<T>(dx),
+                                                   adx, at<T>(dw), adw, at<T>(db), adb);
+    });
+  };
+  k.copy_strided = [](int, DType t, const Shape& shape, const void* src, const Shape& ss, void* dst, const Shape& ds,
+                      bool acc) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      const std::array<Shape, 2> st{ss, ds};
+      strata::detail::for_each_strided<2>(shape, st, [&](const auto& o) { put(at<T>(dst)[o[1]], at<T>(src)[o[0]], acc); });
+    });
+  };
+  k.gather_rows = [](int, DType t, DType it, std::int64_t n, std::int64_t cols, const void* table, const void* idx,
+                     void* out) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      for (std::int64_t r = 0; r < n; ++r) {
+        const std::int64_t row = it == DType::i32 ? at<std::int32_t>(idx)[r] : at<std::int64_t>(idx)[r];
+        std::copy_n(at<T>(table) + row * cols, cols, at<T>(out) + r * cols);
+      }
+    });
+  };
+  k.sum_rows = [](int, DType t, std::int64_t segments, std::int64_t cols, const std::int64_t* plan, const void* g,
+                  void* d) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      const std::int64_t* starts = plan + segments;
+      const std::int64_t* order = starts + segments + 1;
+      for (std::int64_t s = 0; s < segments; ++s)
+        for (std::int64_t j = starts[s]; j < starts[s + 1]; ++j)
+          for (std::int64_t c = 0; c < cols; ++c) at<T>(d)[plan[s] * cols + c] += at<T>(g)[order[j] * cols + c];
+    });
+  };
+  k.channel_moments = [](int, DType t, std::int64_t images, std::int64_t channels, std::int64_t plane, const void* x,
+                         double* sums) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      std::fill_n(sums, 2 * channels, 0.0);
+      strata::kernels::cpu::channel_moments<T>(images, channels, plane, at<T>(x), sums, sums + channels);
+    });
+  };
+  k.batch_norm_apply = [](int, DType t, std::int64_t images, std::int64_t channels, std::int64_t plane, const void* x,
+                          const void* mean, const void* rstd, const void* w, const void* b, const void* r, bool relu,
+                          void* y) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      strata::kernels::cpu::batch_norm_apply<T>(images, channels, plane, at<T>(x), at<T>(mean), at<T>(rstd), at<T>(w),
+                                                at<T>(b), at<T>(r), relu, at<T>(y));
+    });
+  };
+  k.batch_norm_grad_sums = [](int, DType t, std::int64_t images, std::int64_t channels, std::int64_t plane,
+                              const void* x, const void* mean, const void* rstd, void* dy, const void* relu_out,
+                              double* sums) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      std::fill_n(sums, 2 * channels, 0.0);
+      strata::kernels::cpu::batch_norm_grad_sums<T>(images, channels, plane, at<T>(x), at<T>(mean), at<T>(rstd),
+                                                    at<T>(dy), at<T>(relu_out), sums, sums + channels);
+    });
+  };
+  k.batch_norm_input_grad = [](int, DType t, std::int64_t images, std::int64_t channels, std::int64_t plane,
+                               const void* x, const void* mean, const void* rstd, const void* w, const void* dy,
+                               const void* mdy, const void* mdyh, void* dx, bool acc) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      strata::kernels::cpu::batch_norm_input_grad<T>(images, channels, plane, at<T>(x), at<T>(mean), at<T>(rstd),
+                                                     at<T>(w), at<T>(dy), at<T>(mdy), at<T>(mdyh), at<T>(dx), acc);
     });
   };
   return k;  // channel_bias_act, channel_sums and the convolutions stay null: convolutions need cuDNN

@@ -7,7 +7,10 @@
 
 #include <strata/strata.hpp>
 
+#include <strata/models/char_transformer.hpp>
+
 #include "support/host_device.hpp"
+#include "support/layer_ops.hpp"
 #include "support/train_step.hpp"
 
 using namespace strata;
@@ -151,4 +154,106 @@ TEST_CASE("Tensor.DevicePaths: a Sequential model under OneDeviceStrategy(cuda:0
   const auto lc = run(Device::cpu()), ld = run(kDev);
   REQUIRE(lc.size() == 5);
   check_close(ld, lc, 1e-5);  // float32, the same kernels' arithmetic up to summation order
+}
+
+TEST_CASE("Tensor.DevicePaths: the Transformer and ResNet layers: values and gradients equal the CPU's") {
+  namespace lo = support::layer_ops;
+  for (const auto size : {lo::Size::small, lo::Size::large}) {
+    CAPTURE(static_cast<int>(size));
+    const lo::Inputs in = lo::inputs(31, size, DType::f64);
+    const lo::Result c = lo::run(in, Device::cpu()), d = lo::run(in, kDev);
+    CHECK(d.value == doctest::Approx(c.value).epsilon(1e-12));
+    REQUIRE(d.grads.size() == c.grads.size());
+    for (std::size_t i = 0; i < c.grads.size(); ++i) {
+      CAPTURE(i);
+      double norm = 0;
+      for (double v : c.grads[i]) norm += v * v;
+      CHECK(norm > 0);  // every input reaches the loss
+      check_close(d.grads[i], c.grads[i], 1e-12);
+    }
+    check_close(d.running_mean, c.running_mean, 1e-12);
+    check_close(d.running_var, c.running_var, 1e-12);
+    CHECK(c.running_mean != std::vector<double>(c.running_mean.size(), 0.0));
+  }
+}
+
+TEST_CASE("Tensor.DevicePaths: embedding on a device checks its indices and refuses row-sparse gradients") {
+  Tensor table = ones({4, 2}).to(kDev);
+  Tensor bad = Tensor::empty({2}, DType::i64);
+  bad.data<std::int64_t>()[0] = 1;
+  bad.data<std::int64_t>()[1] = 4;
+  CHECK_THROWS_WITH_AS(embedding(table, bad.to(kDev)), doctest::Contains("index 4 at position 1 is out of range"),
+                       invalid_argument);
+  Tensor ok = zeros({2}, DType::i64);
+  CHECK_THROWS_WITH_AS(embedding(table, ok, TableGradient::row_sparse), doctest::Contains("row-sparse"),
+                       invalid_argument);
+  CHECK(embedding(table, ok).to_vector<float>() == std::vector<float>(4, 1.0f));  // host indices are fine
+}
+
+TEST_CASE("Tensor.DevicePaths: a Transformer and a batch-normalised model under OneDeviceStrategy(cuda:0) train as "
+          "on the CPU") {
+  // The Transformer: embeddings, a position table broadcast over the batch, layer norms,
+  // causal attention, GELU, the per-token loss of the trainer (Reduction::none, then the
+  // global average) and AdamW.
+  auto transformer = [](Device device) {
+    OneDeviceStrategy s(device);
+    const models::TransformerShape shape{11, 8, 16, 2, 2};
+    auto model = s.scope([&] {
+      Generator g(3);
+      return models::CharTransformer(shape, g);
+    });
+    optim::AdamW opt(model.parameters(), 1e-2);
+    Generator g(4);
+    Tensor x = Tensor::empty({10, 8}, DType::i64), y = Tensor::empty({10, 8}, DType::i64);
+    for (std::int64_t i = 0; i < 80; ++i) {
+      x.data<std::int64_t>()[i] = (i * 5 + 1) % 11;
+      y.data<std::int64_t>()[i] = (i * 3 + 2) % 11;
+    }
+    std::vector<double> losses;
+    for (const auto& batch : s.distribute(data::Pipeline(data::TensorDataset(x, y)).batch(4))) {
+      auto l = s.run(
+          [&](ReplicaContext& ctx, const data::Batch& b) {
+            const Tensor logits = reshape(model(b.x), {-1, shape.vocab});
+            const Tensor per = nn::cross_entropy(logits, reshape(b.y, {-1}), nn::Reduction::none);
+            Tensor loss = compute_average_loss(per, b.global_size * 8);
+            opt.apply_gradients(ctx, grad(loss, model.parameters()));
+            return loss;
+          },
+          batch);
+      losses.push_back(s.reduce(ReduceOp::Sum, l).item());
+    }
+    return losses;
+  };
+  const auto tc = transformer(Device::cpu()), td = transformer(kDev);
+  REQUIRE(tc.size() == 3);
+  check_close(td, tc, 1e-5);  // float32, the same kernels' arithmetic up to summation order
+  // Batch norm's buffers move with the model: training and evaluation on the device.
+  auto normalised = [](Device device) {
+    OneDeviceStrategy s(device);
+    auto model = s.scope([] {
+      Generator g(6);
+      nn::Sequential m;
+      m.add(nn::Linear(12, 16, true, g));
+      m.add(nn::BatchNorm1d(16));
+      m.add(nn::ReLU());
+      m.add(nn::Linear(16, 4, true, g));
+      return m;
+    });
+    optim::Sgd opt(model.parameters(), 0.05, 0.9);
+    Generator g(9);
+    Tensor x = normal({30, 12}, 0, 1, g);
+    Tensor y = Tensor::empty({30}, DType::i64);
+    for (std::int64_t i = 0; i < 30; ++i) y.data<std::int64_t>()[i] = i % 4;
+    std::vector<double> out;
+    for (const auto& b : s.distribute(data::Pipeline(data::TensorDataset(x, y)).batch(7)))
+      out.push_back(support::train_step(s, model, opt, b));
+    model.eval();
+    for (double v : model(x.to(device)).to(Device::cpu()).to_vector<float>()) out.push_back(v);
+    for (const Tensor& t : model.buffers()) out.push_back(to_dtype(t.to(Device::cpu()), DType::f64).to_vector<double>()[0]);
+    return out;
+  };
+  const auto nc = normalised(Device::cpu()), nd = normalised(kDev);
+  REQUIRE(nc.size() == 5 + 120 + 3);
+  CHECK(nc.back() == 5.0);  // num_batches_tracked, counted on the device too
+  check_close(nd, nc, 1e-5);
 }

@@ -14,7 +14,7 @@
 /// Buffers in host memory (a strategy's flags and counters, a metric) go through the
 /// bootstrap instead, so every strategy's host-side agreement works over Nccl unchanged.
 ///
-/// Blocking calls return with the result in device memory (the NCCL stream synchronised);
+/// Blocking calls return with the result in device memory (their stream synchronised);
 /// iallreduce returns a Work that either waits on the host (wait()) or orders a stream after
 /// the collective without blocking the host (then(stream)) — the gradient engine's overlap.
 #pragma once
@@ -218,7 +218,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
       STRATA_CUDA_CHECK(cudaMemset(scratch_, 0, sizeof(float)));  // a defined word: no NaN to carry around
     }
     const Fingerprint fp{OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0, 0};
-    run(fp, [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
+    run(fp, [&](cudaStream_t s) { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, s); });
   }
 
   /// An asynchronous collective on the NCCL stream.
@@ -266,6 +266,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
                            stream_);
     });
     w.event_.record(stream_);
+    async_in_flight_ = true;
     return w;
   }
 
@@ -281,8 +282,8 @@ class Nccl : public TypedFrontEnd<Nccl> {
 
   void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
     if (!detail::is_device_memory(out)) return boot_.allreduce(in, out, count, dtype, op);
-    run({OpKind::allreduce, op, dtype, count, 0, 0}, [&] {
-      return ncclAllReduce(in, out, count, detail::nccl_type(dtype), detail::nccl_op(op), comm_, stream_);
+    run({OpKind::allreduce, op, dtype, count, 0, 0}, [&](cudaStream_t s) {
+      return ncclAllReduce(in, out, count, detail::nccl_type(dtype), detail::nccl_op(op), comm_, s);
     });
   }
   /// A 16-bit float sum (gradient compression's wire format): NCCL reduces float16 and
@@ -294,17 +295,17 @@ class Nccl : public TypedFrontEnd<Nccl> {
   void broadcast_raw(void* x, std::size_t count, DType dtype, int root) {
     if (!detail::is_device_memory(x)) return boot_.broadcast(x, count, dtype, root);
     run({OpKind::broadcast, ReduceOp::Sum, dtype, count, root, 0},
-        [&] { return ncclBroadcast(x, x, count, detail::nccl_type(dtype), root, comm_, stream_); });
+        [&](cudaStream_t s) { return ncclBroadcast(x, x, count, detail::nccl_type(dtype), root, comm_, s); });
   }
   void allgather_raw(const void* in, void* out, std::size_t count, DType dtype) {
     if (!detail::is_device_memory(out)) return boot_.allgather(in, out, count, dtype);
     run({OpKind::allgather, ReduceOp::Sum, dtype, count, 0, 0},
-        [&] { return ncclAllGather(in, out, count, detail::nccl_type(dtype), comm_, stream_); });
+        [&](cudaStream_t s) { return ncclAllGather(in, out, count, detail::nccl_type(dtype), comm_, s); });
   }
   void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
     if (!detail::is_device_memory(out)) return boot_.reduce_scatter(in, out, count, dtype, op);
-    run({OpKind::reduce_scatter, op, dtype, count, 0, 0}, [&] {
-      return ncclReduceScatter(in, out, count, detail::nccl_type(dtype), detail::nccl_op(op), comm_, stream_);
+    run({OpKind::reduce_scatter, op, dtype, count, 0, 0}, [&](cudaStream_t s) {
+      return ncclReduceScatter(in, out, count, detail::nccl_type(dtype), detail::nccl_op(op), comm_, s);
     });
   }
 
@@ -350,24 +351,30 @@ class Nccl : public TypedFrontEnd<Nccl> {
   /// enqueues, so poll until it has).
   template <class Call>
   void enqueue(const Fingerprint& fp, Call&& call) {
-    check_usable(fp);
-    kernels::cuda::DeviceGuard on(device_);
+    check_usable(fp);  // (the caller has made this rank's device current)
     const ncclResult_t rc = call();
     if (rc != ncclInProgress) check(rc, name_of(fp.kind));
     wait_ready(fp.str().c_str(), deadline());
   }
 
-  /// A blocking collective: queue it after the compute stream, then wait for it. The NCCL
-  /// stream holds this rank's collectives only, so "the stream is idle" is "it finished":
-  /// polling the stream spares recording an event after each call.
+  /// A blocking collective: queued after the compute stream's work, then waited for. With no
+  /// iallreduce in flight it goes on the compute stream itself, which orders it after that
+  /// work for free (no event, no second stream: raw NCCL's cost), and "the stream is idle" is
+  /// "it finished". Behind an iallreduce it goes on the NCCL stream, after the compute stream,
+  /// so that this rank's collectives keep their order.
   template <class Call>
   void run(Fingerprint fp, Call&& call) {
     fp.seq = seq_++;
     if (options_.check_fingerprints) check_fingerprint(fp);
     kernels::cuda::DeviceGuard on(device_);
-    order_after(nullptr);
-    enqueue(fp, call);
-    wait_stream(fp);
+    cudaStream_t s = kernels::cuda::compute_stream(device_);
+    if (async_in_flight_) {
+      order_after(nullptr);
+      s = stream_;
+    }
+    enqueue(fp, [&] { return call(s); });
+    wait_stream(s, fp);
+    if (s == stream_) async_in_flight_ = false;  // the NCCL stream has run everything queued on it
   }
 
   /// Polls the communicator until it is no longer busy with its last call.
@@ -408,9 +415,9 @@ class Nccl : public TypedFrontEnd<Nccl> {
   void wait_event(cudaEvent_t event, const Fingerprint& fp) {
     wait_until([&] { return query(cudaEventQuery(event), "cudaEventQuery"); }, fp);
   }
-  /// Waits on the host until the NCCL stream has run everything queued on it.
-  void wait_stream(const Fingerprint& fp) {
-    wait_until([&] { return query(cudaStreamQuery(stream_), "cudaStreamQuery"); }, fp);
+  /// Waits on the host until `s` has run everything queued on it.
+  void wait_stream(cudaStream_t s, const Fingerprint& fp) {
+    wait_until([&] { return query(cudaStreamQuery(s), "cudaStreamQuery"); }, fp);
   }
   static bool query(cudaError_t rc, const char* call) {
     if (rc == cudaSuccess) return true;
@@ -457,6 +464,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
   cudaEvent_t done_ = nullptr;
   void* scratch_ = nullptr;  ///< the barrier's one device word
   std::uint64_t seq_ = 0;
+  bool async_in_flight_ = false;  ///< an iallreduce was queued on the NCCL stream since it was last idle
   bool aborted_ = false;
   std::string abort_reason_;
 };

@@ -58,14 +58,14 @@ class BatchNorm : public Module {
   /// act(forward(x) + residual) in one pass: a residual block's last norm, its shortcut and ReLU.
   Tensor forward_fused(const Tensor& x, Activation act, const Tensor& residual) {
     check_input(x);
-    if (is_training()) ++batches_.data<std::int64_t>()[0];
+    if (is_training()) count_batch();
     return batch_norm(x, weight_, bias_, running_mean_, running_var_, is_training(), momentum_, eps_, statistics_, act,
                       residual);
   }
   BatchStatistics statistics() const noexcept { return statistics_; }
   const Tensor& running_mean() const noexcept { return running_mean_; }
   const Tensor& running_var() const noexcept { return running_var_; }
-  std::int64_t num_batches_tracked() const { return batches_.data<std::int64_t>()[0]; }
+  std::int64_t num_batches_tracked() const { return batches_.to(Device::cpu()).data<std::int64_t>()[0]; }
 
  protected:
   /// The input ranks this layer takes (BatchNorm1d: 2 or 3; BatchNorm2d: 4).
@@ -74,6 +74,17 @@ class BatchNorm : public Module {
   }
 
  private:
+  /// num_batches_tracked + 1, where the buffer lives (a device's through a host copy).
+  void count_batch() {
+    if (batches_.device().kind == DeviceKind::cpu) {
+      ++batches_.data<std::int64_t>()[0];
+      return;
+    }
+    Tensor host = batches_.to(Device::cpu());
+    ++host.data<std::int64_t>()[0];
+    batches_.copy_(host);
+  }
+
   Tensor weight_, bias_, running_mean_, running_var_, batches_;
   double eps_, momentum_;
   BatchStatistics statistics_;

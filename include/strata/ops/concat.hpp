@@ -10,7 +10,7 @@
 
 #include <strata/autograd/tape.hpp>
 #include <strata/ops/detail/strided.hpp>     // for_each_strided
-#include <strata/tensor/device_kernels.hpp>  // require_host
+#include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -29,6 +29,24 @@ void copy_strided(const Shape& shape, const T* src, const Shape& src_strides, T*
     strata::detail::for_each_strided<2>(shape, st, [&](const auto& o) { dst[o[1]] = src[o[0]]; });
 }
 
+/// dst (+)= src over `shape` through strides, as copy_strided, for tensors on the host or a
+/// device (pointers `src_at`/`dst_at` elements into the tensors' data).
+inline void copy_part(const Shape& shape, const Tensor& src, std::int64_t src_at, const Shape& src_strides,
+                      const Tensor& dst, std::int64_t dst_at, const Shape& dst_strides, bool accumulate) {
+  if (on_device(dst)) {
+    const auto es = static_cast<std::int64_t>(size_of(dst.dtype()));
+    device_kernels("concat", src, dst)
+        .copy_strided(dst.device().index, dst.dtype(), shape, static_cast<const char*>(src.raw_data()) + src_at * es,
+                      src_strides, static_cast<char*>(dst.raw_data()) + dst_at * es, dst_strides, accumulate);
+    return;
+  }
+  strata::detail::visit_dtype(dst.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    copy_strided<T>(shape, static_cast<const T*>(src.raw_data()) + src_at, src_strides,
+                    static_cast<T*>(dst.raw_data()) + dst_at, dst_strides, accumulate);
+  });
+}
+
 /// The part [start, start + extent) along `axis` of a contiguous tensor of shape `whole`:
 /// its shape and its element offset (its strides are the whole's).
 inline std::pair<Shape, std::int64_t> part_of(const Shape& whole, int axis, std::int64_t start, std::int64_t extent) {
@@ -41,16 +59,12 @@ inline std::pair<Shape, std::int64_t> part_of(const Shape& whole, int axis, std:
 inline void concat_backward(autograd::Node& n, std::uint64_t epoch) {
   const Tensor& g = autograd::grad_output(n);
   const int axis = static_cast<int>(n.i[0]);
-  strata::detail::visit_floating(g.dtype(), "concat", [&](auto tag) {
-    using T = decltype(tag);
-    for (std::size_t k = 0; k < n.in.size(); ++k) {
-      auto s = autograd::grad_slot(n.in[k], epoch);
-      if (!s) continue;
-      const auto [shape, offset] = part_of(g.shape(), axis, n.i[k + 1], n.in[k].dim(axis));
-      copy_strided<T>(shape, g.template data<T>() + offset, contiguous_strides(g.shape()), s.dst.template data<T>(),
-                      contiguous_strides(shape), s.accumulate);
-    }
-  });
+  for (std::size_t k = 0; k < n.in.size(); ++k) {
+    auto s = autograd::grad_slot(n.in[k], epoch);
+    if (!s) continue;
+    const auto [shape, offset] = part_of(g.shape(), axis, n.i[k + 1], n.in[k].dim(axis));
+    copy_part(shape, g, offset, contiguous_strides(g.shape()), s.dst, 0, contiguous_strides(shape), s.accumulate);
+  }
 }
 
 /// Concatenates up to three tensors (one tape node).
@@ -61,16 +75,12 @@ inline Tensor concat_node(std::span<const Tensor> xs, int axis) {
   Tensor out = Tensor::empty(shape, xs[0].dtype(), xs[0].device());
   std::array<std::int64_t, 3> starts{};
   std::int64_t at = 0;
-  strata::detail::visit_dtype(out.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    for (std::size_t k = 0; k < xs.size(); ++k) {
-      const auto [part, offset] = part_of(shape, axis, at, xs[k].dim(axis));
-      copy_strided<T>(part, static_cast<const T*>(xs[k].raw_data()), xs[k].strides(),
-                      static_cast<T*>(out.raw_data()) + offset, contiguous_strides(shape), false);
-      starts[k] = at;
-      at += xs[k].dim(axis);
-    }
-  });
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    const auto [part, offset] = part_of(shape, axis, at, xs[k].dim(axis));
+    copy_part(part, xs[k], 0, xs[k].strides(), out, offset, contiguous_strides(shape), false);
+    starts[k] = at;
+    at += xs[k].dim(axis);
+  }
   if (is_floating(out.dtype()))
     if (auto* n = autograd::record("concat", &concat_backward, out, xs[0], xs.size() > 1 ? xs[1] : Tensor(),
                                    xs.size() > 2 ? xs[2] : Tensor())) {
@@ -88,18 +98,14 @@ inline void slice_backward(autograd::Node& n, std::uint64_t epoch) {
   const Tensor& g = autograd::grad_output(n);
   const int axis = static_cast<int>(n.i[0]);
   if (!s.accumulate) s.dst.fill_(0.0);
-  strata::detail::visit_floating(g.dtype(), "slice", [&](auto tag) {
-    using T = decltype(tag);
-    const auto [shape, offset] = part_of(s.dst.shape(), axis, n.i[1], g.dim(axis));
-    copy_strided<T>(shape, g.template data<T>(), contiguous_strides(shape), s.dst.template data<T>() + offset,
-                    contiguous_strides(s.dst.shape()), true);
-  });
+  const auto [shape, offset] = part_of(s.dst.shape(), axis, n.i[1], g.dim(axis));
+  copy_part(shape, g, 0, contiguous_strides(shape), s.dst, offset, contiguous_strides(s.dst.shape()), true);
 }
 
 }  // namespace ops::detail
 
 /// The tensors joined along `axis` (negative counts from the end); every other extent must
-/// agree. A new contiguous tensor. Runs on the host.
+/// agree. A new contiguous tensor, on the tensors' device.
 inline Tensor concat(std::span<const Tensor> xs, int axis) {
   STRATA_CHECK(!xs.empty(), "concat of no tensors");
   STRATA_CHECK(xs[0].defined(), "concat: tensor 0 is undefined");
@@ -107,7 +113,8 @@ inline Tensor concat(std::span<const Tensor> xs, int axis) {
   for (std::size_t k = 0; k < xs.size(); ++k) {
     const Tensor& x = xs[k];
     STRATA_CHECK(x.defined(), "concat: tensor ", k, " is undefined");
-    require_host("concat", x);
+    STRATA_CHECK(x.device() == xs[0].device(), "concat: tensor ", k, " is on ", x.device(), ", tensor 0 on ",
+                 xs[0].device(), "; move them with to()");
     STRATA_CHECK(x.dtype() == xs[0].dtype(), "concat: tensor ", k, " is ", x.dtype(), ", tensor 0 is ", xs[0].dtype());
     bool same = x.ndim() == xs[0].ndim();
     for (int i = 0; same && i < x.ndim(); ++i) same = i == a || x.dim(i) == xs[0].dim(i);
@@ -132,7 +139,6 @@ namespace ops::detail {
 /// contiguous copy when `contiguous`.
 inline Tensor slice_node(const Tensor& x, int axis, std::int64_t start, std::int64_t end, bool contiguous) {
   STRATA_CHECK(x.defined(), "slice of an undefined tensor");
-  require_host("slice", x);
   const int a = x.shape().normalize_axis(axis);
   STRATA_CHECK(0 <= start && start <= end && end <= x.dim(a), "slice [", start, ", ", end, ") out of range for axis ",
                axis, " of extent ", x.dim(a), " (shape ", x.shape(), ")");

@@ -80,6 +80,36 @@ void broadcast_operand_grad(GradSlot& slot, const Shape& os, const std::array<Sh
   });
 }
 
+/// s.dst (+)= `d` (the output's shape) summed down to s.dst's shape on a device, as one GEMM
+/// with a vector of ones: over the leading axes ([outer, inner] -> [inner]) or the trailing
+/// ones ([outer, inner] -> [outer]). Other broadcasts (axes in the middle) are an error.
+inline void device_reduce_broadcast(const char* op, const Tensor& d, const autograd::GradSlot& s) {
+  const Shape& os = d.shape();
+  Shape ps;  // s.dst's shape aligned to the right, as broadcasting reads it
+  for (int i = s.dst.ndim(); i < os.ndim(); ++i) ps.push_back(1);
+  for (std::int64_t e : s.dst.shape().dims()) ps.push_back(e);
+  const int r = os.ndim();
+  int lead = 0, trail = r;  // ps == [1.., os[lead:]] or ps == [os[:trail], 1..]
+  while (lead < r && ps[lead] == 1) ++lead;
+  while (trail > 0 && ps[trail - 1] == 1) --trail;
+  bool leading = true, trailing = true;
+  for (int i = lead; i < r; ++i) leading = leading && ps[i] == os[i];
+  for (int i = 0; i < trail; ++i) trailing = trailing && ps[i] == os[i];
+  if (!leading && !trailing)
+    unsupported_on_device(op, d.device(), "the gradient of an operand broadcast along middle axes is not computed "
+                                          "on devices; broadcast it first (one shape for both operands)");
+  const std::int64_t kept = s.dst.numel(), summed = kept > 0 ? os.numel() / kept : 0;
+  Tensor ones_vec = Tensor::empty({summed}, d.dtype(), d.device());
+  ones_vec.fill_(1.0);
+  const auto& dk = device_kernels(op, d, s.dst);
+  if (leading)  // [1, summed] x [summed, kept]
+    dk.gemm(d.device().index, d.dtype(), false, false, 1, kept, summed, ones_vec.raw_data(), summed, d.raw_data(), kept,
+            s.dst.raw_data(), kept, s.accumulate);
+  else  // [kept, summed] x [summed, 1]
+    dk.gemm(d.device().index, d.dtype(), false, false, kept, 1, summed, d.raw_data(), summed, ones_vec.raw_data(), 1,
+            s.dst.raw_data(), 1, s.accumulate);
+}
+
 inline void binary_backward(Node& n, std::uint64_t epoch) {
   const Tensor g = autograd::grad_output(n);  // (held: it may be handed on to a below)
   const Tensor &a = n.in[0], &b = n.in[1];
@@ -91,14 +121,29 @@ inline void binary_backward(Node& n, std::uint64_t epoch) {
                 autograd::pass_gradient(a, g, epoch);
   if (on_device(g)) {
     const auto& dk = device_kernels(n.name, g, a, b);
-    if (!(a.shape() == os && b.shape() == os))
-      unsupported_on_device(n.name, g.device(), "the gradient of a broadcasting operand is not computed on devices "
-                                                 "yet; broadcast it first (one shape for both operands)");
-    Tensor ac = a.contiguous(), bc = b.contiguous();
-    for (int which = a_done ? 1 : 0; which < 2; ++which)
-      if (auto s = autograd::grad_slot(which == 0 ? a : b, epoch))
+    // A broadcast operand is read at the output's shape (a contiguous copy); its gradient is
+    // made at that shape, then summed over the broadcast axes (device_reduce_broadcast).
+    const auto full = [&](const Tensor& t) {
+      return t.shape() == os ? t.contiguous()
+                             : strata::detail::make_view(t, os, strata::detail::broadcast_strides(t, os),
+                                                         t.impl()->offset())
+                                   .contiguous();
+    };
+    const Tensor ac = full(a), bc = full(b);
+    for (int which = a_done ? 1 : 0; which < 2; ++which) {
+      const Tensor& operand = which == 0 ? a : b;
+      auto s = autograd::grad_slot(operand, epoch);
+      if (!s) continue;
+      if (operand.shape() == os) {
         dk.binary_backward(g.device().index, g.dtype(), kind, which, g.numel(), g.raw_data(), ac.raw_data(),
                            bc.raw_data(), s.dst.raw_data(), s.accumulate);
+        continue;
+      }
+      Tensor d = Tensor::empty(os, g.dtype(), g.device());
+      dk.binary_backward(g.device().index, g.dtype(), kind, which, g.numel(), g.raw_data(), ac.raw_data(),
+                         bc.raw_data(), d.raw_data(), false);
+      device_reduce_broadcast(n.name, d, s);
+    }
     return;
   }
   strata::detail::visit_floating(g.dtype(), n.name, [&](auto tag) {

@@ -4,11 +4,13 @@
 /// (TableGradient::row_sparse; docs/sparse_design.md).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include <strata/autograd/tape.hpp>
-#include <strata/tensor/device_kernels.hpp>  // require_host
+#include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -29,9 +31,54 @@ decltype(auto) visit_index(DType t, const char* op, F&& f) {
   STRATA_THROW(::strata::invalid_argument, "strata.dtype", op, ": indices must be int32 or int64, got ", name_of(t));
 }
 
+/// The order in which the device adds the gradient rows into the table's gradient: for each
+/// distinct row, in increasing order, the positions that looked it up, in position order (the
+/// CPU's order of additions), as [rows | starts | positions] (DeviceKernels::sum_rows).
+template <class I>
+std::vector<std::int64_t> row_sum_plan(std::int64_t n, const I* idx, std::int64_t& segments) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  for (std::int64_t r = 0; r < n; ++r) order[static_cast<std::size_t>(r)] = r;
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return idx[a] < idx[b]; });
+  std::vector<std::int64_t> rows, starts;
+  for (std::int64_t j = 0; j < n; ++j)
+    if (j == 0 || idx[order[static_cast<std::size_t>(j)]] != idx[order[static_cast<std::size_t>(j - 1)]]) {
+      rows.push_back(static_cast<std::int64_t>(idx[order[static_cast<std::size_t>(j)]]));
+      starts.push_back(j);
+    }
+  starts.push_back(n);
+  segments = static_cast<std::int64_t>(rows.size());
+  std::vector<std::int64_t> plan;
+  plan.reserve(rows.size() + starts.size() + order.size());
+  plan.insert(plan.end(), rows.begin(), rows.end());
+  plan.insert(plan.end(), starts.begin(), starts.end());
+  plan.insert(plan.end(), order.begin(), order.end());
+  return plan;
+}
+
+/// The dense gradient of a table on a device: zeroed (unless accumulating), then each looked-up
+/// row's sum added by the plan. `idx` is the host's copy of the indices.
+inline void embedding_backward_on_device(const autograd::GradSlot& s, const Tensor& idx, const Tensor& g) {
+  if (!s.accumulate) Tensor(s.dst).fill_(0.0);
+  std::int64_t segments = 0;
+  const std::vector<std::int64_t> plan = visit_index(idx.dtype(), "embedding", [&](auto itag) {
+    using I = decltype(itag);
+    return row_sum_plan<I>(idx.numel(), idx.template data<I>(), segments);
+  });
+  if (segments == 0) return;
+  const Tensor d_plan = Tensor::empty({static_cast<std::int64_t>(plan.size())}, DType::i64, g.device());
+  backend_of(g.device()).copy(d_plan.raw_data(), g.device(), plan.data(), Device::cpu(), plan.size() * sizeof(std::int64_t));
+  device_kernels("embedding", g, s.dst)
+      .sum_rows(g.device().index, g.dtype(), segments, s.dst.dim(1), static_cast<const std::int64_t*>(d_plan.raw_data()),
+                g.raw_data(), s.dst.raw_data());
+}
+
 inline void embedding_backward(autograd::Node& n, std::uint64_t epoch) {
   const Tensor& idx = n.saved[0];
   const std::int64_t D = n.in[0].dim(1);
+  if (on_device(n.in[0])) {
+    if (auto s = autograd::grad_slot(n.in[0], epoch)) embedding_backward_on_device(s, idx, autograd::grad_output(n));
+    return;
+  }
   if (n.i[0] != 0) {  // row-sparse: the output's gradient rows are the table's
     strata::detail::visit_floating(n.in[0].dtype(), "embedding", [&](auto tag) {
       using T = decltype(tag);
@@ -71,14 +118,33 @@ inline void embedding_backward(autograd::Node& n, std::uint64_t epoch) {
 inline Tensor embedding(const Tensor& table, const Tensor& indices, TableGradient grad = TableGradient::dense) {
   STRATA_CHECK(table.defined() && indices.defined(), "embedding: undefined operand");
   STRATA_CHECK(table.ndim() == 2, "embedding: the table must be [rows, width], got ", table.shape());
-  require_host("embedding", table, indices);
   const std::int64_t V = table.dim(0), D = table.dim(1);
-  const Tensor idx = indices.contiguous();
+  // The indices on the host: checked there, and the plan of a device table's gradient.
+  const Tensor idx = on_device(indices) ? indices.to(Device::cpu()) : indices.contiguous();
   Shape os = indices.shape();
   os.push_back(D);
-  Tensor out = Tensor::empty(os, table.dtype());
+  Tensor out = Tensor::empty(os, table.dtype(), table.device());
   const Tensor tc = table.contiguous();
-  ops::detail::visit_index(idx.dtype(), "embedding", [&](auto itag) {
+  if (on_device(table)) {
+    STRATA_CHECK(grad == TableGradient::dense, "embedding on ", table.device(),
+                 ": row-sparse gradients are made on the CPU; ask for TableGradient::dense or keep the table on the "
+                 "host");
+    ops::detail::visit_index(idx.dtype(), "embedding", [&](auto itag) {
+      using I = decltype(itag);
+      const I* ip = idx.template data<I>();
+      for (std::int64_t r = 0, rows = idx.numel(); r < rows; ++r)
+        STRATA_CHECK(ip[r] >= 0 && static_cast<std::int64_t>(ip[r]) < V, "embedding: index ",
+                     static_cast<std::int64_t>(ip[r]), " at position ", r, " is out of range for a table of ", V,
+                     " rows");
+    });
+    const Tensor d_idx = on_device(indices) ? indices.contiguous() : idx.to(table.device());
+    device_kernels("embedding", table, d_idx)
+        .gather_rows(table.device().index, table.dtype(), d_idx.dtype(), d_idx.numel(), D, tc.raw_data(),
+                     d_idx.raw_data(), out.raw_data());
+  } else {
+    require_host("embedding", indices);
+  }
+  if (!on_device(table)) ops::detail::visit_index(idx.dtype(), "embedding", [&](auto itag) {
     using I = decltype(itag);
     const I* ip = idx.template data<I>();
     const auto esize = static_cast<std::int64_t>(size_of(table.dtype()));

@@ -23,6 +23,13 @@ inline void log_softmax_backward(autograd::Node& n, std::uint64_t epoch) {
   auto s = autograd::grad_slot(n.in[0], epoch);
   if (!s) return;
   const std::int64_t rows = n.out.dim(0), cols = n.out.dim(1);
+  if (on_device(n.out)) {
+    const Tensor& g = autograd::grad_output(n);
+    device_kernels("log_softmax", g, s.dst)
+        .log_softmax_backward(g.device().index, g.dtype(), rows, cols, n.out.raw_data(), g.raw_data(),
+                              s.dst.raw_data(), s.accumulate);
+    return;
+  }
   strata::detail::visit_floating(n.out.dtype(), "log_softmax", [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::log_softmax_backward<T>(rows, cols, n.out.template data<T>(),
@@ -124,13 +131,16 @@ inline Tensor bce_with_logits_elements(const Tensor& logits, const Tensor& targe
 inline Tensor log_softmax(const Tensor& x) {
   STRATA_CHECK(x.defined() && x.ndim() == 2, "log_softmax needs a 2-D tensor [N, C], got ", x.shape());
   STRATA_CHECK(x.dim(1) > 0, "log_softmax over zero classes");
-  require_host("log_softmax", x);
   Tensor xc = x.contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  strata::detail::visit_floating(x.dtype(), "log_softmax", [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::log_softmax_forward<T>(x.dim(0), x.dim(1), xc.template data<T>(), out.template data<T>());
-  });
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (on_device(x))
+    device_kernels("log_softmax", x).log_softmax_forward(x.device().index, x.dtype(), x.dim(0), x.dim(1), xc.raw_data(),
+                                                         out.raw_data());
+  else
+    strata::detail::visit_floating(x.dtype(), "log_softmax", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::log_softmax_forward<T>(x.dim(0), x.dim(1), xc.template data<T>(), out.template data<T>());
+    });
   autograd::record("log_softmax", &ops::detail::log_softmax_backward, out, x);
   return out;
 }

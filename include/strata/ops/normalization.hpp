@@ -18,7 +18,7 @@
 #include <strata/kernels/cpu/layer_norm.hpp>
 #include <strata/ops/linalg.hpp>                 // Activation
 #include <strata/support/replica_scope.hpp>  // replica_info: the synchronised statistics
-#include <strata/tensor/device_kernels.hpp>  // require_host
+#include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -36,6 +36,14 @@ inline void layer_norm_backward(autograd::Node& n, std::uint64_t epoch) {
        sb = autograd::grad_slot(n.in[2], epoch);
   const Tensor &x = n.saved[0], &stats = n.saved[1];
   const std::int64_t cols = x.dim(-1), rows = x.numel() / cols;
+  if (on_device(x)) {
+    const Tensor& g = autograd::grad_output(n);
+    const auto raw = [](const autograd::GradSlot& s) { return s ? s.dst.raw_data() : nullptr; };
+    device_kernels("layer_norm", x, g).layer_norm_backward(
+        x.device().index, x.dtype(), rows, cols, x.raw_data(), n.in[1].defined() ? n.in[1].raw_data() : nullptr,
+        stats.raw_data(), g.raw_data(), raw(sx), sx.accumulate, raw(sw), sw.accumulate, raw(sb), sb.accumulate);
+    return;
+  }
   strata::detail::visit_floating(x.dtype(), "layer_norm", [&](auto tag) {
     using T = decltype(tag);
     const auto ptr = [](const autograd::GradSlot& s) { return s ? s.dst.template data<T>() : nullptr; };
@@ -74,8 +82,40 @@ inline ChannelGeometry channel_geometry(const Tensor& x) {
   return {x.dim(0), x.dim(1), plane};
 }
 
+/// Adds the per-channel `sums` (doubles, on the host) to a [C] gradient on the host or a
+/// device, in the CPU's arithmetic: d = (accumulate ? d : 0) + sum, rounded once.
+inline void add_channel_sums(const autograd::GradSlot& s, std::span<const double> sums) {
+  Tensor d = on_device(s.dst) ? (s.accumulate ? s.dst.to(Device::cpu()) : Tensor::empty(s.dst.shape(), s.dst.dtype()))
+                              : s.dst;
+  strata::detail::visit_floating(d.dtype(), "batch_norm", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = d.template data<T>();
+    for (std::size_t c = 0; c < sums.size(); ++c) p[c] = static_cast<T>((s.accumulate ? p[c] : T(0)) + sums[c]);
+  });
+  if (on_device(s.dst)) Tensor(s.dst).copy_(d);
+}
+
+/// dst (+)= src, both contiguous and of one shape, on the host or a device.
+inline void copy_or_add(const Tensor& src, const Tensor& dst, bool accumulate) {
+  if (on_device(dst)) {
+    const auto& dk = device_kernels("batch_norm", src, dst);
+    if (accumulate)
+      dk.binary(dst.device().index, dst.dtype(), kernels::math::BinaryKind::add, dst.numel(), dst.raw_data(),
+                src.raw_data(), dst.raw_data());
+    else
+      backend_of(dst.device()).copy(dst.raw_data(), dst.device(), src.raw_data(), src.device(), dst.nbytes());
+    return;
+  }
+  strata::detail::visit_floating(dst.dtype(), "batch_norm", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::copy_or_add<T>(dst.numel(), src.template data<T>(), dst.template data<T>(), accumulate);
+  });
+}
+
 /// batch_norm's backward; n.in = {x, weight, bias, residual}, n.i = {training, statistics,
 /// ReLU fused}. The output gradient is masked by the fused ReLU in place (this node owns it).
+/// On a device the kernels run there and the per-channel sums come to the host, where the
+/// replicas add them, as on the CPU.
 inline void batch_norm_backward(autograd::Node& n, std::uint64_t epoch) {
   auto sx = autograd::grad_slot(n.in[0], epoch), sw = autograd::grad_slot(n.in[1], epoch),
        sb = autograd::grad_slot(n.in[2], epoch), sr = autograd::grad_slot(n.in[3], epoch);
@@ -84,39 +124,63 @@ inline void batch_norm_backward(autograd::Node& n, std::uint64_t epoch) {
   const std::int64_t N = geo.images, C = geo.channels, P = geo.plane;  // (no structured binding: lambdas use them)
   const bool training = n.i[0] != 0;
   const auto which = static_cast<BatchStatistics>(n.i[1]);
+  const Tensor& dy = autograd::grad_output(n);
+  const bool dev = on_device(x);
+  std::span<double> sums = scratch(static_cast<std::size_t>(2 * C));  // Σ dy, Σ dy h
+  if (dev) {
+    Tensor d_sums = Tensor::empty({2 * C}, DType::f64, x.device());
+    device_kernels("batch_norm", x, dy, stats)
+        .batch_norm_grad_sums(x.device().index, x.dtype(), N, C, P, x.raw_data(), stats.raw_data(),
+                              static_cast<const char*>(stats.raw_data()) + C * static_cast<std::int64_t>(size_of(x.dtype())),
+                              dy.raw_data(), n.i[2] != 0 ? n.out.raw_data() : nullptr,
+                              static_cast<double*>(d_sums.raw_data()));
+    const Tensor h = d_sums.to(Device::cpu());
+    std::copy_n(h.template data<double>(), 2 * C, sums.begin());
+  } else {
+    strata::detail::visit_floating(x.dtype(), "batch_norm", [&](auto tag) {
+      using T = decltype(tag);
+      const T* mean = stats.template data<T>();
+      kernels::cpu::batch_norm_grad_sums<T>(N, C, P, x.template data<T>(), mean, mean + C, dy.template data<T>(),
+                                            n.i[2] != 0 ? n.out.template data<T>() : nullptr, sums.data(),
+                                            sums.data() + C);
+    });
+  }
+  if (sr) copy_or_add(dy, sr.dst, sr.accumulate);
+  if (sw) add_channel_sums(sw, sums.subspan(static_cast<std::size_t>(C)));
+  if (sb) add_channel_sums(sb, sums.first(static_cast<std::size_t>(C)));
+  // The replicas join the sum even when this one needs no input gradient: every one calls it.
+  if (training && which == BatchStatistics::global) sum_over_replicas(sums);
+  if (!sx) return;
+  Tensor means;  // mean dy, mean dy h over the global count (training mode)
+  if (training) {
+    means = Tensor::empty({2, C}, x.dtype());
+    strata::detail::visit_floating(x.dtype(), "batch_norm", [&](auto tag) {
+      using T = decltype(tag);
+      T* md = means.template data<T>();
+      for (std::int64_t c = 0; c < 2 * C; ++c)  // (no rows here, none anywhere: nothing to scale)
+        md[c] = n.f[0] > 0 ? static_cast<T>(sums[static_cast<std::size_t>(c)] / n.f[0]) : T(0);
+    });
+    if (dev) means = means.to(x.device());
+  }
+  const Tensor& w = n.in[1];
+  if (dev) {
+    const std::int64_t es = static_cast<std::int64_t>(size_of(x.dtype()));
+    const auto at = [&](const Tensor& t, std::int64_t k) -> const void* {
+      return t.defined() ? static_cast<const char*>(t.raw_data()) + k * es : nullptr;
+    };
+    device_kernels("batch_norm", x, dy, sx.dst)
+        .batch_norm_input_grad(x.device().index, x.dtype(), N, C, P, x.raw_data(), at(stats, 0), at(stats, C),
+                               w.defined() ? w.raw_data() : nullptr, dy.raw_data(), at(means, 0), at(means, C),
+                               sx.dst.raw_data(), sx.accumulate);
+    return;
+  }
   strata::detail::visit_floating(x.dtype(), "batch_norm", [&](auto tag) {
     using T = decltype(tag);
-    const T* xp = x.template data<T>();
     const T* mean = stats.template data<T>();
-    const T* rstd = mean + C;
-    T* dy = autograd::grad_output(n).template data<T>();
-    std::span<double> sums = scratch(static_cast<std::size_t>(2 * C));  // Σ dy, Σ dy h
-    kernels::cpu::batch_norm_grad_sums<T>(N, C, P, xp, mean, rstd, dy, n.i[2] != 0 ? n.out.template data<T>() : nullptr,
-                                          sums.data(), sums.data() + C);
-    if (sr) kernels::cpu::copy_or_add<T>(x.numel(), dy, sr.dst.template data<T>(), sr.accumulate);
-    if (sw) {
-      T* d = sw.dst.template data<T>();
-      for (std::int64_t c = 0; c < C; ++c) d[c] = static_cast<T>((sw.accumulate ? d[c] : T(0)) + sums[static_cast<std::size_t>(C + c)]);
-    }
-    if (sb) {
-      T* d = sb.dst.template data<T>();
-      for (std::int64_t c = 0; c < C; ++c) d[c] = static_cast<T>((sb.accumulate ? d[c] : T(0)) + sums[static_cast<std::size_t>(c)]);
-    }
-    // The replicas join the sum even when this one needs no input gradient: every one calls it.
-    if (training && which == BatchStatistics::global) sum_over_replicas(sums);
-    if (!sx) return;
-    const T* w = n.in[1].defined() ? n.in[1].template data<T>() : nullptr;
-    if (!training) {
-      kernels::cpu::batch_norm_input_grad<T>(N, C, P, xp, mean, rstd, w, dy, nullptr, nullptr, sx.dst.template data<T>(),
-                                             sx.accumulate);
-      return;
-    }
-    Tensor means = Tensor::empty({2, C}, x.dtype());  // mean dy, mean dy h over the global count
-    T* md = means.template data<T>();
-    for (std::int64_t c = 0; c < 2 * C; ++c)  // (no rows here, none anywhere: nothing to scale)
-      md[c] = n.f[0] > 0 ? static_cast<T>(sums[static_cast<std::size_t>(c)] / n.f[0]) : T(0);
-    kernels::cpu::batch_norm_input_grad<T>(N, C, P, xp, mean, rstd, w, dy, md, md + C, sx.dst.template data<T>(),
-                                           sx.accumulate);
+    const T* md = means.defined() ? means.template data<T>() : nullptr;
+    kernels::cpu::batch_norm_input_grad<T>(N, C, P, x.template data<T>(), mean, mean + C,
+                                           w.defined() ? w.template data<T>() : nullptr, dy.template data<T>(), md,
+                                           md ? md + C : nullptr, sx.dst.template data<T>(), sx.accumulate);
   });
 }
 
@@ -126,7 +190,6 @@ inline void batch_norm_backward(autograd::Node& n, std::uint64_t epoch) {
 /// the (biased) variance per row; weight and bias ([D]) may be undefined.
 inline Tensor layer_norm(const Tensor& x, const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5) {
   STRATA_CHECK(x.defined() && x.ndim() >= 1, "layer_norm of an undefined or 0-d tensor");
-  require_host("layer_norm", x, weight, bias);
   const std::int64_t D = x.dim(-1);
   STRATA_CHECK(D > 0, "layer_norm over an empty last axis (shape ", x.shape(), ")");
   for (const Tensor* t : {&weight, &bias})
@@ -136,15 +199,23 @@ inline Tensor layer_norm(const Tensor& x, const Tensor& weight = {}, const Tenso
   STRATA_CHECK(eps > 0, "layer_norm: eps must be positive, got ", eps);
   const Tensor xc = x.contiguous();
   const std::int64_t rows = x.numel() / D;
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  Tensor stats = Tensor::empty({rows, 2}, x.dtype());
-  strata::detail::visit_floating(x.dtype(), "layer_norm", [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::layer_norm_forward<T>(rows, D, xc.template data<T>(),
-                                        weight.defined() ? weight.template data<T>() : nullptr,
-                                        bias.defined() ? bias.template data<T>() : nullptr, eps, out.template data<T>(),
-                                        stats.template data<T>());
-  });
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor stats = Tensor::empty({rows, 2}, x.dtype(), x.device());
+  if (on_device(x)) {
+    const auto raw = [](const Tensor& t) -> const void* { return t.defined() ? t.raw_data() : nullptr; };
+    device_kernels("layer_norm", x, weight, bias)
+        .layer_norm_forward(x.device().index, x.dtype(), rows, D, xc.raw_data(), raw(weight), raw(bias), eps,
+                            out.raw_data(), stats.raw_data());
+  } else {
+    require_host("layer_norm", weight, bias);
+    strata::detail::visit_floating(x.dtype(), "layer_norm", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::layer_norm_forward<T>(rows, D, xc.template data<T>(),
+                                          weight.defined() ? weight.template data<T>() : nullptr,
+                                          bias.defined() ? bias.template data<T>() : nullptr, eps,
+                                          out.template data<T>(), stats.template data<T>());
+    });
+  }
   if (auto* n = autograd::record("layer_norm", &ops::detail::layer_norm_backward, out, x, weight, bias))
     n->saved = {xc, stats};
   return out;
@@ -166,8 +237,14 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
                          BatchStatistics which = BatchStatistics::per_replica, Activation act = Activation::none,
                          const Tensor& residual = {}) {
   STRATA_CHECK(x.defined() && x.ndim() >= 2, "batch_norm needs x [N, C] or [N, C, H, W], got ", x.shape());
-  require_host("batch_norm", x, weight, bias, running_mean, running_var);
-  require_host("batch_norm", residual);
+  const bool dev = on_device(x);
+  if (dev) {
+    (void)device_kernels("batch_norm", x, weight, bias, running_mean, running_var);
+    (void)device_kernels("batch_norm", x, residual);
+  } else {
+    require_host("batch_norm", weight, bias, running_mean, running_var);
+    require_host("batch_norm", residual);
+  }
   STRATA_CHECK(!residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype()),
                "batch_norm: the residual must be shaped like x (", x.shape(), " of ", x.dtype(), "), got ",
                residual.shape(), " of ", residual.dtype());
@@ -183,19 +260,36 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
                momentum, " in [0, 1]");
   const Tensor xc = x.contiguous();
   const Tensor rc = residual.defined() ? residual.contiguous() : Tensor();
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  Tensor stats = Tensor::empty({2, C}, x.dtype());  // mean, 1/sqrt(var + eps)
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  // mean, 1/sqrt(var + eps) per channel, made on the host (and copied to the device).
+  Tensor stats = Tensor::empty({2, C}, x.dtype());
+  // The running statistics as the host sees them: themselves, or copies of a device's.
+  const Tensor rm = dev && running_mean.defined() ? running_mean.to(Device::cpu()) : running_mean;
+  const Tensor rv = dev && running_var.defined() ? running_var.to(Device::cpu()) : running_var;
   double count = static_cast<double>(N * P);
+  // Σx, Σx², count per channel: this replica's (local), then the global batch's (global).
+  const auto width = static_cast<std::size_t>(2 * C + 1);
+  std::span<double> sums = ops::detail::scratch(2 * width);
+  std::span<double> local = sums.first(width), global = sums.subspan(width);
+  if (training) {
+    if (dev) {
+      Tensor d_sums = Tensor::empty({2 * C}, DType::f64, x.device());
+      device_kernels("batch_norm", x).channel_moments(x.device().index, x.dtype(), N, C, P, xc.raw_data(),
+                                                      static_cast<double*>(d_sums.raw_data()));
+      const Tensor h = d_sums.to(Device::cpu());
+      std::copy_n(h.template data<double>(), 2 * C, local.begin());
+    } else {
+      strata::detail::visit_floating(x.dtype(), "batch_norm", [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::channel_moments<T>(N, C, P, xc.template data<T>(), local.data(), local.data() + C);
+      });
+    }
+  }
   strata::detail::visit_floating(x.dtype(), "batch_norm", [&](auto tag) {
     using T = decltype(tag);
     T* mean = stats.template data<T>();
     T* rstd = mean + C;
     if (training) {
-      // Σx, Σx², count per channel: this replica's (local), then the global batch's (global).
-      const auto width = static_cast<std::size_t>(2 * C + 1);
-      std::span<double> sums = ops::detail::scratch(2 * width);
-      std::span<double> local = sums.first(width), global = sums.subspan(width);
-      kernels::cpu::channel_moments<T>(N, C, P, xc.template data<T>(), local.data(), local.data() + C);
       local[width - 1] = count;
       std::copy(local.begin(), local.end(), global.begin());
       ops::detail::sum_over_replicas(global);  // the running statistics follow the global batch in either mode
@@ -213,28 +307,41 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
         const auto [m, var] = moments(own, count);
         mean[c] = static_cast<T>(m);
         rstd[c] = static_cast<T>(1.0 / std::sqrt(var + eps));
-        if (running_mean.defined() && total > 1) {
+        if (rm.defined() && total > 1) {
           const auto [gm, gvar] = moments(global, total);
-          T* rm = running_mean.template data<T>();
-          T* rv = running_var.template data<T>();
-          rm[c] = static_cast<T>((1 - momentum) * rm[c] + momentum * gm);
-          rv[c] = static_cast<T>((1 - momentum) * rv[c] + momentum * gvar * total / (total - 1));
+          T* rmp = rm.template data<T>();
+          T* rvp = rv.template data<T>();
+          rmp[c] = static_cast<T>((1 - momentum) * rmp[c] + momentum * gm);
+          rvp[c] = static_cast<T>((1 - momentum) * rvp[c] + momentum * gvar * total / (total - 1));
         }
       }
     } else {
-      const T* rm = running_mean.template data<T>();
-      const T* rv = running_var.template data<T>();
+      const T* rmp = rm.template data<T>();
+      const T* rvp = rv.template data<T>();
       for (std::int64_t c = 0; c < C; ++c) {
-        mean[c] = rm[c];
-        rstd[c] = static_cast<T>(1.0 / std::sqrt(static_cast<double>(rv[c]) + eps));
+        mean[c] = rmp[c];
+        rstd[c] = static_cast<T>(1.0 / std::sqrt(static_cast<double>(rvp[c]) + eps));
       }
     }
+    if (dev) return;
     kernels::cpu::batch_norm_apply<T>(N, C, P, xc.template data<T>(), mean, rstd,
                                       weight.defined() ? weight.template data<T>() : nullptr,
                                       bias.defined() ? bias.template data<T>() : nullptr,
                                       rc.defined() ? rc.template data<T>() : nullptr, act == Activation::relu,
                                       out.template data<T>());
   });
+  if (dev) {
+    if (training && running_mean.defined()) {
+      Tensor(running_mean).copy_(rm);  // (a handle: the caller's tensor)
+      Tensor(running_var).copy_(rv);
+    }
+    stats = stats.to(x.device());
+    const auto raw = [](const Tensor& t) -> const void* { return t.defined() ? t.raw_data() : nullptr; };
+    device_kernels("batch_norm", x)
+        .batch_norm_apply(x.device().index, x.dtype(), N, C, P, xc.raw_data(), stats.raw_data(),
+                          static_cast<const char*>(stats.raw_data()) + C * static_cast<std::int64_t>(size_of(x.dtype())),
+                          raw(weight), raw(bias), raw(rc), act == Activation::relu, out.raw_data());
+  }
   if (auto* n = autograd::record("batch_norm", &ops::detail::batch_norm_backward, out, x, weight, bias, residual)) {
     n->saved = {xc, stats};
     n->i[0] = training;

@@ -52,6 +52,12 @@ inline void avg_pool2d_backward(autograd::Node& n, std::uint64_t epoch) {
   if (!s) return;
   const Tensor& x = n.in[0];
   const kernels::cpu::PoolGeometry geo{x.dim(0) * x.dim(1), x.dim(2), x.dim(3), n.i[0], n.i[1], n.i[2]};
+  if (on_device(x)) {
+    const Tensor& g = autograd::grad_output(n);
+    device_kernels("avg_pool2d", g, s.dst).avg_pool_backward(x.device().index, x.dtype(), geo, g.raw_data(),
+                                                             s.dst.raw_data(), s.accumulate);
+    return;
+  }
   strata::detail::visit_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::avg_pool2d_backward<T>(geo, autograd::grad_output(n).template data<T>(), s.dst.template data<T>(),
@@ -87,13 +93,15 @@ inline Tensor max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stri
 /// padding counts as zeros in each window's k * k divisor (PyTorch's count_include_pad).
 inline Tensor avg_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0) {
   const auto geo = ops::detail::pool_geometry("avg_pool2d", x, kernel, stride, padding);
-  require_host("avg_pool2d", x);
   Tensor xc = x.contiguous();
-  Tensor out = Tensor::empty({x.dim(0), x.dim(1), geo.oh(), geo.ow()}, x.dtype());
-  strata::detail::visit_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::avg_pool2d_forward<T>(geo, xc.template data<T>(), out.template data<T>());
-  });
+  Tensor out = Tensor::empty({x.dim(0), x.dim(1), geo.oh(), geo.ow()}, x.dtype(), x.device());
+  if (on_device(x))
+    device_kernels("avg_pool2d", x).avg_pool_forward(x.device().index, x.dtype(), geo, xc.raw_data(), out.raw_data());
+  else
+    strata::detail::visit_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::avg_pool2d_forward<T>(geo, xc.template data<T>(), out.template data<T>());
+    });
   if (auto* n = autograd::record("avg_pool2d", &ops::detail::avg_pool2d_backward, out, x))
     n->i = {geo.k, geo.stride, geo.pad, 0, 0, 0};
   return out;

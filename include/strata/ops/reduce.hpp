@@ -7,6 +7,8 @@
 
 #include <strata/autograd/tape.hpp>
 #include <strata/ops/detail/strided.hpp>
+#include <strata/ops/linalg.hpp>      // matmul: partial reductions on a device
+#include <strata/ops/shape_ops.hpp>   // reshape
 #include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
@@ -35,7 +37,7 @@ inline void sum_backward(autograd::Node& n, std::uint64_t epoch) {
   const double scale = n.f[0];
   const Shape& xs = n.in[0].shape();
   const Shape keep = reduced_shape_keepdim(xs, mask);
-  if (on_device(n.out)) {  // sum_impl let only full reductions onto the device
+  if (on_device(n.out)) {  // only full reductions record this node on a device
     const Tensor& g = autograd::grad_output(n);
     device_kernels(n.name, g, s.dst).spread_scalar(g.device().index, g.dtype(), xs.numel(), g.raw_data(), scale,
                                                    s.dst.raw_data(), s.accumulate);
@@ -63,14 +65,42 @@ inline void sum_backward(autograd::Node& n, std::uint64_t epoch) {
   });
 }
 
+/// A reduction over leading or trailing axes on a device, as one GEMM with a vector of
+/// `scale`: x [outer, inner] times a column (trailing axes), or a row times x (leading axes).
+/// Its gradient is the GEMM's. Undefined when the axes are neither.
+inline Tensor device_partial_sum(const Tensor& x, std::uint32_t mask, bool keepdim, double scale) {
+  const Shape& xs = x.shape();
+  int first = -1, last = -1;
+  for (int i = 0; i < xs.ndim(); ++i)
+    if (mask & (1u << i)) {
+      if (first < 0) first = i;
+      last = i;
+    }
+  if (first < 0 || mask != (((2u << last) - 1) & ~((1u << first) - 1))) return {};  // not one run of axes
+  const bool trailing = last == xs.ndim() - 1;
+  if (!trailing && first != 0) return {};
+  const int split = trailing ? first : last + 1;  // x as [outer, inner] at this axis
+  std::int64_t outer = 1, inner = 1;
+  for (int i = 0; i < xs.ndim(); ++i) (i < split ? outer : inner) *= xs[i];
+  Tensor ones_vec = Tensor::empty(trailing ? Shape{inner, 1} : Shape{1, outer}, x.dtype(), x.device());
+  ones_vec.fill_(scale);
+  const Tensor m = reshape(x, {outer, inner});
+  const Tensor r = trailing ? matmul(m, ones_vec) : matmul(ones_vec, m);
+  return reshape(r, keepdim ? reduced_shape_keepdim(xs, mask) : drop_axes(xs, mask));
+}
+
 inline Tensor sum_impl(const char* name, const Tensor& x, std::uint32_t mask, bool keepdim, double scale) {
   STRATA_CHECK(x.defined(), name, ": undefined operand");
   const Shape& xs = x.shape();
   const Shape keep = reduced_shape_keepdim(xs, mask);
+  if (on_device(x) && keep.numel() != 1) {
+    Tensor r = device_partial_sum(x, mask, keepdim, scale);
+    if (!r.defined())
+      unsupported_on_device(name, x.device(), "a reduction runs there over all axes, or over leading or trailing ones");
+    return r;
+  }
   Tensor out = Tensor::empty(keepdim ? keep : drop_axes(xs, mask), x.dtype(), x.device());
   if (on_device(x)) {
-    if (keep.numel() != 1)
-      unsupported_on_device(name, x.device(), "only the reduction over all axes runs on devices yet");
     Tensor xc = x.contiguous();
     device_kernels(name, x).sum(x.device().index, x.dtype(), x.numel(), xc.raw_data(), out.raw_data(), scale, false);
   } else {

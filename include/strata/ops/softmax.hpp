@@ -8,7 +8,7 @@
 #include <strata/autograd/tape.hpp>
 #include <strata/kernels/cpu/softmax.hpp>    // softmax_forward/backward
 #include <strata/ops/shape_ops.hpp>          // transpose: a softmax along another axis
-#include <strata/tensor/device_kernels.hpp>  // require_host
+#include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -19,6 +19,13 @@ inline void softmax_backward(autograd::Node& n, std::uint64_t epoch) {
   auto s = autograd::grad_slot(n.in[0], epoch);
   if (!s) return;
   const std::int64_t cols = n.out.dim(-1), rows = n.out.numel() / (cols > 0 ? cols : 1);
+  if (on_device(n.out)) {
+    const Tensor& g = autograd::grad_output(n);
+    device_kernels("softmax", g, s.dst)
+        .softmax_backward(g.device().index, g.dtype(), rows, cols, n.out.raw_data(), g.raw_data(), n.f[0],
+                          s.dst.raw_data(), s.accumulate);
+    return;
+  }
   strata::detail::visit_floating(n.out.dtype(), "softmax", [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::softmax_backward<T>(rows, cols, n.out.template data<T>(),
@@ -32,15 +39,18 @@ inline void softmax_backward(autograd::Node& n, std::uint64_t epoch) {
 inline Tensor scaled_softmax(const Tensor& x, double scale, std::int64_t causal_period) {
   STRATA_CHECK(x.defined() && x.ndim() >= 1, "softmax of an undefined or 0-d tensor");
   STRATA_CHECK(scale > 0, "softmax: scale must be positive, got ", scale);
-  require_host("softmax", x);
   const Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   const std::int64_t cols = x.dim(-1), rows = x.numel() / (cols > 0 ? cols : 1);
-  strata::detail::visit_floating(x.dtype(), "softmax", [&](auto tag) {
-    using T = decltype(tag);
-    kernels::cpu::softmax_forward<T>(rows, cols, xc.template data<T>(), out.template data<T>(), static_cast<T>(scale),
-                                     causal_period);
-  });
+  if (on_device(x))
+    device_kernels("softmax", x).softmax_forward(x.device().index, x.dtype(), rows, cols, xc.raw_data(),
+                                                 out.raw_data(), scale, causal_period);
+  else
+    strata::detail::visit_floating(x.dtype(), "softmax", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::softmax_forward<T>(rows, cols, xc.template data<T>(), out.template data<T>(),
+                                       static_cast<T>(scale), causal_period);
+    });
   if (auto* n = autograd::record("softmax", &softmax_backward, out, x)) n->f[0] = scale;
   return out;
 }

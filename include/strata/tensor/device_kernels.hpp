@@ -65,6 +65,52 @@ struct DeviceKernels {
                            std::int32_t* argmax);
   void (*max_pool_backward)(int device, DType, const kernels::math::PoolGeometry&, const void* dy,
                             const std::int32_t* argmax, void* dx, bool accumulate);
+  /// 2-D average pooling (padding counted as zeros in the k * k divisor).
+  void (*avg_pool_forward)(int device, DType, const kernels::math::PoolGeometry&, const void* x, void* y);
+  void (*avg_pool_backward)(int device, DType, const kernels::math::PoolGeometry&, const void* dy, void* dx,
+                            bool accumulate);
+  /// y = softmax(scale * x) per row over what a causal mask of `period` keeps (0: everything;
+  /// kernels/cpu/softmax.hpp's causal_visible); dx (+)= scale * y * (dy - sum(dy * y)).
+  void (*softmax_forward)(int device, DType, std::int64_t rows, std::int64_t cols, const void* x, void* y,
+                          double scale, std::int64_t period);
+  void (*softmax_backward)(int device, DType, std::int64_t rows, std::int64_t cols, const void* y, const void* dy,
+                           double scale, void* dx, bool accumulate);
+  /// y = log_softmax(x) per row; dx (+)= dy - exp(y) * sum(dy).
+  void (*log_softmax_forward)(int device, DType, std::int64_t rows, std::int64_t cols, const void* x, void* y);
+  void (*log_softmax_backward)(int device, DType, std::int64_t rows, std::int64_t cols, const void* y, const void* dy,
+                               void* dx, bool accumulate);
+  /// Layer norm over rows of `cols` (w, b: cols values or null); stats[2r], stats[2r + 1] =
+  /// the row's mean and 1/sqrt(var + eps). Backward: dx, dw, db may each be null.
+  void (*layer_norm_forward)(int device, DType, std::int64_t rows, std::int64_t cols, const void* x, const void* w,
+                             const void* b, double eps, void* y, void* stats);
+  void (*layer_norm_backward)(int device, DType, std::int64_t rows, std::int64_t cols, const void* x, const void* w,
+                              const void* stats, const void* dy, void* dx, bool accumulate_dx, void* dw,
+                              bool accumulate_dw, void* db, bool accumulate_db);
+  /// dst (+)= src over `shape`, each read or written through its own element strides.
+  void (*copy_strided)(int device, DType, const Shape& shape, const void* src, const Shape& src_strides, void* dst,
+                       const Shape& dst_strides, bool accumulate);
+  /// out[r, :] = table[idx[r], :] for n indices of `index_dtype` (int32 or int64), in range.
+  void (*gather_rows)(int device, DType, DType index_dtype, std::int64_t n, std::int64_t cols, const void* table,
+                      const void* idx, void* out);
+  /// d[rows[s], :] += the rows of g at positions order[starts[s]] .. order[starts[s + 1] - 1],
+  /// in that order; plan = [rows (segments) | starts (segments + 1) | order], int64, on the device.
+  void (*sum_rows)(int device, DType, std::int64_t segments, std::int64_t cols, const std::int64_t* plan,
+                   const void* g, void* d);
+  /// Batch norm over [images, channels, plane]: sums = [Σ x | Σ x²] per channel (2C doubles of
+  /// device memory); the output pass act((x - mean) rstd w + b + r); the gradient's sums
+  /// [Σ dy | Σ dy h] (dy masked in place by the fused ReLU's output when given); the input's
+  /// gradient (mean_dy, mean_dy_h null: evaluation mode).
+  void (*channel_moments)(int device, DType, std::int64_t images, std::int64_t channels, std::int64_t plane,
+                          const void* x, double* sums);
+  void (*batch_norm_apply)(int device, DType, std::int64_t images, std::int64_t channels, std::int64_t plane,
+                           const void* x, const void* mean, const void* rstd, const void* w, const void* b,
+                           const void* residual, bool relu, void* y);
+  void (*batch_norm_grad_sums)(int device, DType, std::int64_t images, std::int64_t channels, std::int64_t plane,
+                               const void* x, const void* mean, const void* rstd, void* dy, const void* relu_out,
+                               double* sums);
+  void (*batch_norm_input_grad)(int device, DType, std::int64_t images, std::int64_t channels, std::int64_t plane,
+                                const void* x, const void* mean, const void* rstd, const void* w, const void* dy,
+                                const void* mean_dy, const void* mean_dy_h, void* dx, bool accumulate);
   /// Convolutions (null without cuDNN): y = conv(x, w); dx (+)=; dw (+)=.
   void (*conv_forward)(int device, DType, const kernels::cpu::ConvGeometry&, std::int64_t out_channels, const void* x,
                        const void* w, void* y);

@@ -91,8 +91,10 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
     using T = std::invoke_result_t<F&>;
     T made = factory();
     if constexpr (detail::HasParameters<T>) {
-      if constexpr (collective::DeviceCollective<C>)  // a device collective (Nccl): the replica lives on its GPU
+      if constexpr (collective::DeviceCollective<C>) {  // a device collective (Nccl): the replica lives on its GPU
         move_in_place(made.parameters(), Device::cuda(comm_.device()));
+        if constexpr (detail::HasBuffers<T>) move_in_place(made.buffers(), Device::cuda(comm_.device()));
+      }
       detail::broadcast_parameters(comm_, made.parameters(), 0);
       detail::broadcast_generators(comm_, made, 0);
       owned_.push_back(std::make_unique<GradientEngine<C>>(comm_, made.parameters(), options_.bucket_bytes,

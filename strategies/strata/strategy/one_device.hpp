@@ -47,6 +47,7 @@ class OneDeviceStrategy : detail::RejectsReplicaValues, public detail::TakesArit
   std::invoke_result_t<F&> scope(F&& factory) {
     auto made = factory();
     if constexpr (detail::HasParameters<decltype(made)>) move_in_place(made.parameters(), device_);
+    if constexpr (detail::HasBuffers<decltype(made)>) move_in_place(made.buffers(), device_);
     return made;
   }
 

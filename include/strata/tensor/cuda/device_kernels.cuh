@@ -4,11 +4,14 @@
 #pragma once
 
 #include <strata/kernels/cuda/allocator.hpp>
+#include <strata/kernels/cuda/batch_norm.cuh>
 #include <strata/kernels/cuda/blas.hpp>
 #include <strata/kernels/cuda/elementwise.cuh>
+#include <strata/kernels/cuda/gather.cuh>
 #include <strata/kernels/cuda/optim_step.cuh>
 #include <strata/kernels/cuda/pool.cuh>
 #include <strata/kernels/cuda/reduce.cuh>
+#include <strata/kernels/cuda/rows.cuh>
 #include <strata/kernels/cuda/softmax.cuh>
 #if STRATA_HAS_CUDNN
 #include <strata/kernels/cuda/conv_cudnn.hpp>
@@ -200,6 +203,153 @@ inline void max_pool_backward(int device, DType dt, const math::PoolGeometry& g,
   });
 }
 
+inline void avg_pool_forward(int device, DType dt, const math::PoolGeometry& g, const void* x, void* y) {
+  floating(device, dt, "avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::avg_pool2d_forward<T>(g, static_cast<const T*>(x), static_cast<T*>(y), stream(device));
+  });
+}
+
+inline void avg_pool_backward(int device, DType dt, const math::PoolGeometry& g, const void* dy, void* dx,
+                              bool accumulate) {
+  floating(device, dt, "avg_pool2d backward", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::avg_pool2d_backward<T>(g, static_cast<const T*>(dy), static_cast<T*>(dx), accumulate, stream(device));
+  });
+}
+
+inline void softmax_forward(int device, DType dt, std::int64_t rows, std::int64_t cols, const void* x, void* y,
+                            double scale, std::int64_t period) {
+  floating(device, dt, "softmax", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::softmax_forward<T>(rows, cols, static_cast<const T*>(x), static_cast<T*>(y), static_cast<T>(scale), period,
+                             stream(device));
+  });
+}
+
+inline void softmax_backward(int device, DType dt, std::int64_t rows, std::int64_t cols, const void* y,
+                             const void* dy, double scale, void* dx, bool accumulate) {
+  floating(device, dt, "softmax backward", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::softmax_backward<T>(rows, cols, static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T>(scale),
+                              static_cast<T*>(dx), accumulate, stream(device));
+  });
+}
+
+inline void log_softmax_forward(int device, DType dt, std::int64_t rows, std::int64_t cols, const void* x, void* y) {
+  floating(device, dt, "log_softmax", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::log_softmax_forward<T>(rows, cols, static_cast<const T*>(x), static_cast<T*>(y), stream(device));
+  });
+}
+
+inline void log_softmax_backward(int device, DType dt, std::int64_t rows, std::int64_t cols, const void* y,
+                                 const void* dy, void* dx, bool accumulate) {
+  floating(device, dt, "log_softmax backward", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::log_softmax_backward<T>(rows, cols, static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx),
+                                  accumulate, stream(device));
+  });
+}
+
+inline void layer_norm_forward(int device, DType dt, std::int64_t rows, std::int64_t cols, const void* x,
+                               const void* w, const void* b, double eps, void* y, void* stats) {
+  floating(device, dt, "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::layer_norm_forward<T>(rows, cols, static_cast<const T*>(x), static_cast<const T*>(w),
+                                static_cast<const T*>(b), eps, static_cast<T*>(y), static_cast<T*>(stats),
+                                stream(device));
+  });
+}
+
+inline void layer_norm_backward(int device, DType dt, std::int64_t rows, std::int64_t cols, const void* x,
+                                const void* w, const void* stats, const void* dy, void* dx, bool accumulate_dx,
+                                void* dw, bool accumulate_dw, void* db, bool accumulate_db) {
+  floating(device, dt, "layer_norm backward", [&](auto tag) {
+    using T = decltype(tag);
+    auto& alloc = CachingDeviceAllocator::of(device);
+    const std::size_t bytes = dw ? sizeof(T) * static_cast<std::size_t>(rows * cols) : 0;
+    void* scratch = bytes ? alloc.allocate(bytes) : nullptr;
+    cuda::layer_norm_backward<T>(rows, cols, static_cast<const T*>(x), static_cast<const T*>(w),
+                                 static_cast<const T*>(stats), static_cast<const T*>(dy), static_cast<T*>(dx),
+                                 accumulate_dx, static_cast<T*>(dw), accumulate_dw, static_cast<T*>(db), accumulate_db,
+                                 static_cast<T*>(scratch), stream(device));
+    if (scratch) alloc.deallocate(scratch, bytes);  // stream-ordered reuse
+  });
+}
+
+inline void copy_strided(int device, DType dt, const Shape& shape, const void* src, const Shape& src_strides,
+                         void* dst, const Shape& dst_strides, bool accumulate) {
+  floating(device, dt, "strided copy", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::copy_strided<T>(shape.dims(), static_cast<const T*>(src), src_strides.dims(), static_cast<T*>(dst),
+                          dst_strides.dims(), accumulate, stream(device));
+  });
+}
+
+inline void gather_rows(int device, DType dt, DType it, std::int64_t n, std::int64_t cols, const void* table,
+                        const void* idx, void* out) {
+  floating(device, dt, "embedding", [&](auto tag) {
+    using T = decltype(tag);
+    label_type(it, [&](auto itag) {
+      using I = decltype(itag);
+      cuda::gather_rows<T, I>(n, cols, static_cast<const T*>(table), static_cast<const I*>(idx), static_cast<T*>(out),
+                              stream(device));
+    });
+  });
+}
+
+inline void sum_rows(int device, DType dt, std::int64_t segments, std::int64_t cols, const std::int64_t* plan,
+                     const void* g, void* d) {
+  floating(device, dt, "embedding backward", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::sum_rows<T>(segments, cols, plan, static_cast<const T*>(g), static_cast<T*>(d), stream(device));
+  });
+}
+
+inline void channel_moments(int device, DType dt, std::int64_t images, std::int64_t channels, std::int64_t plane,
+                            const void* x, double* sums) {
+  floating(device, dt, "batch_norm", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::channel_moments<T>(images, channels, plane, static_cast<const T*>(x), sums, stream(device));
+  });
+}
+
+inline void batch_norm_apply(int device, DType dt, std::int64_t images, std::int64_t channels, std::int64_t plane,
+                             const void* x, const void* mean, const void* rstd, const void* w, const void* b,
+                             const void* residual, bool relu, void* y) {
+  floating(device, dt, "batch_norm", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::batch_norm_apply<T>(images, channels, plane, static_cast<const T*>(x), static_cast<const T*>(mean),
+                              static_cast<const T*>(rstd), static_cast<const T*>(w), static_cast<const T*>(b),
+                              static_cast<const T*>(residual), relu, static_cast<T*>(y), stream(device));
+  });
+}
+
+inline void batch_norm_grad_sums(int device, DType dt, std::int64_t images, std::int64_t channels, std::int64_t plane,
+                                 const void* x, const void* mean, const void* rstd, void* dy, const void* relu_out,
+                                 double* sums) {
+  floating(device, dt, "batch_norm backward", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::batch_norm_grad_sums<T>(images, channels, plane, static_cast<const T*>(x), static_cast<const T*>(mean),
+                                  static_cast<const T*>(rstd), static_cast<T*>(dy), static_cast<const T*>(relu_out),
+                                  sums, stream(device));
+  });
+}
+
+inline void batch_norm_input_grad(int device, DType dt, std::int64_t images, std::int64_t channels,
+                                  std::int64_t plane, const void* x, const void* mean, const void* rstd, const void* w,
+                                  const void* dy, const void* mean_dy, const void* mean_dy_h, void* dx,
+                                  bool accumulate) {
+  floating(device, dt, "batch_norm backward", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::batch_norm_input_grad<T>(images, channels, plane, static_cast<const T*>(x), static_cast<const T*>(mean),
+                                   static_cast<const T*>(rstd), static_cast<const T*>(w), static_cast<const T*>(dy),
+                                   static_cast<const T*>(mean_dy), static_cast<const T*>(mean_dy_h),
+                                   static_cast<T*>(dx), accumulate, stream(device));
+  });
+}
+
 #if STRATA_HAS_CUDNN
 inline void conv_forward(int device, DType dt, const math::ConvGeometry& g, std::int64_t oc, const void* x, const void* w,
                          void* y) {
@@ -236,6 +386,14 @@ inline constexpr DeviceKernels kKernels{
     &softmax_xent_forward, &softmax_xent_backward,
     &sgd_step,      &adam_step,
     &max_pool_forward, &max_pool_backward,
+    &avg_pool_forward, &avg_pool_backward,
+    &softmax_forward, &softmax_backward,
+    &log_softmax_forward, &log_softmax_backward,
+    &layer_norm_forward, &layer_norm_backward,
+    &copy_strided,  &gather_rows,
+    &sum_rows,      &channel_moments,
+    &batch_norm_apply, &batch_norm_grad_sums,
+    &batch_norm_input_grad,
 #if STRATA_HAS_CUDNN
     &conv_forward,  &conv_backward_data,
     &conv_backward_filter,

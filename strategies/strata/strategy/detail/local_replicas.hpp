@@ -30,6 +30,12 @@ concept HasParameters = requires(const T& t) {
   { t.parameters() } -> std::convertible_to<const std::vector<Tensor>&>;
 };
 
+/// A model with buffers (batch norm's running statistics): they move with its parameters.
+template <class T>
+concept HasBuffers = requires(const T& t) {
+  { t.buffers() } -> std::convertible_to<const std::vector<Tensor>&>;
+};
+
 /// `n` results of `factory`, the r-th made with replica r current (so a factory that reads a
 /// Replicated object, like an optimizer over model.parameters(), reads replica r's copy).
 /// Each call starts from the same state of the default generator, which ends where one call
