@@ -9,6 +9,8 @@
 //   mpirun -np 2 fashion_mnist --strategy multi_worker_mirrored --collective mpi
 //   strata-run -np 2 fashion_mnist --strategy multi_worker_mirrored --collective gloo
 //   mpirun -np 3 fashion_mnist --strategy parameter_server --servers 1 --mode sync|async
+//   strata-run -np 2 --max-restarts 3 fashion_mnist --strategy multi_worker_mirrored --collective gloo
+//       --checkpoint-dir ckpt --checkpoint-every 200     (a failed rank restarts the job from its checkpoint)
 //   fashion_mnist_cuda --device cuda:0                              (with the kernels of cuda_kernels.cu)
 //   mpirun -np 2 fashion_mnist_cuda --strategy multi_worker_mirrored --collective nccl   (one GPU per rank)
 #include <cstdio>
@@ -62,6 +64,7 @@ void train(S& strategy, const Options& o) {
   std::optional<Checkpoints> checkpoints;
   if constexpr (strata::checkpoints_supported<S>)
     if (!o.checkpoint_dir.empty()) checkpoints.emplace(strategy, model, opt, o.checkpoint_dir);
+  const strata::checkpoint::RestartReport restarts(checkpoints ? o.checkpoint_dir : "", strategy.is_chief());
   if (checkpoints) {
     if (auto at = checkpoints->restore()) {
       pos = *at;
@@ -70,6 +73,7 @@ void train(S& strategy, const Options& o) {
                     static_cast<long long>(pos.epoch), static_cast<long long>(pos.batch), o.checkpoint_dir.c_str());
     }
   }
+  restarts.resumed_at(pos.step);
   pipeline.set_position(pos.epoch, pos.batch);
   auto data = strategy.distribute(pipeline);
   const auto test = o.no_eval ? strata::data::TensorDataset() : strata::data::fashion_mnist_test(o.data_dir);
@@ -83,6 +87,7 @@ void train(S& strategy, const Options& o) {
       const double loss = train_step(strategy, model, opt, b, report.times());
       ++batch, ++pos.step;
       report.step(pos.step, epoch, batch, data.num_batches(), b.global_size, loss);
+      restarts.reached(pos.step);
       if (checkpoints && o.checkpoint_every > 0 && pos.step % o.checkpoint_every == 0) {
         const bool epoch_done = batch == data.num_batches();  // the position of the next batch
         checkpoints->save({pos.step, epoch + (epoch_done ? 1 : 0), epoch_done ? 0 : batch});

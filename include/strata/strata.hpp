@@ -64,4 +64,5 @@
 #include <strata/strategy/job_timeline.hpp>
 #include <strata/strategy/evaluate.hpp>
 #include <strata/checkpoint/manager.hpp>
+#include <strata/checkpoint/restart_report.hpp>
 #include <strata/checkpoint/weights.hpp>

@@ -78,12 +78,14 @@ void train(S& strategy, const Args& a) {
   if (a.max_steps >= 0) pipeline = pipeline.take(a.max_steps);
   strata::TrainingCheckpoints checkpoints(strategy, model, opt, a.dir);
   strata::checkpoint::TrainingPosition pos;
+  const strata::checkpoint::RestartReport restarts(a.dir, strategy.is_chief());
   if (auto at = checkpoints.restore()) {
     pos = *at;
     if (strategy.is_chief())
       std::printf("resumed from step %lld (epoch %lld, batch %lld)\n", static_cast<long long>(pos.step),
                   static_cast<long long>(pos.epoch), static_cast<long long>(pos.batch));
   }
+  restarts.resumed_at(pos.step);
   pipeline.set_position(pos.epoch, pos.batch);
   auto data = strategy.distribute(pipeline);
   const int rank = strata::runtime::detect_process().rank;
@@ -92,6 +94,7 @@ void train(S& strategy, const Args& a) {
       (void)support::train_step(strategy, model, opt, b);
       pos = pos.after(b, data.num_batches());
       if (a.every > 0 && pos.step % a.every == 0) checkpoints.save(pos);
+      restarts.reached(pos.step);
       STRATA_FAULT_POINT(rank, pos.step, "after_step");
     }
   }

@@ -4,7 +4,10 @@
 /// STRATA_LOCAL_SIZE, STRATA_MASTER_ADDR/PORT and a private STRATA_RENDEZVOUS_DIR; prefixes
 /// every output line with "[rank] "; forwards SIGINT/SIGTERM/SIGHUP; and when any rank fails,
 /// stops the others (SIGTERM, then SIGKILL after a grace period) and returns the failing
-/// rank's status. POSIX only.
+/// rank's status. With --max-restarts N a failed job is started again, every rank, up to N
+/// times (torchrun's --max-restarts): a trainer that checkpoints resumes from its last
+/// complete checkpoint, each run knowing its restart count from STRATA_RESTART_COUNT. A job
+/// stopped by a signal from outside is not restarted. POSIX only.
 #pragma once
 
 #include <arpa/inet.h>
@@ -40,6 +43,7 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{3000};           ///< SIGTERM to SIGKILL
   bool tcp_rendezvous = false;                     ///< a TCP store on the port instead of a directory
   bool keep_going = false;                         ///< a failed rank is reported, the others run on
+  int max_restarts = 0;                            ///< times a failed job is started again
   std::vector<std::string> command;                ///< program and its arguments
 };
 
@@ -104,13 +108,16 @@ inline void flush_lines(std::string& buf, const std::string& prefix, bool final)
 
 }  // namespace detail
 
-/// Runs the job; returns 0 if every rank exits 0, else the first failing rank's exit status
-/// (128 + signal for a rank killed by a signal).
-inline int launch_processes(const LaunchOptions& o) {
-  STRATA_CHECK(o.nproc >= 1, "strata-run: -np must be at least 1, got ", o.nproc);
-  STRATA_CHECK(!o.command.empty(), "strata-run: no program to run (usage: strata-run -np N [--] program args...)");
-  STRATA_CHECK(o.port >= 0 && o.port <= 65535, "strata-run: --port ", o.port, " is outside 0..65535");
-  if (o.port) detail::check_port_free(o.port);
+/// How one run of the job ended.
+struct RunOutcome {
+  int status = 0;            ///< 0, or the first failing rank's exit status (128 + signal)
+  bool interrupted = false;  ///< stopped by a signal from outside (not restarted)
+};
+
+/// Runs the job once (its `restart`-th run): every rank's environment, output and exit.
+inline RunOutcome run_job_once(const LaunchOptions& o, int restart) {
+  // A restart's port is a fresh free one (the last run's may linger in TIME_WAIT), unless set.
+  if (o.port && restart == 0) detail::check_port_free(o.port);
   const int port = o.port ? o.port : detail::free_port();
   // A file-store rendezvous gets a fresh private directory (mkdtemp: mode 0700, the X's made unique).
   std::string rdv_dir;
@@ -152,6 +159,7 @@ inline int launch_processes(const LaunchOptions& o) {
       ::setenv("STRATA_LOCAL_SIZE", std::to_string(o.nproc).c_str(), 1);
       ::setenv("STRATA_MASTER_ADDR", o.master_addr.c_str(), 1);
       ::setenv("STRATA_MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("STRATA_RESTART_COUNT", std::to_string(restart).c_str(), 1);
       if (o.tcp_rendezvous)
         ::unsetenv("STRATA_RENDEZVOUS_DIR");  // rank 0 serves a TCP store on the master port
       else
@@ -173,7 +181,7 @@ inline int launch_processes(const LaunchOptions& o) {
   }
 
   int status_out = 0;
-  bool failing = false;
+  bool failing = false, interrupted = false;
   // After a rank fails, the others get a moment to fail on their own and say why (a peer's
   // error names the lost rank), then SIGTERM, then SIGKILL once the grace period is over.
   std::chrono::steady_clock::time_point term_at{}, kill_at{};
@@ -211,6 +219,7 @@ inline int launch_processes(const LaunchOptions& o) {
     if (const int sig = detail::g_launcher_signal) {
       detail::g_launcher_signal = 0;
       stop_all(sig);
+      interrupted = true;
       if (!failing) {
         failing = true;
         termed = true;  // the signal itself was passed on
@@ -278,11 +287,40 @@ inline int launch_processes(const LaunchOptions& o) {
   }
   std::error_code ec;
   if (!rdv_dir.empty()) std::filesystem::remove_all(rdv_dir, ec);
-  return status_out;
+  return {status_out, interrupted};
+}
+
+/// Runs the job, and again after a failure up to o.max_restarts times; returns 0 if a run
+/// ended with every rank exiting 0, else the last run's first failing status (128 + signal
+/// for a rank killed by a signal).
+inline int launch_processes(const LaunchOptions& o) {
+  STRATA_CHECK(o.nproc >= 1, "strata-run: -np must be at least 1, got ", o.nproc);
+  STRATA_CHECK(!o.command.empty(), "strata-run: no program to run (usage: strata-run -np N [--] program args...)");
+  STRATA_CHECK(o.port >= 0 && o.port <= 65535, "strata-run: --port ", o.port, " is outside 0..65535");
+  STRATA_CHECK(o.max_restarts >= 0, "strata-run: --max-restarts must be at least 0, got ", o.max_restarts);
+  STRATA_CHECK(o.max_restarts == 0 || !o.keep_going, "strata-run: --max-restarts restarts every rank when one "
+               "fails, --keep-going lets the others run on: choose one");
+  for (int restart = 0;; ++restart) {
+    const RunOutcome run = run_job_once(o, restart);
+    if (run.status == 0) {
+      if (restart > 0) std::fprintf(stderr, "strata-run: the job finished after %d restart%s\n", restart,
+                                    restart == 1 ? "" : "s");
+      return 0;
+    }
+    if (run.interrupted || restart >= o.max_restarts) {
+      if (o.max_restarts > 0 && !run.interrupted)
+        std::fprintf(stderr, "strata-run: the job failed after %d restart%s (--max-restarts %d)\n", restart,
+                     restart == 1 ? "" : "s", o.max_restarts);
+      return run.status;
+    }
+    std::fprintf(stderr, "strata-run: restarting every rank (restart %d of at most %d)\n", restart + 1,
+                 o.max_restarts);
+    std::fflush(stderr);
+  }
 }
 
 /// Parses `strata-run` arguments: -np N (or --nproc N), --port P, --rendezvous file|tcp,
-/// --grace SECONDS, --keep-going, [--] command...
+/// --grace SECONDS, --keep-going, --max-restarts N, [--] command...
 inline LaunchOptions parse_launch_args(int argc, char** argv) {
   LaunchOptions o;
   bool have_np = false;
@@ -304,6 +342,8 @@ inline LaunchOptions parse_launch_args(int argc, char** argv) {
       o.tcp_rendezvous = kind == "tcp";
     } else if (a == "--keep-going") {
       o.keep_going = true;
+    } else if (a == "--max-restarts") {
+      o.max_restarts = static_cast<int>(detail::env_int("--max-restarts", value(), 0, 1000));
     } else if (a == "--grace") {
       o.grace = std::chrono::milliseconds(detail::env_int("--grace", value(), 0, 3600) * 1000);
     } else if (a == "--") {
@@ -311,7 +351,8 @@ inline LaunchOptions parse_launch_args(int argc, char** argv) {
       break;
     } else if (!a.empty() && a[0] == '-') {
       STRATA_THROW(::strata::invalid_argument, "strata.runtime", "strata-run: unknown option '", a,
-                   "' (usage: strata-run -np N [--port P] [--rendezvous file|tcp] [--grace S] [--keep-going] [--] program args...)");
+                   "' (usage: strata-run -np N [--port P] [--rendezvous file|tcp] [--grace S] [--keep-going] "
+                   "[--max-restarts N] [--] program args...)");
     } else {
       break;
     }
