@@ -291,7 +291,14 @@ def scenarios():
     S.append(("D7 port already in use", "gloo (tcp store)", PortInUse()))
     S.append(("D8 unknown interface", "gloo", ExistingTest(program="test_gloo", case="Collective.Gloo.BadInterfaceListsTheAvailableOnes")))
     S.append(("D10 invalid call arguments", "in_process", ExistingTest(program="test_collective", case="Collective.InProcess.BadArgumentsAreNamed")))
+    S.append(("D9 another wire version on one rank", "gloo", ExistingTest("gloo_build_skew")))
+    S.append(("D9 another wire version on one rank", "gloo (tcp store)", ExistingTest("gloo_build_skew_tcp_store")))
     S.append(("E1 no wildcard listener", "gloo (tcp store)", ListenerCheck()))
+    S.append(("E2 strangers on the store, job unharmed", "gloo (tcp store)", ExistingTest("hostile_store_clients")))
+    for case in ("Runtime.TcpStore.RefusesAndNamesStrangers", "Runtime.TcpStore.IdleAndSlowConnectionsDoNotStopTheJob",
+                 "Runtime.TcpStore.AClientRefusesAStoreWithoutTheToken"):
+        S.append(("E2 strangers on the store", "runtime", ExistingTest(program="test_runtime", case=case)))
+    S.append(("E2 store parsers fuzzed", "runtime", Fuzz("store_protocol", "corpus_store_protocol")))
     S.append(("E3 malicious checkpoints", "storage", Fuzz()))
     return S
 
@@ -344,14 +351,18 @@ class PortInUse:
 
 
 class Fuzz:
-    """E3 (with C4): the checkpoint reader under libFuzzer with ASan and UBSan, if this machine
-    has the fuzzing build (tests/fuzz/run_fuzz.sh makes it; .ci/run runs it before the suite)."""
+    """E3 (with C4): the checkpoint reader, or (E2) the store's handshake and request parsers,
+    under libFuzzer with ASan and UBSan, if this machine has the fuzzing build
+    (tests/fuzz/run_fuzz.sh makes it; .ci/run runs it before the suite)."""
+
+    def __init__(self, target="checkpoint_reader", corpus="corpus"):
+        self.target, self.corpus = target, corpus
 
     def __call__(self, b, rng):
-        exe = os.path.join(b.fuzz_dir, "fuzz_checkpoint_reader")
-        corpus = os.path.join(b.fuzz_dir, "corpus")
+        exe = os.path.join(b.fuzz_dir, "fuzz_" + self.target)
+        corpus = os.path.join(b.fuzz_dir, self.corpus)
         if not os.path.exists(exe):
-            return Outcome(False, why=f"no fuzzing build at {b.fuzz_dir} (tests/fuzz/run_fuzz.sh SECONDS {b.fuzz_dir})")
+            return Outcome(False, why=f"no fuzzing build at {b.fuzz_dir} (tests/fuzz/run_fuzz.sh SECONDS {b.fuzz_dir} {self.target})")
         rc, lines, _, hung, _ = run_streaming([exe, "-max_total_time=10", "-seed=%d" % rng.randint(1, 1 << 30),
                                                "-rss_limit_mb=2048", "-max_len=4096", "-timeout=10", corpus],
                                               dict(os.environ), cwd=b.fuzz_dir)

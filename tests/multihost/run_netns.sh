@@ -35,9 +35,12 @@ for ns in "$a" "$b"; do ip -n "$ns" link set lo up && ip -n "$ns" link set strat
 echo "hosts: $a 10.77.0.1, $b 10.77.0.2 (interface strata0 on each)"
 
 port=29611
+# The job token, as a user gives one to ranks that no strata-run started (docs/launching.md).
+token=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 job() {  # ifname on a, ifname on b, then the program and its arguments: rank 0 on a, rank 1 on b
   local ifa=$1 ifb=$2; shift 2
-  local common=(STRATA_WORLD_SIZE=2 STRATA_MASTER_ADDR=10.77.0.1 STRATA_MASTER_PORT=$port STRATA_COLLECTIVE_TIMEOUT=5)
+  local common=(STRATA_WORLD_SIZE=2 STRATA_MASTER_ADDR=10.77.0.1 STRATA_MASTER_PORT=$port STRATA_COLLECTIVE_TIMEOUT=5
+                STRATA_JOB_TOKEN=$token)
   (cd "$work/host_a" && ip netns exec "$a" env "${common[@]}" STRATA_RANK=0 STRATA_IFNAME="$ifa" timeout 120 "$@") \
     >"$work/r0.log" 2>&1 &
   local p0=$!
@@ -57,6 +60,7 @@ echo "1. strata-info --check across the hosts"
 job strata0 strata0 "$info" --check
 ((rc0 == 0 && rc1 == 0)) || fail "the check failed (exit $rc0, $rc1)"
 grep -q "gloo       ok: all-reduce over 2 rank" "$work/r1.log" || fail "rank 1 did not check Gloo across the hosts"
+grep -q "STRATA_JOB_TOKEN is not set" "$work/r0.log" && fail "rank 0's store did not take the job token"
 
 echo "2. the example across the hosts, with a timeline"
 job strata0 strata0 "$trainer" --strategy multi_worker_mirrored --collective gloo --model mlp --max-steps 30 --no-eval \
@@ -105,7 +109,7 @@ if [[ -n $mpirun ]]; then
       timeout 120 "$mpirun" --mca plm_rsh_agent "$agent" -H 10.77.0.1,10.77.0.2 -np 2 \
       --mca btl tcp,self --mca btl_tcp_if_include strata0 --mca oob_tcp_if_include strata0 \
       -x STRATA_IFNAME=strata0 -x STRATA_MASTER_ADDR=10.77.0.1 -x STRATA_MASTER_PORT=$((port + 1)) \
-      -x STRATA_SHM=0 -x STRATA_COLLECTIVE_TIMEOUT=10 "$@") >"$work/mpi.log" 2>&1
+      -x STRATA_SHM=0 -x STRATA_COLLECTIVE_TIMEOUT=10 -x STRATA_JOB_TOKEN="$token" "$@") >"$work/mpi.log" 2>&1
     rc=$?
     grep -v '^---' "$work/mpi.log" | sed 's/^/  /' | tail -8
   }

@@ -134,6 +134,17 @@ class Gloo : public TypedFrontEnd<Gloo> {
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     ctx->setTimeout(options_.timeout);
     rdv.claim(rank_);
+    // The mesh's nonce, drawn by rank 0, for the proofs its connections give (below).
+    const std::string token = runtime::store_protocol::Credentials::from_env().token;
+    std::vector<char> nonce;
+    if (rank_ == 0) {
+      const std::string hex = support::to_hex(support::random_bytes(16));
+      nonce.assign(hex.begin(), hex.end());
+      rdv.store().set("strata.mesh_nonce", nonce);
+    }
+    // This rank's build, compared with every other rank's once the mesh stands (RELIABILITY D9).
+    const std::string build = runtime::store_protocol::build_fingerprint();
+    rdv.store().set("strata.build/" + std::to_string(rank_), std::vector<char>(build.begin(), build.end()));
     const std::vector<int> before = detail::connected_sockets(p.master_port);
     try {
       ctx->connectFullMesh(rdv.store(), device_);
@@ -159,6 +170,38 @@ class Gloo : public TypedFrontEnd<Gloo> {
                                                    : std::string(" (no STRATA_IFNAME)"))
          << ": the other ranks' hosts must reach it, else set STRATA_IFNAME to an interface they share): " << e.what();
       throw collective_error(os.str());
+    }
+    // Every rank runs the same build, and every connection proves it belongs to the job,
+    // before any data moves over the mesh.
+    std::vector<int> skewed;
+    std::string theirs;
+    for (int r = 0; r < size_; ++r) {
+      const std::vector<char> b = rdv.store().get("strata.build/" + std::to_string(r));
+      if (std::string(b.begin(), b.end()) != build) {
+        skewed.push_back(r);
+        theirs.assign(b.begin(), b.end());
+      }
+    }
+    if (!skewed.empty()) {
+      std::ostringstream os;
+      for (std::size_t i = 0; i < skewed.size(); ++i) os << (i ? ", " : "") << skewed[i];
+      STRATA_THROW(collective_error, "strata.collective.rendezvous", "rank ", rank_, ": rank(s) ", os.str(), " of rendezvous '",
+                   prefix, "' run another strata build: '", theirs, "' vs this rank's '", build,
+                   "': every process of the job must run the same strata build");
+    }
+    try {
+      if (rank_ != 0) nonce = rdv.store().get("strata.mesh_nonce");
+      if (const std::vector<int> bad = detail::peers_without_proof(ctx, token, std::string(nonce.begin(), nonce.end()), options_.timeout);
+          !bad.empty()) {
+        std::ostringstream os;
+        for (std::size_t i = 0; i < bad.size(); ++i) os << (i ? ", " : "") << bad[i];
+        STRATA_THROW(collective_error, "strata.collective.rendezvous", "rank ", rank_, ": the connections from rank(s) ", os.str(),
+                     " of rendezvous '", prefix, "' did not prove they belong to this job: a process outside the job holds them, "
+                     "or those ranks were given another STRATA_JOB_TOKEN");
+      }
+    } catch (const gloo::Exception& e) {
+      STRATA_THROW(collective_error, "strata.collective.rendezvous", "rank ", rank_, ": the connections of rendezvous '", prefix,
+                   "' did not prove they belong to this job within ", options_.timeout.count(), " ms: ", e.what());
     }
     claims_ = rdv.claims(size_);  // every rank claimed before publishing its address
     // This communicator's connections: the sockets the full mesh opened (for abort()).

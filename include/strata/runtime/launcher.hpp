@@ -30,6 +30,7 @@
 
 #include <strata/runtime/process.hpp>  // detail::env_int
 #include <strata/support/check.hpp>
+#include <strata/support/sha256.hpp>
 
 namespace strata::runtime {
 
@@ -126,6 +127,11 @@ inline RunOutcome run_job_once(const LaunchOptions& o, int restart) {
     STRATA_CHECK(::mkdtemp(rdv_dir.data()) != nullptr, "strata-run: mkdtemp: ", std::strerror(errno));
   }
 
+  // The job token: every connection to the rendezvous proves it holds it (store_protocol.hpp).
+  // One given in the environment is passed on; else each run draws a fresh one.
+  const char* given = std::getenv("STRATA_JOB_TOKEN");
+  const std::string token = given && *given ? std::string(given) : support::to_hex(support::random_bytes(32));
+
   struct sigaction sa {};
   sa.sa_handler = detail::launcher_on_signal;
   sigemptyset(&sa.sa_mask);
@@ -160,6 +166,7 @@ inline RunOutcome run_job_once(const LaunchOptions& o, int restart) {
       ::setenv("STRATA_MASTER_ADDR", o.master_addr.c_str(), 1);
       ::setenv("STRATA_MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("STRATA_RESTART_COUNT", std::to_string(restart).c_str(), 1);
+      ::setenv("STRATA_JOB_TOKEN", token.c_str(), 1);
       if (o.tcp_rendezvous)
         ::unsetenv("STRATA_RENDEZVOUS_DIR");  // rank 0 serves a TCP store on the master port
       else

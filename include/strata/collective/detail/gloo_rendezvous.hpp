@@ -10,6 +10,7 @@
 
 #if STRATA_HAS_GLOO
 
+#include <gloo/alltoall.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <dirent.h>
@@ -34,7 +35,9 @@
 #include <vector>
 
 #include <strata/runtime/process_state.hpp>
+#include <strata/runtime/store_protocol.hpp>
 #include <strata/runtime/tcp_store.hpp>
+#include <strata/support/sha256.hpp>
 #include <strata/support/check.hpp>
 #include <strata/support/error.hpp>
 
@@ -233,6 +236,37 @@ inline std::vector<int> local_ranks_in_state(const std::vector<std::string>& cla
     }
   }
   return found;
+}
+
+/// The proof that the connection from rank `from` to rank `to` of a mesh belongs to the job:
+/// a MAC under the job token over the mesh's nonce and both ranks.
+inline support::Digest pair_proof(const std::string& token, const std::string& nonce, int from, int to) {
+  return support::hmac_sha256(token, "strata gloo pair " + nonce + " " + std::to_string(from) + " " + std::to_string(to));
+}
+
+/// Every connection of a full mesh proves it belongs to the job: each rank sends each peer
+/// its pair_proof over that very connection (one all-to-all of 32 bytes per pair; the token
+/// never crosses the wire). Returns the peers whose proof does not match: a process outside
+/// the job holds that connection, or the peer was given another STRATA_JOB_TOKEN.
+inline std::vector<int> peers_without_proof(const std::shared_ptr<gloo::Context>& ctx, const std::string& token,
+                                            const std::string& nonce, std::chrono::milliseconds timeout) {
+  const int n = ctx->size, me = ctx->rank;
+  std::vector<std::uint8_t> out(32 * static_cast<std::size_t>(n)), in(out.size());
+  for (int p = 0; p < n; ++p) {
+    const support::Digest d = pair_proof(token, nonce, me, p);
+    std::copy(d.begin(), d.end(), out.begin() + 32 * p);
+  }
+  gloo::AlltoallOptions o(ctx);
+  o.setInput(out.data(), out.size());
+  o.setOutput(in.data(), in.size());
+  o.setTimeout(timeout);
+  gloo::alltoall(o);
+  std::vector<int> bad;
+  for (int p = 0; p < n; ++p) {
+    const support::Digest want = pair_proof(token, nonce, p, me);
+    if (p != me && !support::equal_in_constant_time(in.data() + 32 * p, want.data(), want.size())) bad.push_back(p);
+  }
+  return bad;
 }
 
 /// The names of this host's network interfaces, for error messages.
