@@ -130,7 +130,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
     // process with SIGPIPE; left alone if the program installed its own handler.
     struct sigaction old {};
     if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
-    device_ = gloo::transport::tcp::CreateDevice(attr);
+    device_ = detail::shared_device(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     ctx->setTimeout(options_.timeout);
     rdv.claim(rank_);
