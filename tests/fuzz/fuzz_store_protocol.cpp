@@ -1,5 +1,5 @@
 // libFuzzer target for the TCP store's handshake and request parsers (store_protocol.hpp;
-// RELIABILITY E2): any bytes either parse into fields within their bounds and inside the
+// RELIABILITY E2) and its membership views (membership.hpp): any bytes either parse into fields within their bounds and inside the
 // input, ask for more, or are refused with a reason — never a crash, a leak, an allocation
 // from a length the bytes claim, or an exception. Built by tests/fuzz/run_fuzz.sh.
 #include <cstddef>
@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include <strata/runtime/membership.hpp>
 #include <strata/runtime/store_protocol.hpp>
 
 namespace proto = strata::runtime::store_protocol;
@@ -63,6 +64,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::string text;
     if (proto::parse_verdict(in.substr(used), accepted, text, used, why) == proto::Parsed::done)
       require(text.size() <= (accepted ? proto::kMacBytes : proto::kMaxReason));
+  }
+  // A membership view, as a worker reads it: whole and within bounds, or refused.
+  strata::runtime::View view;
+  if (strata::runtime::membership_wire::decode(in, view, why)) {
+    require(view.members.size() <= strata::runtime::membership_wire::kMaxMembers);
+    require(strata::runtime::membership_wire::encode(view) == in);
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <string>
 
+#include <strata/runtime/membership.hpp>
 #include <strata/runtime/store_protocol.hpp>
 
 namespace proto = strata::runtime::store_protocol;
@@ -18,6 +19,9 @@ int main(int argc, char** argv) {
       proto::encode_greeting(c, nonce) + proto::encode_accept(c, nonce, nonce),
       proto::encode_greeting(c, nonce) + proto::encode_refusal("wrong job token"),
       proto::encode_request(proto::kCheck, "k"),
+      proto::encode_answer(c, nonce, nonce) + proto::encode_request(proto::kJoin, "host:1") +
+          proto::encode_request(proto::kWait, "host:1", {1, 0, 0, 0, 0, 0, 0, 0}),
+      strata::runtime::membership_wire::encode(strata::runtime::View{3, strata::runtime::View::State::member, {"host:1", "host:2"}}),
   };
   int i = 0;
   for (const std::string& s : seeds) {

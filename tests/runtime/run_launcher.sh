@@ -35,6 +35,14 @@ out=$("$run" -np 2 2>&1); rc=$?
 ((rc != 0)) && grep -q "no program to run" <<<"$out" || fail "missing program not named: $out"
 out=$("$run" -np 1 /nonexistent/program 2>&1); rc=$?
 ((rc == 127)) && grep -q "cannot run '/nonexistent/program'" <<<"$out" || fail "missing executable: rc $rc: $out"
+# --elastic's bounds and its conflicts are named.
+for bad in "--elastic 3:4 -np 2|must satisfy 1 <= MIN <= -np (2) <= MAX" "--elastic 1:2 -np 3|must satisfy 1 <= MIN <= -np (3) <= MAX" \
+           "--elastic 2|--elastic 2 is not MIN:MAX" "--elastic 1:2 --rendezvous file -np 2|not a rendezvous directory" \
+           "--elastic 1:2 --max-restarts 1 -np 2|choose one"; do
+  args=${bad%%|*} want=${bad#*|}
+  out=$("$run" $args -- "$probe" ok 2>&1); rc=$?
+  ((rc != 0)) && grep -qF -- "$want" <<<"$out" || fail "strata-run $args not rejected by name: rc $rc: $out"
+done
 # A port in use is named before any rank starts (RELIABILITY D6); python3 holds one.
 portfile=$(mktemp)
 python3 -c 'import socket, sys, time

@@ -25,10 +25,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <strata/runtime/process.hpp>  // detail::env_int
+#include <strata/runtime/tcp_store.hpp>
 #include <strata/support/check.hpp>
 #include <strata/support/sha256.hpp>
 
@@ -45,6 +47,7 @@ struct LaunchOptions {
   bool tcp_rendezvous = false;                     ///< a TCP store on the port instead of a directory
   bool keep_going = false;                         ///< a failed rank is reported, the others run on
   int max_restarts = 0;                            ///< times a failed job is started again
+  int elastic_min = 0, elastic_max = 0;            ///< --elastic MIN:MAX (0: not elastic)
   std::vector<std::string> command;                ///< program and its arguments
 };
 
@@ -131,6 +134,17 @@ inline RunOutcome run_job_once(const LaunchOptions& o, int restart) {
   // One given in the environment is passed on; else each run draws a fresh one.
   const char* given = std::getenv("STRATA_JOB_TOKEN");
   const std::string token = given && *given ? std::string(given) : support::to_hex(support::random_bytes(32));
+  // An elastic job's store, with its membership, is served here: it must outlive every rank.
+  std::unique_ptr<tcp_store_detail::Server> store;
+  if (o.elastic_max > 0) {
+    store_protocol::Credentials creds;
+    creds.token = token;
+    MembershipOptions m;
+    m.min_workers = o.elastic_min;
+    m.max_workers = o.elastic_max;
+    m.initial_workers = o.nproc;
+    store = std::make_unique<tcp_store_detail::Server>(o.master_addr, port, creds, m);
+  }
 
   struct sigaction sa {};
   sa.sa_handler = detail::launcher_on_signal;
@@ -167,6 +181,10 @@ inline RunOutcome run_job_once(const LaunchOptions& o, int restart) {
       ::setenv("STRATA_MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("STRATA_RESTART_COUNT", std::to_string(restart).c_str(), 1);
       ::setenv("STRATA_JOB_TOKEN", token.c_str(), 1);
+      if (o.elastic_max > 0)  // the ranks are the store's clients, rank 0 included
+        ::setenv("STRATA_ELASTIC", (std::to_string(o.elastic_min) + ":" + std::to_string(o.elastic_max)).c_str(), 1);
+      else
+        ::unsetenv("STRATA_ELASTIC");
       if (o.tcp_rendezvous)
         ::unsetenv("STRATA_RENDEZVOUS_DIR");  // rank 0 serves a TCP store on the master port
       else
@@ -268,14 +286,16 @@ inline RunOutcome run_job_once(const LaunchOptions& o, int restart) {
       const int status = sig ? 128 + WTERMSIG(rk.status) : WEXITSTATUS(rk.status);
       std::fprintf(stderr, "strata-run: rank %d %s %d; %s\n", blamed, sig ? "was killed by signal" : "exited with status",
                    sig ? WTERMSIG(rk.status) : status,
-                   o.keep_going ? "the other ranks carry on (--keep-going)" : "stopping the other ranks");
+                   o.elastic_max   ? "the job goes on without it (--elastic)"
+                   : o.keep_going ? "the other ranks carry on (--keep-going)"
+                                  : "stopping the other ranks");
       std::fflush(stderr);
       if (status_out == 0) status_out = status;
       rk.reported = true;
     }
     // The first failure stops the rest (with --keep-going, each is reported and the job's status
     // is the first one's).
-    if (!failing && !o.keep_going && status_out != 0) {
+    if (!failing && !o.keep_going && !o.elastic_max && status_out != 0) {
       failing = true;
       term_at = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(o.grace, kReportWindow);
       kill_at = term_at + o.grace;
@@ -294,6 +314,18 @@ inline RunOutcome run_job_once(const LaunchOptions& o, int restart) {
   }
   std::error_code ec;
   if (!rdv_dir.empty()) std::filesystem::remove_all(rdv_dir, ec);
+  // An elastic job succeeded when its membership never ended and a rank finished its work.
+  if (store && !interrupted) {
+    bool finished = false;
+    for (const auto& rk : ranks) finished = finished || (WIFEXITED(rk.status) && WEXITSTATUS(rk.status) == 0);
+    const std::string ended = store->membership_end();
+    if (!ended.empty()) {
+      std::fprintf(stderr, "strata-run: %s\n", ended.c_str());
+      if (status_out == 0) status_out = 1;
+    } else if (finished) {
+      status_out = 0;
+    }
+  }
   return {status_out, interrupted};
 }
 
@@ -307,6 +339,14 @@ inline int launch_processes(const LaunchOptions& o) {
   STRATA_CHECK(o.max_restarts >= 0, "strata-run: --max-restarts must be at least 0, got ", o.max_restarts);
   STRATA_CHECK(o.max_restarts == 0 || !o.keep_going, "strata-run: --max-restarts restarts every rank when one "
                "fails, --keep-going lets the others run on: choose one");
+  if (o.elastic_max > 0) {
+    STRATA_CHECK(o.elastic_min >= 1 && o.elastic_min <= o.nproc && o.nproc <= o.elastic_max, "strata-run: --elastic ",
+                 o.elastic_min, ":", o.elastic_max, " must satisfy 1 <= MIN <= -np (", o.nproc, ") <= MAX");
+    STRATA_CHECK(o.tcp_rendezvous, "strata-run: --elastic meets through the TCP store that strata-run serves, not a "
+                 "rendezvous directory (drop --rendezvous file)");
+    STRATA_CHECK(o.max_restarts == 0, "strata-run: --elastic goes on without a lost rank, --max-restarts restarts "
+                 "every rank: choose one");
+  }
   for (int restart = 0;; ++restart) {
     const RunOutcome run = run_job_once(o, restart);
     if (run.status == 0) {
@@ -327,10 +367,10 @@ inline int launch_processes(const LaunchOptions& o) {
 }
 
 /// Parses `strata-run` arguments: -np N (or --nproc N), --port P, --rendezvous file|tcp,
-/// --grace SECONDS, --keep-going, --max-restarts N, [--] command...
+/// --grace SECONDS, --keep-going, --max-restarts N, --elastic MIN:MAX, [--] command...
 inline LaunchOptions parse_launch_args(int argc, char** argv) {
   LaunchOptions o;
-  bool have_np = false;
+  bool have_np = false, elastic_rendezvous = false, file_rendezvous = false;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
@@ -347,10 +387,19 @@ inline LaunchOptions parse_launch_args(int argc, char** argv) {
       const std::string kind = value();
       STRATA_CHECK(kind == "file" || kind == "tcp", "strata-run: --rendezvous ", kind, " is not file or tcp");
       o.tcp_rendezvous = kind == "tcp";
+      file_rendezvous = kind == "file";
     } else if (a == "--keep-going") {
       o.keep_going = true;
     } else if (a == "--max-restarts") {
       o.max_restarts = static_cast<int>(detail::env_int("--max-restarts", value(), 0, 1000));
+    } else if (a == "--elastic") {
+      const std::string v = value();
+      const auto colon = v.find(':');
+      STRATA_CHECK(colon != std::string::npos, "strata-run: --elastic ", v, " is not MIN:MAX");
+      o.elastic_min = static_cast<int>(detail::env_int("--elastic MIN", v.substr(0, colon).c_str(), 1, 4096));
+      o.elastic_max = static_cast<int>(detail::env_int("--elastic MAX", v.substr(colon + 1).c_str(), 1, 4096));
+      o.tcp_rendezvous = true;
+      elastic_rendezvous = true;
     } else if (a == "--grace") {
       o.grace = std::chrono::milliseconds(detail::env_int("--grace", value(), 0, 3600) * 1000);
     } else if (a == "--") {
@@ -359,12 +408,13 @@ inline LaunchOptions parse_launch_args(int argc, char** argv) {
     } else if (!a.empty() && a[0] == '-') {
       STRATA_THROW(::strata::invalid_argument, "strata.runtime", "strata-run: unknown option '", a,
                    "' (usage: strata-run -np N [--port P] [--rendezvous file|tcp] [--grace S] [--keep-going] "
-                   "[--max-restarts N] [--] program args...)");
+                   "[--max-restarts N] [--elastic MIN:MAX] [--] program args...)");
     } else {
       break;
     }
   }
   STRATA_CHECK(have_np, "strata-run: -np N is required (usage: strata-run -np N [--] program args...)");
+  if (elastic_rendezvous && file_rendezvous) o.tcp_rendezvous = false;  // refused, by name, in launch_processes
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
   STRATA_CHECK(!o.command.empty(), "strata-run: no program to run (usage: strata-run -np N [--] program args...)");
   return o;

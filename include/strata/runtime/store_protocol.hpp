@@ -13,7 +13,9 @@
 /// nonces fresh for each connection. Magic and version come first in every version of the
 /// protocol, so a skewed peer is named ("wire protocol v3 vs v2") before anything else is read.
 ///
-/// Requests, once admitted: op (1 byte) | u32 key length | key | u32 value length | value.
+/// Requests, once admitted: op (1 byte) | u32 key length | key | u32 value length | value. An
+/// elastic job's membership requests (J, W, P, E) use the same frame; their answer is a view
+/// (membership.hpp).
 /// Every length is checked against a bound before anything is allocated from it.
 #pragma once
 
@@ -49,7 +51,22 @@ inline constexpr std::size_t kMaxValue = std::size_t(64) << 20;
 /// The longest greeting or answer: nothing longer is buffered from a peer not yet admitted.
 inline constexpr std::size_t kMaxHello = 16 + kMaxFingerprint + kNonceBytes + kMacBytes;
 
-enum Op : std::uint8_t { kSet = 'S', kGet = 'G', kCheck = 'C', kClaim = 'X' };
+enum Op : std::uint8_t {
+  kSet = 'S',
+  kGet = 'G',
+  kCheck = 'C',
+  kClaim = 'X',
+  // An elastic job's membership (membership.hpp): the key is the caller's member id.
+  kJoin = 'J',   // value empty; answered by the first view that includes the caller
+  kWait = 'W',   // value: u64 generation; answered by the first view after it
+  kPoll = 'P',   // value: u64 generation; answered at once by the current view
+  kEvict = 'E',  // value: u64 generation, then the id of the member that does not answer
+};
+inline bool is_op(std::uint8_t op) {
+  for (Op o : {kSet, kGet, kCheck, kClaim, kJoin, kWait, kPoll, kEvict})
+    if (op == o) return true;
+  return false;
+}
 
 /// What a build must share with its peers to talk to them: the library version, the wire
 /// version, and the element types the collectives move (a build with another DType list
@@ -240,7 +257,7 @@ inline std::string encode_request(Op op, std::string_view key, const std::vector
 inline Parsed parse_request(std::string_view in, Request& out, std::size_t& used, std::string& why) {
   if (in.empty()) return Parsed::need_more;
   const auto op = static_cast<std::uint8_t>(in[0]);
-  if (op != kSet && op != kGet && op != kCheck && op != kClaim) {
+  if (!is_op(op)) {
     why = "an unknown request " + detail::show(in.substr(0, 1));
     return Parsed::bad;
   }

@@ -34,10 +34,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <strata/runtime/membership.hpp>
 #include <strata/runtime/store_protocol.hpp>
 #include <strata/support/check.hpp>
 #include <strata/support/error.hpp>
@@ -132,8 +134,12 @@ class Server {
   static constexpr std::size_t kMaxWaiting = 128;
   static constexpr auto kHandshakeTime = std::chrono::seconds(5);
 
-  Server(const std::string& host, int port, proto::Credentials creds = proto::Credentials::from_env())
+  /// Serves host:port; with `membership`, also an elastic job's membership (the store then
+  /// outlives every worker: strata-run --elastic serves it).
+  Server(const std::string& host, int port, proto::Credentials creds = proto::Credentials::from_env(),
+         std::optional<MembershipOptions> membership = std::nullopt)
       : creds_(std::move(creds)), where_(host + ":" + std::to_string(port)) {
+    if (membership) membership_.emplace(*membership);
     const sockaddr_in a = address(host, port, "TCP store: ");
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     STRATA_CHECK(listen_fd_ >= 0, "TCP store: socket: ", std::strerror(errno));
@@ -170,6 +176,11 @@ class Server {
   /// Connections refused so far (a wrong token, another build, bytes that are not the protocol,
   /// a handshake not finished in time).
   std::size_t refused() const noexcept { return refused_.load(); }
+  /// Why the elastic job's membership ended ("" while it goes on, or without membership).
+  std::string membership_end() const {
+    std::lock_guard lock(end_m_);
+    return end_;
+  }
 
  private:
   struct Conn {
@@ -189,6 +200,8 @@ class Server {
         fds.push_back({fd, POLLIN, 0});
         if (!conn.admitted) next = std::min(next, conn.deadline);
       }
+      if (membership_)
+        if (const auto d = membership_->deadline()) next = std::min(next, *d);
       const int wait = next == Clock::time_point::max()
                            ? -1
                            : static_cast<int>(std::max<long long>(
@@ -202,6 +215,7 @@ class Server {
       for (std::size_t i = 2; i < fds.size(); ++i)
         if (fds[i].revents && conns_.count(fds[i].fd)) on_readable(fds[i].fd);
       expire_handshakes();
+      if (membership_ && membership_->settle(Clock::now())) publish();
     }
   }
 
@@ -318,6 +332,78 @@ class Server {
     ::close(fd);
     conns_.erase(fd);
     for (auto& [key, waiting] : waiters_) std::erase(waiting, fd);
+    if (membership_) {
+      std::erase_if(view_waiters_, [fd](const ViewWaiter& w) { return w.fd == fd; });
+      membership_->lost(fd, Clock::now());
+    }
+  }
+
+  /// A member's request waiting for a view: a join (answered by the first view that holds
+  /// its id) or a wait (by the first view after its generation).
+  struct ViewWaiter {
+    int fd;
+    std::string id;
+    bool join;
+    std::uint64_t after;
+  };
+  static bool reply_view(int fd, const View& v) {
+    const std::string s = membership_wire::encode(v);
+    return reply_value(fd, std::vector<char>(s.begin(), s.end()));
+  }
+  static View refusal_view(std::uint64_t g, const std::string& why) {
+    View v;
+    v.generation = g;
+    v.state = View::State::refused;
+    v.members = {why};
+    return v;
+  }
+  /// A new view is out: answers the waiters it settles and closes the evicted members' leases.
+  void publish() {
+    const View& v = membership_->view();
+    if (v.state == View::State::ended) {
+      std::lock_guard lock(end_m_);
+      end_ = v.reason();
+    }
+    std::vector<ViewWaiter> still;
+    std::vector<int> gone;
+    for (const ViewWaiter& w : view_waiters_) {
+      const bool answered = v.state != View::State::member || (w.join ? v.rank_of(w.id) >= 0 : v.generation > w.after);
+      if (!answered) {
+        still.push_back(w);
+      } else if (!reply_view(w.fd, v)) {
+        gone.push_back(w.fd);
+      }
+    }
+    view_waiters_ = std::move(still);
+    for (int fd : membership_->take_to_close()) gone.push_back(fd);
+    for (int fd : gone)
+      if (conns_.count(fd)) drop(fd);
+  }
+  /// Serves a membership request.
+  bool serve_membership(int fd, const proto::Request& req) {
+    if (!membership_)
+      return reply_view(fd, refusal_view(0, "this store serves no elastic job (strata-run --elastic MIN:MAX serves one)"));
+    Membership& m = *membership_;
+    const auto now = Clock::now();
+    if (req.op == proto::kJoin) {
+      if (const std::string why = m.join(req.key, fd, now); !why.empty()) return reply_view(fd, refusal_view(m.view().generation, why));
+      view_waiters_.push_back({fd, req.key, true, 0});
+      return true;
+    }
+    std::uint64_t g = 0;
+    std::string more;
+    if (!membership_wire::decode_generation(std::string_view(req.value.data(), req.value.size()), g, more))
+      return reply_view(fd, refusal_view(m.view().generation, "a membership request without its generation"));
+    if (req.op == proto::kEvict) {
+      const std::string why = m.evict(g, req.key, more, now);
+      return reply_view(fd, why.empty() ? m.view() : refusal_view(m.view().generation, why));
+    }
+    if (const std::string why = m.fence(g, req.key); !why.empty()) return reply_view(fd, refusal_view(m.view().generation, why));
+    if (req.op == proto::kWait && m.view().generation <= g) {
+      view_waiters_.push_back({fd, req.key, false, g});
+      return true;
+    }
+    return reply_view(fd, m.view());
   }
 
   /// Serves one request of an admitted client; false when it is gone.
@@ -348,6 +434,10 @@ class Server {
         const std::uint8_t taken = added ? 0 : 1;
         return write_all(fd, &taken, 1) && reply_value(fd, it->second);
       }
+      case proto::kJoin:
+      case proto::kWait:
+      case proto::kPoll:
+      case proto::kEvict: return serve_membership(fd, req);
     }
     return false;
   }
@@ -363,6 +453,10 @@ class Server {
   std::map<int, Conn> conns_;
   std::map<std::string, std::vector<char>> data_;
   std::map<std::string, std::vector<int>> waiters_;
+  std::optional<Membership> membership_;
+  mutable std::mutex end_m_;
+  std::string end_;
+  std::vector<ViewWaiter> view_waiters_;
   Clock::time_point accept_paused_until_{};
   std::uint64_t accepted_ = 0;
   std::atomic<std::size_t> refused_{0};
@@ -382,14 +476,17 @@ class TcpStore {
     static std::map<std::pair<std::string, int>, std::unique_ptr<TcpStore>> stores;
     std::lock_guard lock(m);
     auto& s = stores[{host, port}];
-    if (!s) s = std::make_unique<TcpStore>(host, port, rank == 0, timeout, store_protocol::Credentials::from_env());
+    // In an elastic job strata-run serves the store (it must outlive every rank): no rank does.
+    const bool serve = rank == 0 && !std::getenv("STRATA_ELASTIC");
+    if (!s) s = std::make_unique<TcpStore>(host, port, serve, timeout, store_protocol::Credentials::from_env());
     return *s;
   }
 
   /// A client of the store at host:port, which serves it too when `serve`.
-  TcpStore(const std::string& host, int port, bool serve, std::chrono::milliseconds timeout, store_protocol::Credentials creds)
+  TcpStore(const std::string& host, int port, bool serve, std::chrono::milliseconds timeout, store_protocol::Credentials creds,
+           std::optional<MembershipOptions> membership = std::nullopt)
       : host_(host), port_(port), timeout_(timeout), creds_(std::move(creds)) {
-    if (serve) server_ = std::make_unique<tcp_store_detail::Server>(host, port, creds_);
+    if (serve) server_ = std::make_unique<tcp_store_detail::Server>(host, port, creds_, membership);
   }
   ~TcpStore() {
     if (fd_ >= 0) ::close(fd_);
@@ -429,12 +526,44 @@ class TcpStore {
     return taken ? std::string(holder.begin(), holder.end()) : std::string();
   }
 
+  // An elastic job's membership (membership.hpp; the store must serve one: strata-run
+  // --elastic). Each returns a view: the caller's generation, ended (the job is over, with
+  // the reason), or refused (this process may not act, with the reason).
+
+  /// Joins as `id`; this connection becomes the member's lease. Returns the first view that
+  /// includes it.
+  View join(const std::string& id, std::chrono::milliseconds timeout) { return view_request(store_protocol::kJoin, id, {}, timeout); }
+  /// The first view after generation `g` (waits for it).
+  View wait_view(const std::string& id, std::uint64_t g, std::chrono::milliseconds timeout) {
+    return view_request(store_protocol::kWait, id, membership_wire::encode_generation(g), timeout);
+  }
+  /// The current view, at once.
+  View poll_view(const std::string& id, std::uint64_t g) {
+    return view_request(store_protocol::kPoll, id, membership_wire::encode_generation(g), std::chrono::milliseconds(0));
+  }
+  /// Reports that member `target` of generation `g` does not answer.
+  View evict(const std::string& id, std::uint64_t g, const std::string& target) {
+    return view_request(store_protocol::kEvict, id, membership_wire::encode_generation(g, target), std::chrono::milliseconds(0));
+  }
+
   const std::string& host() const noexcept { return host_; }
   int port() const noexcept { return port_; }
   /// The server of this process (rank 0), or null.
   const tcp_store_detail::Server* server() const noexcept { return server_.get(); }
 
  private:
+  View view_request(store_protocol::Op op, const std::string& id, const std::string& value, std::chrono::milliseconds timeout) {
+    std::lock_guard lock(m_);
+    std::vector<char> out;
+    roundtrip(op, id, std::vector<char>(value.begin(), value.end()),
+              [&](int fd, auto deadline) { return read_value(fd, deadline, out); }, timeout);
+    View v;
+    std::string why;
+    STRATA_CHECK(membership_wire::decode(std::string_view(out.data(), out.size()), v, why), "TCP store at ", host_, ":", port_,
+                 " answered a membership request with ", why);
+    return v;
+  }
+
   static bool read_value(int fd, std::chrono::steady_clock::time_point deadline, std::vector<char>& out) {
     std::uint32_t n = 0;
     if (!tcp_store_detail::read_all(fd, &n, 4, deadline)) return false;
@@ -453,6 +582,13 @@ class TcpStore {
                  "' (", key.size(), " bytes) or its value (", value.size(), " bytes) exceeds the store's bounds (",
                  store_protocol::kMaxKey, ", ", store_protocol::kMaxValue, ")");
     const auto deadline = std::chrono::steady_clock::now() + (timeout.count() > 0 ? timeout : timeout_);
+    if (fd_ >= 0 && closed_by_store()) {  // e.g. a lease the store ended (membership.hpp): one new connection
+      ::close(fd_);
+      fd_ = -1;
+      if (!connect(deadline, /*once=*/true))
+        STRATA_THROW(::strata::io_error, "strata.runtime.tcp_store", "TCP store at ", host_, ":", port_,
+                     " closed the connection, and no longer answers (the process that serves it is gone)");
+    }
     if (fd_ < 0) connect(deadline);
     const std::string msg = store_protocol::encode_request(op, key, value);
     if (tcp_store_detail::write_all(fd_, msg) && reply(fd_, deadline)) return;
@@ -467,10 +603,19 @@ class TcpStore {
                  " closed the connection (rank 0, which serves it, is gone)");
   }
 
-  void connect(std::chrono::steady_clock::time_point deadline) {
+  /// The store closed this connection: it never speaks unasked, so a readable socket between
+  /// requests holds only the end of the stream.
+  bool closed_by_store() const {
+    pollfd pfd{fd_, POLLIN, 0};
+    return ::poll(&pfd, 1, 0) > 0;
+  }
+
+  /// Connects and passes the handshake, retrying until `deadline` (rank 0 may start later);
+  /// with `once`, one try, false when it fails.
+  bool connect(std::chrono::steady_clock::time_point deadline, bool once = false) {
     const sockaddr_in a = tcp_store_detail::address(host_, port_, "TCP store: ");
     std::string last = "no answer";
-    while (std::chrono::steady_clock::now() < deadline) {
+    for (bool first = true; first || (!once && std::chrono::steady_clock::now() < deadline); first = false) {
       const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       STRATA_CHECK(fd >= 0, "TCP store: socket: ", std::strerror(errno));
       if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
@@ -478,12 +623,13 @@ class TcpStore {
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (handshake(fd, deadline, last)) {
           fd_ = fd;
-          return;
+          return true;
         }
       } else {
         last = std::strerror(errno);
       }
       ::close(fd);
+      if (once) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     STRATA_THROW(::strata::timeout_error, "strata.runtime.tcp_store", "cannot reach the TCP store at ", host_, ":", port_,
