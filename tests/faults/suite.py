@@ -154,6 +154,27 @@ class ExistingTest:
         return Outcome(ok and not hung, None, ok, hung, "" if ok else "\n".join(text.splitlines()[-8:]))
 
 
+class ElasticKill:
+    """B2 (elastic): 4 workers under strata-run --elastic 2:4, one of them, drawn with its step,
+    SIGKILLed (tests/integration/run_elastic.sh): the survivors take their next step within
+    2 s, from the step in flight, bit-identical, every example once. Detection: the slowest
+    survivor's next step after the kill."""
+
+    def __call__(self, b, rng):
+        t = b.meson_tests.get("elastic_kill_one_of_four")
+        if t is None:
+            return Outcome(False, why="this build has no meson test elastic_kill_one_of_four")
+        script, run, trainer = t["cmd"][0], t["cmd"][1], t["cmd"][2]
+        rank, step = rng.randrange(4), rng.randint(1, 30)
+        rc, lines, _, hung, _ = run_streaming([script, run, trainer, str(rank), str(step)], dict(os.environ),
+                                              cwd=t.get("workdir") or b.build)
+        text = "\n".join(l for _, l in lines)
+        m = re.search(r"next step after the kill: .* \(max (\d+) ms", text)
+        ok = rc == 0 and not hung and m is not None
+        return Outcome(ok, int(m.group(1)) / 1000 if m else None, ok, hung,
+                       "" if ok else f"rank {rank} step {step}, exit {rc}\n" + "\n".join(text.splitlines()[-8:]))
+
+
 class ListenerCheck:
     """E1: while a 2-rank Gloo job (TCP store) holds its connections, no socket it listens on
     is bound to a wildcard address."""
@@ -257,6 +278,9 @@ def scenarios():
         S.append(("B5 PS server killed", pol, ExistingTest(prefix + "kill_server")))
         S.append(("B5 PS server stopped", pol, ExistingTest(prefix + "stop_server")))
     S.append(("B4 PS worker killed, rest carry on", "gloo", ExistingTest("parameter_server_gloo_fault_carry_on")))
+    S.append(("B2 elastic: 1 of 4 workers killed, the rest go on", "gloo (elastic)", ElasticKill()))
+    S.append(("B3 elastic: a worker joins", "gloo (elastic)", ExistingTest("elastic_join")))
+    S.append(("B2/B3 elastic membership", "runtime", ExistingTest("elastic_membership")))
     S.append(("B6 rank 0 (coordinator) killed", "mpi", FaultJob("mpi", "sigkill", rank=0)))
     S.append(("B6 rank 0 (coordinator) killed", "gloo (tcp store)",
               FaultJob("gloo", "sigkill", rank=0, launcher_args=["--rendezvous", "tcp"])))

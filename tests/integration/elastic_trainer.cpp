@@ -2,14 +2,18 @@
 // a small regression model on fixed synthetic data, per-rank batch 16, the epoch cut by global
 // example offset (elastic::GlobalOrder). The process started as rank KILL_RANK SIGKILLs itself
 // at global step KILL_STEP; the survivors take the next view, the state of its member 0 (a
-// survivor), and go on. Each process logs, one line each:
+// survivor), and go on. A process started outside strata-run with the job's STRATA_ELASTIC,
+// STRATA_MASTER_ADDR/PORT and STRATA_JOB_TOKEN joins at the next step boundary and receives
+// the state. STEP_MS slows each step (time for a joiner to arrive). Each process logs, one
+// line each:
+//   start <unix ms>
 //   kill <unix ms>                                     (the victim, just before its SIGKILL)
 //   generation G rank R of N resumes at step S offset O epoch E after <reason>
 //   first step of generation G done at <unix ms>
 //   step S generation G rows i,j,...                   (the rows this rank trained at step S)
 //   done: step S parameters <hash> identical on N ranks
 //
-//   elastic_trainer EPOCHS KILL_RANK KILL_STEP
+//   elastic_trainer EPOCHS KILL_RANK KILL_STEP [STEP_MS]
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -18,6 +22,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <strata/collective/gloo.hpp>
@@ -45,11 +50,13 @@ std::int64_t hash_of(const std::vector<Tensor>& params) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: elastic_trainer EPOCHS KILL_RANK KILL_STEP\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: elastic_trainer EPOCHS KILL_RANK KILL_STEP [STEP_MS]\n");
     return 2;
   }
+  std::printf("start %lld\n", unix_ms());
   const std::int64_t epochs = std::atoll(argv[1]), kill_step = std::atoll(argv[3]);
+  const int step_ms = argc == 5 ? std::atoi(argv[4]) : 0;
   const int kill_rank = std::atoi(argv[2]);
   const int started_as = runtime::detect_process().rank;
   try {
@@ -101,6 +108,7 @@ int main(int argc, char** argv) {
             std::fflush(stdout);
             std::raise(SIGKILL);
           }
+          if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
           const std::vector<std::int64_t> rows = order.rows(rank, kPerRank);
           const std::int64_t global = order.step_rows(n, kPerRank);
           const Tensor bx = rows_of(x, rows), by = rows_of(y, rows);
@@ -114,6 +122,7 @@ int main(int argc, char** argv) {
           std::printf("step %lld generation %llu epoch %lld rows %s\n", static_cast<long long>(step),
                       static_cast<unsigned long long>(member.generation()), static_cast<long long>(order.epoch()),
                       list.empty() ? "-" : list.c_str());
+          std::fflush(stdout);
           order.advance(n, kPerRank);
           ++step;
           if (first) {
@@ -121,7 +130,7 @@ int main(int argc, char** argv) {
                         unix_ms());
             first = false;
           }
-          if (member.changed()) {
+          if (member.changed(strategy)) {
             changed = true;
             after = "a change of membership";
             break;

@@ -130,7 +130,11 @@ class Gloo : public TypedFrontEnd<Gloo> {
     // process with SIGPIPE; left alone if the program installed its own handler.
     struct sigaction old {};
     if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
-    device_ = detail::shared_device(attr);
+    // A device of its own, not one shared by the process's communicators: in an elastic run
+    // where a rank timed out and aborted its communicator while its peers had moved on, a
+    // shared device's event loop closed a descriptor the process had since reused (its store
+    // connection). bench/README.md, "A new communicator", has what this costs.
+    device_ = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     ctx->setTimeout(options_.timeout);
     rdv.claim(rank_);

@@ -6,7 +6,8 @@
 ///
 /// A generation's loop: build the collective from member.process() under member.prefix(),
 /// take the training state from the view's member 0 (a survivor), train; at each step
-/// boundary member.changed() (one store round trip); on a change, or a collective that fails
+/// boundary member.changed(strategy) (member 0 asks the store, the ranks agree); on a change,
+/// or a collective that fails
 /// because a peer is lost, member.next() waits for the next view.
 #pragma once
 
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,11 +67,21 @@ class Member {
     return p;
   }
 
-  /// At a step boundary: whether a newer generation is out (one store round trip).
-  bool changed() {
-    const runtime::View v = store_->poll_view(id_, view_.generation);
-    check(v);
-    return v.generation > view_.generation;
+  /// At a step boundary, called by every rank of the generation: whether a newer generation
+  /// is out. Member 0 asks the store (one round trip) and the ranks add up its answer (one
+  /// small all-reduce through `strategy`), so all of them leave the generation at the same
+  /// step: a rank that saw the change one step later than another would wait in that step's
+  /// all-reduce for peers that had already left.
+  template <class S>
+  bool changed(S& strategy) {
+    double seen = 0;
+    if (rank() == 0) {
+      const runtime::View v = store_->poll_view(id_, view_.generation);
+      check(v);
+      seen = static_cast<double>(v.generation);
+    }
+    strategy.sum_across_processes(std::span<double>(&seen, 1));
+    return seen > static_cast<double>(view_.generation);
   }
 
   /// Waits for the next generation's view (after changed(), or after a collective failed

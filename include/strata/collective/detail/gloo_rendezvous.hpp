@@ -13,7 +13,6 @@
 #include <gloo/alltoall.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/device.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -29,8 +28,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <map>
-#include <mutex>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -270,20 +267,6 @@ inline std::vector<int> peers_without_proof(const std::shared_ptr<gloo::Context>
     if (p != me && !support::equal_in_constant_time(in.data() + 32 * p, want.data(), want.size())) bad.push_back(p);
   }
   return bad;
-}
-
-/// The process's Gloo device for `attr`, made at the first communicator that asks and shared
-/// by every later one (as PyTorch's process groups share theirs): a device owns an event-loop
-/// thread, whose start and join would otherwise be part of every communicator's set-up and
-/// tear-down — the cost an elastic job pays at each membership change.
-inline std::shared_ptr<gloo::transport::Device> shared_device(const gloo::transport::tcp::attr& attr) {
-  static std::mutex m;
-  static std::map<std::string, std::shared_ptr<gloo::transport::Device>> devices;
-  const std::string key = attr.hostname + "|" + attr.iface + "|" + std::to_string(attr.ai_family);
-  std::lock_guard lock(m);
-  auto& d = devices[key];
-  if (!d) d = gloo::transport::tcp::CreateDevice(attr);
-  return d;
 }
 
 /// The names of this host's network interfaces, for error messages.
