@@ -132,6 +132,34 @@ TEST_CASE("Collective.Gloo.AbortUnblocksAWaitingRank") {
   CHECK(one[0] == fresh.size());
 }
 
+// A rendezvous whose peers will never come (an elastic generation a newer one replaced) ends
+// as soon as its Options::rendezvous_abandoned gives a reason, not at its timeout.
+TEST_CASE("Collective.Gloo.AbandonedRendezvousEndsAtOnce") {
+  using Clock = std::chrono::steady_clock;
+  const auto p = strata::runtime::detect_process();
+  if (p.world_size < 2 || !p.rendezvous_dir.empty()) return;  // the TCP store's waits only
+  if (p.rank == 0) {
+    strata::collective::Options o;
+    o.timeout = std::chrono::seconds(20);
+    const auto t0 = Clock::now();
+    o.rendezvous_abandoned = [&]() -> std::string {
+      return Clock::now() - t0 > std::chrono::milliseconds(300) ? "generation 3 replaced generation 2" : "";
+    };
+    CHECK_THROWS_WITH_AS(Gloo(p, "abandoned", o), doctest::Contains("abandoned: generation 3 replaced generation 2"),
+                         strata::collective_error);
+    CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 2.0);  // not the 20 s timeout
+  }
+  // The other ranks never join "abandoned"; and with a reason that stays empty, a rendezvous
+  // completes as usual.
+  world().barrier();
+  strata::collective::Options o;
+  o.rendezvous_abandoned = [] { return std::string(); };
+  Gloo kept(p, "kept", o);
+  std::vector<int> one{1};
+  kept.allreduce(std::span(one), strata::ReduceOp::Sum);
+  CHECK(one[0] == kept.size());
+}
+
 TEST_CASE("Collective.Gloo.BadInterfaceListsTheAvailableOnes") {
   ::setenv("STRATA_IFNAME", "nosuchif0", 1);
   auto p = strata::runtime::detect_process();

@@ -155,24 +155,36 @@ class ExistingTest:
 
 
 class ElasticKill:
-    """B2 (elastic): 4 workers under strata-run --elastic 2:4, one of them, drawn with its step,
-    SIGKILLed (tests/integration/run_elastic.sh): the survivors take their next step within
-    2 s, from the step in flight, bit-identical, every example once. Detection: the slowest
-    survivor's next step after the kill."""
+    """B2 (elastic): 4 workers under strata-run --elastic 2:4 (tests/integration/run_elastic.sh),
+    with drawn victims and steps: one SIGKILLed ("one"), two in succession ("two"), or one and
+    then another while the survivors rebuild ("during_change"). The survivors take their next
+    step within 2 s of each kill, bit-identical, every example once (for "one": from the step
+    in flight). Detection: the slowest survivor's next step after a kill."""
+
+    def __init__(self, kind="one"):
+        self.kind = kind
 
     def __call__(self, b, rng):
         t = b.meson_tests.get("elastic_kill_one_of_four")
         if t is None:
             return Outcome(False, why="this build has no meson test elastic_kill_one_of_four")
         script, run, trainer = t["cmd"][0], t["cmd"][1], t["cmd"][2]
-        rank, step = rng.randrange(4), rng.randint(1, 30)
-        rc, lines, _, hung, _ = run_streaming([script, run, trainer, str(rank), str(step)], dict(os.environ),
+        first, second = rng.sample(range(4), 2)
+        step = rng.randint(1, 25)
+        if self.kind == "one":
+            args = [str(first), str(step)]
+        elif self.kind == "two":
+            args = [f"{first}@{step},{second}@{step + rng.randint(1, 5)}", "2"]
+        else:
+            args = [f"{first}@{step},{second}@g2", "2"]
+        rc, lines, _, hung, _ = run_streaming([script, run, trainer] + args, dict(os.environ),
                                               cwd=t.get("workdir") or b.build)
         text = "\n".join(l for _, l in lines)
-        m = re.search(r"next step after the kill: .* \(max (\d+) ms", text)
-        ok = rc == 0 and not hung and m is not None
-        return Outcome(ok, int(m.group(1)) / 1000 if m else None, ok, hung,
-                       "" if ok else f"rank {rank} step {step}, exit {rc}\n" + "\n".join(text.splitlines()[-8:]))
+        delays = [int(x) for x in re.findall(r"next step after the kill: .* \(max (\d+) ms", text)]
+        delays += [int(x) for x in re.findall(r"the kill at \d+: .* (\d+) ms after it", text)]
+        ok = rc == 0 and not hung and bool(delays)
+        return Outcome(ok, max(delays) / 1000 if delays else None, ok, hung,
+                       "" if ok else f"{' '.join(args)}, exit {rc}\n" + "\n".join(text.splitlines()[-8:]))
 
 
 class ListenerCheck:
@@ -279,7 +291,13 @@ def scenarios():
         S.append(("B5 PS server stopped", pol, ExistingTest(prefix + "stop_server")))
     S.append(("B4 PS worker killed, rest carry on", "gloo", ExistingTest("parameter_server_gloo_fault_carry_on")))
     S.append(("B2 elastic: 1 of 4 workers killed, the rest go on", "gloo (elastic)", ElasticKill()))
+    S.append(("B2 elastic: 2 of 4 killed in succession", "gloo (elastic)", ElasticKill("two")))
+    S.append(("B2 elastic: a kill during a change", "gloo (elastic)", ElasticKill("during_change")))
+    S.append(("B2 elastic: a stopped worker is dropped, refused on its return", "gloo (elastic)",
+              ExistingTest("elastic_stop_comeback")))
     S.append(("B3 elastic: a worker joins", "gloo (elastic)", ExistingTest("elastic_join")))
+    S.append(("D9/E2 elastic: a joiner without the job's token", "gloo (elastic)", ExistingTest("elastic_join_wrong_token")))
+    S.append(("D9 elastic: a joiner of another wire version", "gloo (elastic)", ExistingTest("elastic_join_other_version")))
     S.append(("B2/B3 elastic membership", "runtime", ExistingTest("elastic_membership")))
     S.append(("B6 rank 0 (coordinator) killed", "mpi", FaultJob("mpi", "sigkill", rank=0)))
     S.append(("B6 rank 0 (coordinator) killed", "gloo (tcp store)",

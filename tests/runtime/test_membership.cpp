@@ -70,6 +70,9 @@ TEST_CASE("Runtime.Membership.GenerationsFollowLossesJoinsAndEvictions") {
   REQUIRE(m.settle(t0 + 1400ms));
   CHECK(m.view().members == Members{"a", "d"});
   CHECK(m.fence(2, "c") == "dropped at generation 3: evicted at the report of a: it did not answer");
+  // Another survivor's report of the same member, arriving after the new view: already done.
+  CHECK(m.evict(2, "d", "c", t0 + 1410ms).empty());
+  CHECK_FALSE(m.deadline().has_value());
 
   // Below min_workers the job ends, naming who is left; every later request hears it.
   m.lost(14, t0 + 1500ms);

@@ -123,7 +123,8 @@ class Gloo : public TypedFrontEnd<Gloo> {
     if (size_ == 1) return;  // a group of one needs no context: every collective is local
     // A file store where the launcher made a private directory; else the job's TCP store.
     rendezvous_ = std::make_shared<detail::Rendezvous>(
-        p.rendezvous_dir.empty() ? detail::Rendezvous::tcp(p.master_addr, p.master_port, rank_, prefix, options_.timeout)
+        p.rendezvous_dir.empty() ? detail::Rendezvous::tcp(p.master_addr, p.master_port, rank_, prefix, options_.timeout,
+                                                                         options_.rendezvous_abandoned)
                                  : detail::Rendezvous::files(p.rendezvous_dir, prefix));
     detail::Rendezvous& rdv = *rendezvous_;
     // A write to the socket of a peer that died must fail as an error naming it, not kill this

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>  // std::getenv, std::strtod
+#include <functional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -22,6 +23,10 @@ namespace strata::collective {
 struct Options {
   std::chrono::milliseconds timeout{300'000};
   bool check_fingerprints = false;
+  /// While a communicator's rendezvous waits for its peers: a reason to give up at once, or
+  /// empty to go on waiting (an elastic generation that a newer one replaced; Gloo over the
+  /// TCP store asks it every 20 ms). Unset: wait up to the timeout.
+  std::function<std::string()> rendezvous_abandoned;
 
   static Options from_env() {
     Options o;

@@ -148,6 +148,7 @@ class Membership {
   /// the report is refused.
   std::string evict(std::uint64_t g, const std::string& by, const std::string& target, Clock::time_point now) {
     if (const std::string r = fence(g, by); !r.empty()) return r;
+    if (dropped_.count(target)) return {};  // another member's report dropped it already
     if (view_.rank_of(target) < 0) return "'" + target + "' is not a member of generation " + std::to_string(view_.generation);
     if (lost_.insert(target).second) {
       why_[target] = "evicted at the report of " + by + ": it did not answer";

@@ -68,6 +68,22 @@ std::size_t local_copies(const T& x) {
   else
     return (void)x, 1;
 }
+/// A model's own generators (a Module's Dropout layers), or none: what a training state saves.
+template <class M>
+std::vector<Generator*> generators_of(M& m) {
+  if constexpr (requires { m.generators(); })
+    return m.generators();
+  else
+    return {};
+}
+/// A model's buffers (a Module's BatchNorm running statistics), or none.
+template <class M>
+std::vector<Tensor> buffers_of(M& m) {
+  if constexpr (requires { m.buffers(); })
+    return m.buffers();
+  else
+    return {};
+}
 }  // namespace detail
 
 template <class S, class Model, class Opt>
@@ -103,8 +119,8 @@ class TrainingCheckpoints {
     checkpoint::TrainingPosition pos;
     for (std::size_t k = 0; k < detail::local_copies(model_); ++k)
       pos = checkpoint::restore_training_state(r, detail::local_copy(model_, k).parameters(), detail::local_copy(opt_, k),
-                                               s_.num_replicas_in_sync(), generators_of(detail::local_copy(model_, k)),
-                                               buffers_of(detail::local_copy(model_, k)));
+                                               s_.num_replicas_in_sync(), detail::generators_of(detail::local_copy(model_, k)),
+                                               detail::buffers_of(detail::local_copy(model_, k)));
     // State held off the chief (ParameterServerStrategy's servers): each rank takes its part.
     if constexpr (detail::ShardedCheckpoints<S>)
       s_.restore_shards(r, manager_.directory(), pos.step);
@@ -123,8 +139,8 @@ class TrainingCheckpoints {
       try {
         auto tensors = checkpoint::capture_training_state(detail::local_copy(model_, 0).parameters(),
                                                           detail::local_copy(opt_, 0), pos, s_.num_replicas_in_sync(),
-                                                          generators_of(detail::local_copy(model_, 0)),
-                                                          buffers_of(detail::local_copy(model_, 0)));
+                                                          detail::generators_of(detail::local_copy(model_, 0)),
+                                                          detail::buffers_of(detail::local_copy(model_, 0)));
         tensors.insert(tensors.end(), shards.begin(), shards.end());
         manager_.save(pos.step, tensors);
         if constexpr (detail::ShardedCheckpoints<S>)
@@ -146,24 +162,6 @@ class TrainingCheckpoints {
   const checkpoint::CheckpointManager& manager() const noexcept { return manager_; }
 
  private:
-  /// A model's own generators (a Module's Dropout layers), or none.
-  template <class M>
-  static std::vector<Generator*> generators_of(M& m) {
-    if constexpr (requires { m.generators(); })
-      return m.generators();
-    else
-      return {};
-  }
-
-  /// A model's buffers (a Module's BatchNorm running statistics), or none.
-  template <class M>
-  static std::vector<Tensor> buffers_of(M& m) {
-    if constexpr (requires { m.buffers(); })
-      return m.buffers();
-    else
-      return {};
-  }
-
   S& s_;
   Model& model_;
   Opt& opt_;

@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -102,14 +103,16 @@ class Rendezvous {
     return r;
   }
   /// The job's TCP store at host:port (rank 0 serves it).
+  /// `abandoned`, when set, is asked while a wait goes on: a reason ends it (Options).
   static Rendezvous tcp(const std::string& host, int port, int rank, const std::string& prefix,
-                        std::chrono::milliseconds timeout) {
+                        std::chrono::milliseconds timeout, std::function<std::string()> abandoned = {}) {
     Rendezvous r(prefix);
     r.tcp_ = &runtime::TcpStore::instance(host, port, rank, timeout);
     // Rank 0 serves the store, and its process takes the store with it when it fails: it waits
     // a second longer, so the other ranks read who is missing before it gives up.
     r.tcp_adapter_ = std::make_shared<TcpStoreAdapter>(*r.tcp_, timeout,
-                                                       rank == 0 ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(0));
+                                                       rank == 0 ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(0),
+                                                       std::move(abandoned));
     r.store_ = std::make_shared<gloo::rendezvous::PrefixStore>(prefix, *r.tcp_adapter_);
     return r;
   }
@@ -181,19 +184,36 @@ class Rendezvous {
 
   /// Gloo's store interface over the TCP store; waits are bounded by the communicator's timeout.
   struct TcpStoreAdapter : gloo::rendezvous::Store {
-    TcpStoreAdapter(runtime::TcpStore& s, std::chrono::milliseconds t, std::chrono::milliseconds m)
-        : store(s), timeout(t), margin(m) {}
+    TcpStoreAdapter(runtime::TcpStore& s, std::chrono::milliseconds t, std::chrono::milliseconds m,
+                    std::function<std::string()> a)
+        : store(s), timeout(t), margin(m), abandoned(std::move(a)) {}
     void set(const std::string& key, const std::vector<char>& data) override { store.set(key, data); }
-    std::vector<char> get(const std::string& key) override { return store.get(key, timeout + margin); }
+    std::vector<char> get(const std::string& key) override {
+      return get_by(key, std::chrono::steady_clock::now() + timeout + margin);
+    }
     void wait(const std::vector<std::string>& keys) override { wait(keys, timeout); }
     void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
       const auto deadline = std::chrono::steady_clock::now() + t + margin;
-      for (const auto& k : keys)
-        store.get(k, std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                 deadline - std::chrono::steady_clock::now())));
+      for (const auto& k : keys) get_by(k, deadline);
+    }
+    std::vector<char> get_by(const std::string& key, std::chrono::steady_clock::time_point deadline) {
+      auto left = [&] {
+        return std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                          deadline - std::chrono::steady_clock::now()));
+      };
+      // With a reason to give up to ask, the wait is a poll: the store's blocking get could not
+      // be left early.
+      while (abandoned && !store.check(key) && std::chrono::steady_clock::now() < deadline) {
+        if (const std::string why = abandoned(); !why.empty())
+          STRATA_THROW(collective_error, "strata.collective.rendezvous", "the rendezvous waiting for '", key,
+                       "' was abandoned: ", why);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      return store.get(key, left());
     }
     runtime::TcpStore& store;
     std::chrono::milliseconds timeout, margin;  // margin: rank 0 outwaits the others
+    std::function<std::string()> abandoned;
   };
 
   std::string census_key(const std::string& name) const { return "strata.census/" + prefix_ + "/" + name; }
