@@ -293,6 +293,8 @@ def scenarios():
     S.append(("B2 elastic: 1 of 4 workers killed, the rest go on", "gloo (elastic)", ElasticKill()))
     S.append(("B2 elastic: 2 of 4 killed in succession", "gloo (elastic)", ElasticKill("two")))
     S.append(("B2 elastic: a kill during a change", "gloo (elastic)", ElasticKill("during_change")))
+    S.append(("B2 elastic: a loss in the middle of a rebuild's rendezvous", "gloo (elastic)",
+              ExistingTest("elastic_loss_during_rebuild")))
     S.append(("B2 elastic: a stopped worker is dropped, refused on its return", "gloo (elastic)",
               ExistingTest("elastic_stop_comeback")))
     S.append(("B3 elastic: a worker joins", "gloo (elastic)", ExistingTest("elastic_join")))

@@ -153,6 +153,9 @@ class Gloo : public TypedFrontEnd<Gloo> {
     const std::vector<int> before = detail::connected_sockets(p.master_port);
     try {
       ctx->connectFullMesh(rdv.store(), device_);
+    } catch (const collective_error& e) {  // given up (Options::rendezvous_abandoned): no address is to blame
+      throw collective_error(
+          strata::detail::error_text("strata.collective.rendezvous", "rank ", rank_, ": rendezvous '", prefix, "' given up: ", e.what()));
     } catch (const std::exception& e) {
       std::ostringstream os;
       os << strata::detail::error_text("strata.collective.rendezvous") << "rank " << rank_ << ": rendezvous '" << prefix << "' at " << rdv.where()
