@@ -75,6 +75,9 @@ TEST_CASE("Checkpoint.Crc32c") {
     CHECK(ck::crc32c(buf.data(), n) == ck::crc32c_portable(buf.data(), n));
     // Incremental equals one pass.
     CHECK(ck::crc32c(buf.data() + n / 2, n - n / 2, ck::crc32c(buf.data(), n / 2)) == ck::crc32c(buf.data(), n));
+    // Combined from the two halves' own CRCs equals one pass.
+    CHECK(ck::crc32c_combine(ck::crc32c(buf.data(), n / 2), ck::crc32c(buf.data() + n / 2, n - n / 2), n - n / 2) ==
+          ck::crc32c(buf.data(), n));
   }
 }
 
@@ -99,6 +102,24 @@ TEST_CASE("Checkpoint.RoundTrip") {
   CHECK(ck::Reader(dir / "b.strata").read("t").to_vector<float>() == std::vector<float>{1, 4, 2, 5, 3, 6});
   // No temporary left behind.
   for (const auto& e : std::filesystem::directory_iterator(dir)) CHECK(e.path().filename().string()[0] != '.');
+  std::filesystem::remove_all(dir);
+}
+
+// write_checkpoint() streams the file from the tensors: byte for byte what encode() makes in
+// memory (a non-contiguous view and an empty tensor included), and its returned CRC-32C is
+// the whole file's.
+TEST_CASE("Checkpoint.StreamedWriteEqualsEncode") {
+  const auto dir = scratch_dir("streamed");
+  auto tensors = sample();
+  Tensor m = strata::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  tensors.emplace_back("transposed", strata::detail::make_view(m, strata::Shape{3, 2}, strata::Shape{1, 3}, 0));
+  const std::uint32_t crc = ck::write_checkpoint(dir / "s.strata", tensors);
+  std::ifstream in(dir / "s.strata", std::ios::binary);
+  const std::vector<unsigned char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<unsigned char> encoded = ck::encode(tensors);
+  CHECK(file == encoded);
+  CHECK(crc == ck::crc32c(encoded.data(), encoded.size()));
+  CHECK(ck::Reader(dir / "s.strata").read("transposed").to_vector<float>() == std::vector<float>{1, 4, 2, 5, 3, 6});
   std::filesystem::remove_all(dir);
 }
 

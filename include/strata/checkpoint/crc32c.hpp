@@ -88,4 +88,36 @@ inline std::uint32_t crc32c_portable(const void* data, std::size_t n, std::uint3
   return ~detail::crc32c_table(~crc, static_cast<const unsigned char*>(data), n);
 }
 
+/// The CRC-32C of A followed by B, from crc(A), crc(B) and B's length: the whole-file CRC of
+/// a file written piece by piece, from the CRCs its index already holds, without reading the
+/// bytes again (zlib's crc32_combine: appending n zero bits is a linear map over GF(2),
+/// squared up from one zero bit).
+inline std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t bytes_b) {
+  if (bytes_b == 0) return crc_a;
+  auto times = [](const std::uint32_t* m, std::uint32_t v) {
+    std::uint32_t sum = 0;
+    for (int i = 0; v; v >>= 1, ++i)
+      if (v & 1) sum ^= m[i];
+    return sum;
+  };
+  auto square = [&](std::uint32_t* sq, const std::uint32_t* m) {
+    for (int n = 0; n < 32; ++n) sq[n] = times(m, m[n]);
+  };
+  std::uint32_t odd[32], even[32];
+  odd[0] = 0x82F63B78u;  // one zero bit: the reflected polynomial
+  for (int n = 1; n < 32; ++n) odd[n] = 1u << (n - 1);
+  square(even, odd);  // two zero bits
+  square(odd, even);  // four
+  do {  // the first square gives one zero byte
+    square(even, odd);
+    if (bytes_b & 1) crc_a = times(even, crc_a);
+    bytes_b >>= 1;
+    if (!bytes_b) break;
+    square(odd, even);
+    if (bytes_b & 1) crc_a = times(odd, crc_a);
+    bytes_b >>= 1;
+  } while (bytes_b);
+  return crc_a ^ crc_b;
+}
+
 }  // namespace strata::checkpoint

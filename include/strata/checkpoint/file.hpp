@@ -91,12 +91,21 @@ inline std::vector<unsigned char> header(std::uint32_t version, std::uint32_t mi
 
 }  // namespace detail
 
-/// The bytes of a checkpoint file holding `tensors` (contiguous copies are taken as needed),
-/// in `version` (tests write other versions).
-inline std::vector<unsigned char> encode(const NamedTensors& tensors, std::uint32_t version = kFormatVersion,
-                                         std::uint32_t min_reader = kFormatVersion) {
-  std::vector<unsigned char> data, index;
-  detail::put(index, static_cast<std::uint32_t>(tensors.size()));
+/// A checkpoint file laid out, to be written piece by piece: its header and index, and its
+/// tensors (contiguous: a tensor that already is one is not copied) in file order.
+struct Layout {
+  std::vector<unsigned char> header, index;
+  std::vector<Tensor> data;
+  std::vector<std::uint32_t> crcs;  ///< each tensor's CRC-32C, as the index holds it
+  std::uint64_t file_bytes = 0;
+};
+
+/// The layout of a checkpoint file holding `tensors`, in `version` (tests write other versions).
+inline Layout lay_out(const NamedTensors& tensors, std::uint32_t version = kFormatVersion,
+                      std::uint32_t min_reader = kFormatVersion) {
+  Layout l;
+  detail::put(l.index, static_cast<std::uint32_t>(tensors.size()));
+  std::uint64_t offset = kHeaderBytes;
   for (const auto& [name, t0] : tensors) {
     STRATA_REQUIRE(!name.empty() && name.size() < 65536, invalid_argument, "strata.checkpoint",
                    "tensor names must be 1..65535 bytes");
@@ -104,37 +113,58 @@ inline std::vector<unsigned char> encode(const NamedTensors& tensors, std::uint3
                    "': undefined or more than ",
                    kMaxDims, " dimensions");
     const Tensor t = t0.contiguous();
-    const auto* p = static_cast<const unsigned char*>(t.raw_data());
-    const std::uint64_t offset = kHeaderBytes + data.size();
-    if (t.nbytes()) data.insert(data.end(), p, p + t.nbytes());
-    detail::put(index, static_cast<std::uint16_t>(name.size()));
-    index.insert(index.end(), name.begin(), name.end());
-    detail::put(index, static_cast<std::uint8_t>(t.dtype()));
-    detail::put(index, static_cast<std::uint8_t>(t.ndim()));
-    for (int d = 0; d < t.ndim(); ++d) detail::put(index, static_cast<std::int64_t>(t.dim(d)));
-    detail::put(index, offset);
-    detail::put(index, static_cast<std::uint64_t>(t.nbytes()));
-    detail::put(index, crc32c(t.nbytes() ? p : nullptr, t.nbytes()));
+    detail::put(l.index, static_cast<std::uint16_t>(name.size()));
+    l.index.insert(l.index.end(), name.begin(), name.end());
+    detail::put(l.index, static_cast<std::uint8_t>(t.dtype()));
+    detail::put(l.index, static_cast<std::uint8_t>(t.ndim()));
+    for (int d = 0; d < t.ndim(); ++d) detail::put(l.index, static_cast<std::int64_t>(t.dim(d)));
+    detail::put(l.index, offset);
+    detail::put(l.index, static_cast<std::uint64_t>(t.nbytes()));
+    l.crcs.push_back(crc32c(t.nbytes() ? t.raw_data() : nullptr, t.nbytes()));
+    detail::put(l.index, l.crcs.back());
+    offset += t.nbytes();
+    l.data.push_back(t);
   }
-  detail::put(index, crc32c(index.data(), index.size()));
-  const std::uint64_t index_offset = kHeaderBytes + data.size(), file_bytes = index_offset + index.size();
-  std::vector<unsigned char> out = detail::header(version, min_reader, file_bytes, index_offset, index.size(),
-                                                  static_cast<std::uint32_t>(tensors.size()));
-  out.insert(out.end(), data.begin(), data.end());
-  out.insert(out.end(), index.begin(), index.end());
+  detail::put(l.index, crc32c(l.index.data(), l.index.size()));
+  l.file_bytes = offset + l.index.size();
+  l.header = detail::header(version, min_reader, l.file_bytes, offset, l.index.size(),
+                            static_cast<std::uint32_t>(tensors.size()));
+  return l;
+}
+
+/// Hands the bytes of layout `l` to `sink(data, n)` in file order.
+template <class Sink>
+void for_each_piece(const Layout& l, Sink&& sink) {
+  sink(l.header.data(), l.header.size());
+  for (const Tensor& t : l.data)
+    if (t.nbytes()) sink(t.raw_data(), t.nbytes());
+  sink(l.index.data(), l.index.size());
+}
+
+/// The bytes of a checkpoint file holding `tensors` (contiguous copies are taken as needed),
+/// in `version` (tests write other versions).
+inline std::vector<unsigned char> encode(const NamedTensors& tensors, std::uint32_t version = kFormatVersion,
+                                         std::uint32_t min_reader = kFormatVersion) {
+  const Layout l = lay_out(tensors, version, min_reader);
+  std::vector<unsigned char> out;
+  out.reserve(static_cast<std::size_t>(l.file_bytes));
+  for_each_piece(l, [&](const void* p, std::size_t n) {
+    out.insert(out.end(), static_cast<const unsigned char*>(p), static_cast<const unsigned char*>(p) + n);
+  });
   return out;
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename,
-/// directory fsync. Errors (ENOSPC, EACCES, ...) are io_error naming the path; the file at
-/// `path` before the call is untouched unless the rename happened.
-inline void write_file_atomically(const std::filesystem::path& path, const std::vector<unsigned char>& bytes) {
+/// Writes a file at `path` atomically: `write(fd, tmp)` fills a temporary file in the same
+/// directory, then fsync, rename, directory fsync. Errors (ENOSPC, EACCES, ...) are io_error
+/// naming the path; the file at `path` before the call is untouched unless the rename happened.
+template <class Write>
+void write_atomically(const std::filesystem::path& path, Write&& write) {
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   const std::string tmp = (dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) detail::io_fail("cannot create", tmp);
   try {
-    detail::write_all(fd, bytes.data(), bytes.size(), tmp);
+    write(fd, tmp);
     if (::fsync(fd) != 0) detail::io_fail("cannot fsync", tmp);
   } catch (...) {
     ::close(fd);
@@ -158,9 +188,22 @@ inline void write_file_atomically(const std::filesystem::path& path, const std::
   if (rc != 0) detail::io_fail("cannot fsync directory", dir.string());
 }
 
-/// Writes `tensors` as a checkpoint file at `path` (atomically).
-inline void write_checkpoint(const std::filesystem::path& path, const NamedTensors& tensors) {
-  write_file_atomically(path, encode(tensors));
+/// Writes `bytes` to `path` atomically (write_atomically).
+inline void write_file_atomically(const std::filesystem::path& path, const std::vector<unsigned char>& bytes) {
+  write_atomically(path, [&](int fd, const std::string& tmp) { detail::write_all(fd, bytes.data(), bytes.size(), tmp); });
+}
+
+/// Writes `tensors` as a checkpoint file at `path` (atomically), straight from the tensors:
+/// no copy of the file is made in memory, so a shard of half the memory can be saved.
+/// Returns the CRC-32C of the whole file.
+inline std::uint32_t write_checkpoint(const std::filesystem::path& path, const NamedTensors& tensors) {
+  const Layout l = lay_out(tensors);
+  write_atomically(path, [&](int fd, const std::string& tmp) {
+    for_each_piece(l, [&](const void* p, std::size_t n) { detail::write_all(fd, p, n, tmp); });
+  });
+  std::uint32_t crc = crc32c(l.header.data(), l.header.size());  // the tensors' bytes are not read again
+  for (std::size_t i = 0; i < l.data.size(); ++i) crc = crc32c_combine(crc, l.crcs[i], l.data[i].nbytes());
+  return crc32c(l.index.data(), l.index.size(), crc);
 }
 
 /// A checkpoint's index, validated: every length bounded by the bytes present, every section's

@@ -349,11 +349,9 @@ class Server {
       tensors.emplace_back(p + ".value", h.value);
       if (h.opt) checkpoint::add_optimizer_state(tensors, p + ".optimizer.", *h.opt);
     }
-    const std::vector<unsigned char> bytes = checkpoint::encode(tensors);
     std::error_code ec;
     std::filesystem::create_directories(checkpoint_dir_, ec);  // an error here shows in the write's message
-    checkpoint::write_file_atomically(shard_path(checkpoint_dir_, me_, step), bytes);
-    return checkpoint::crc32c(bytes.data(), bytes.size());
+    return checkpoint::write_checkpoint(shard_path(checkpoint_dir_, me_, step), tensors);  // streamed: no copy of the shard
   }
 
   /// The updates applied to partition `id` (held here) so far.
