@@ -25,7 +25,7 @@ struct Options {
   bool check_fingerprints = false;
   /// While a communicator's rendezvous waits for its peers: a reason to give up at once, or
   /// empty to go on waiting (an elastic generation that a newer one replaced; Gloo over the
-  /// TCP store asks it every 20 ms). Unset: wait up to the timeout.
+  /// TCP store asks it every 5 ms). Unset: wait up to the timeout.
   std::function<std::string()> rendezvous_abandoned;
 
   static Options from_env() {

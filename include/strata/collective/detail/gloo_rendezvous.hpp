@@ -207,7 +207,7 @@ class Rendezvous {
         if (const std::string why = abandoned(); !why.empty())
           STRATA_THROW(collective_error, "strata.collective.rendezvous", "the rendezvous waiting for '", key,
                        "' was abandoned: ", why);
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
       return store.get(key, left());
     }
