@@ -523,7 +523,9 @@ class TcpStore {
     roundtrip(store_protocol::kClaim, key, std::vector<char>(value.begin(), value.end()), [&](int fd, auto deadline) {
       return tcp_store_detail::read_all(fd, &taken, 1, deadline) && read_value(fd, deadline, holder);
     });
-    return taken ? std::string(holder.begin(), holder.end()) : std::string();
+    // A claim sent again after a lost reply finds this caller's own value: it holds the key.
+    const std::string held(holder.begin(), holder.end());
+    return taken && held != value ? held : std::string();
   }
 
   // An elastic job's membership (membership.hpp; the store must serve one: strata-run
@@ -582,25 +584,39 @@ class TcpStore {
                  "' (", key.size(), " bytes) or its value (", value.size(), " bytes) exceeds the store's bounds (",
                  store_protocol::kMaxKey, ", ", store_protocol::kMaxValue, ")");
     const auto deadline = std::chrono::steady_clock::now() + (timeout.count() > 0 ? timeout : timeout_);
+    bool fresh = false;  // a connection made for this request
     if (fd_ >= 0 && closed_by_store()) {  // e.g. a lease the store ended (membership.hpp): one new connection
       ::close(fd_);
       fd_ = -1;
       if (!connect(deadline, /*once=*/true))
         STRATA_THROW(::strata::io_error, "strata.runtime.tcp_store", "TCP store at ", host_, ":", port_,
                      " closed the connection, and no longer answers (the process that serves it is gone)");
+      fresh = true;
     }
-    if (fd_ < 0) connect(deadline);
+    if (fd_ < 0) {
+      connect(deadline);
+      fresh = true;
+    }
     const std::string msg = store_protocol::encode_request(op, key, value);
-    if (tcp_store_detail::write_all(fd_, msg) && reply(fd_, deadline)) return;
-    const bool expired = std::chrono::steady_clock::now() >= deadline;
-    ::close(fd_);
-    fd_ = -1;
-    if (expired)
-      STRATA_THROW(::strata::timeout_error, "strata.runtime.tcp_store", "TCP store at ", host_, ":", port_, ": key '", key,
-                   "' not available within ", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                  timeout.count() > 0 ? timeout : timeout_).count(), " ms");
-    STRATA_THROW(::strata::io_error, "strata.runtime.tcp_store", "TCP store at ", host_, ":", port_,
-                 " closed the connection (rank 0, which serves it, is gone)");
+    for (;;) {
+      if (tcp_store_detail::write_all(fd_, msg) && reply(fd_, deadline)) return;
+      const bool expired = std::chrono::steady_clock::now() >= deadline;
+      ::close(fd_);
+      fd_ = -1;
+      if (expired)
+        STRATA_THROW(::strata::timeout_error, "strata.runtime.tcp_store", "TCP store at ", host_, ":", port_, ": key '", key,
+                     "' not available within ", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                    timeout.count() > 0 ? timeout : timeout_).count(), " ms");
+      // The store may end a connection (a lease it closed) just as a request goes out on it:
+      // the request then meets the close, not an answer. Once, on a new connection; every
+      // request is safe to send again (the store answers a repeated one the same way).
+      if (!fresh && connect(deadline, /*once=*/true)) {
+        fresh = true;
+        continue;
+      }
+      STRATA_THROW(::strata::io_error, "strata.runtime.tcp_store", "TCP store at ", host_, ":", port_,
+                   " closed the connection (rank 0, which serves it, is gone)");
+    }
   }
 
   /// The store closed this connection: it never speaks unasked, so a readable socket between
