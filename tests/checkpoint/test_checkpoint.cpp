@@ -123,6 +123,66 @@ TEST_CASE("Checkpoint.StreamedWriteEqualsEncode") {
   std::filesystem::remove_all(dir);
 }
 
+// A Reader holds the header and the index; each tensor's bytes are fetched when it is read,
+// straight into the destination when one is given. Reading one tensor asks its source for
+// that tensor alone; a file damaged or cut after it was opened fails the read that meets it.
+TEST_CASE("Checkpoint.ReaderFetchesTensorsWhenRead") {
+  const auto dir = scratch_dir("ondemand");
+  const auto tensors = sample();
+  const auto path = dir / "d.strata";
+  const std::uint32_t crc = ck::write_checkpoint(path, tensors);
+  std::ifstream in(path, std::ios::binary);
+  std::vector<unsigned char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+
+  // Only the header, the index and the tensor read are asked for.
+  std::vector<std::pair<std::uint64_t, std::size_t>> asked;
+  const ck::Reader counted("counted", file.size(), [&](std::uint64_t at, void* out, std::size_t n) {
+    asked.emplace_back(at, n);
+    std::memcpy(out, file.data() + at, n);
+  });
+  const ck::Entry& w = counted.entry("model.0.weight");
+  CHECK(asked.size() == 2);  // header and index
+  CHECK(asked[0] == std::pair<std::uint64_t, std::size_t>{0, ck::kHeaderBytes});
+  CHECK(asked[1].first == counted.index_offset());
+  Tensor into = Tensor::empty({3, 4});
+  counted.read_into("model.0.weight", into);
+  REQUIRE(asked.size() == 3);
+  CHECK(asked[2] == std::pair<std::uint64_t, std::size_t>{w.offset, w.bytes});
+  CHECK(bytes_of(into) == bytes_of(tensors[0].second));
+  CHECK(counted.file_crc() == crc);  // combined from the sections: no byte read again
+  CHECK(asked.size() == 3);
+  Tensor wrong = Tensor::empty({4, 3});
+  CHECK_THROWS_AS(counted.read_into("model.0.weight", wrong), strata::invalid_argument);
+  Tensor view = strata::detail::make_view(Tensor::empty({4, 3}), strata::Shape{3, 4}, strata::Shape{1, 3}, 0);
+  CHECK_THROWS_AS(counted.read_into("model.0.weight", view), strata::invalid_argument);
+  CHECK_THROWS_AS(counted.read_range(file.size() - 2, into.raw_data(), 4), strata::invalid_argument);
+
+  // From the file: a tensor's byte flipped after opening fails that tensor's read (and
+  // verify), not the others'.
+  {
+    const ck::Reader r(path);
+    CHECK(r.file_crc() == crc);
+    const ck::Entry& b = r.entry("model.0.bias");
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(b.offset + 3));
+    f.put(static_cast<char>(file[b.offset + 3] ^ 0x10));
+    f.close();
+    CHECK_THROWS_AS(r.read("model.0.bias"), strata::checksum_error);
+    CHECK(bytes_of(r.read("model.0.weight")) == bytes_of(tensors[0].second));
+    CHECK_THROWS_AS(r.verify(), strata::checksum_error);
+  }
+  // Cut after opening: the read past the new end is a truncated_error naming the file.
+  {
+    ck::write_checkpoint(path, tensors);
+    const ck::Reader r(path);
+    std::filesystem::resize_file(path, r.entry("optimizer.momentum_buffer.0").offset + 1);
+    CHECK(bytes_of(r.read("model.0.weight")) == bytes_of(tensors[0].second));
+    CHECK_THROWS_WITH_AS(r.read("rng"), doctest::Contains("d.strata"), strata::truncated_error);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("Checkpoint.EveryByteFlipIsDetected") {  // RELIABILITY C2: 1000 flips, 1000 detected
   const std::vector<unsigned char> good = ck::encode(sample());
   std::mt19937_64 rng(2024);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,10 @@
 
 #include <strata/checkpoint/file.hpp>
 #include <strata/checkpoint/training_state.hpp>
+#include <strata/collective/in_process.hpp>
 #include <strata/strata.hpp>
+#include <strata/strategy/detail/process_replica.hpp>  // broadcast_bytes
+#include <strata/strategy/detail/shared_checkpoint.hpp>
 
 #include "doctest.hpp"
 
@@ -209,4 +213,61 @@ TEST_CASE("Checkpoint.BuffersResumeAndMismatchesAreNamed") {
                        doctest::Contains("holds 3 buffers (BatchNorm's running statistics), the model has 0"),
                        strata::invalid_argument);
   std::filesystem::remove(path);
+}
+
+// Across processes, each process reads the chief's checkpoint through the chief, a tensor at a
+// time (detail::share_checkpoint): over three real InProcess ranks, every rank reads every
+// tensor (a large one in several broadcast pieces, small ones sent with the index) bitwise as
+// written, and with no checkpoint every rank gets none.
+namespace {
+struct ChiefShares {
+  strata::collective::InProcess& comm;
+  bool is_chief() const { return comm.rank() == 0; }
+  void share_from_chief(std::vector<unsigned char>& bytes) { strata::detail::broadcast_bytes(comm, bytes, 0); }
+  void broadcast_from_chief(void* data, std::size_t n) {
+    ++pieces;
+    comm.broadcast_raw(data, n, strata::DType::u8, 0);
+  }
+  int pieces = 0;
+};
+}  // namespace
+
+TEST_CASE("Checkpoint.SharedFromTheChiefTensorByTensor") {
+  static_assert(strata::detail::SharesChiefTensors<ChiefShares>);
+  const auto dir = std::filesystem::temp_directory_path() / ("strata_shared_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  strata::Generator g(9);
+  const std::int64_t large = static_cast<std::int64_t>(strata::detail::kSharedPiece / sizeof(float)) + 1000;
+  const ck::NamedTensors tensors = {{"large", strata::uniform({large}, -1, 1, g)},
+                                    {"small", strata::uniform({5, 3}, -1, 1, g)},
+                                    {"steps", strata::full({}, 42, strata::DType::i64)}};
+  ck::write_checkpoint(dir / "c.strata", tensors);
+  std::vector<std::vector<float>> large_seen(3), small_seen(3);
+  std::vector<std::int64_t> steps_seen(3, -1);
+  std::vector<int> pieces(3);
+  std::vector<char> none(3, 0);
+  strata::collective::InProcess::launch(3, [&](strata::collective::InProcess& comm) {
+    ChiefShares share{comm};
+    const auto r = static_cast<std::size_t>(comm.rank());
+    std::optional<ck::Reader> chief;
+    if (share.is_chief()) chief.emplace(dir / "c.strata");
+    std::optional<ck::Reader> mine = strata::detail::share_checkpoint(share, std::move(chief));
+    REQUIRE(mine);
+    steps_seen[r] = static_cast<std::int64_t>(mine->read("steps").item());
+    Tensor into = Tensor::empty({large});
+    mine->read_into("large", into);
+    large_seen[r] = into.to_vector<float>();
+    small_seen[r] = mine->read("small").to_vector<float>();
+    pieces[r] = share.pieces;
+    // No checkpoint on the chief: none anywhere.
+    none[r] = !strata::detail::share_checkpoint(share, std::optional<ck::Reader>{}).has_value();
+  });
+  for (std::size_t r = 0; r < 3; ++r) {
+    CHECK(steps_seen[r] == 42);
+    CHECK(large_seen[r] == tensors[0].second.to_vector<float>());
+    CHECK(small_seen[r] == tensors[1].second.to_vector<float>());
+    CHECK(pieces[r] == 2);  // the large tensor in two pieces; the small ones came with the index
+    CHECK(none[r]);
+  }
+  std::filesystem::remove_all(dir);
 }

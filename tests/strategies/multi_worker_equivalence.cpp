@@ -25,7 +25,7 @@
 #if STRATA_HAS_MPI
 static_assert(strata::Strategy<strata::MultiWorkerMirroredStrategy<strata::collective::Mpi>>);
 // Every process takes the chief's checkpoint and learns whether its save failed (checkpointing.hpp).
-static_assert(strata::detail::SharesChiefBytes<strata::MultiWorkerMirroredStrategy<strata::collective::Mpi>> &&
+static_assert(strata::detail::SharesChiefTensors<strata::MultiWorkerMirroredStrategy<strata::collective::Mpi>> &&
               strata::detail::SharesSaveOutcome<strata::MultiWorkerMirroredStrategy<strata::collective::Mpi>> &&
               !strata::detail::ShardedCheckpoints<strata::MultiWorkerMirroredStrategy<strata::collective::Mpi>>);
 #endif

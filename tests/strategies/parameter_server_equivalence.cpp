@@ -32,7 +32,7 @@ static_assert(strata::Strategy<strata::ParameterServerStrategy<strata::collectiv
 static_assert(strata::Strategy<strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Async>>);
 // Sync checkpoints carry the servers' shards (checkpointing.hpp).
 using MpiSyncStrategy = strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Sync>;
-static_assert(strata::detail::ShardedCheckpoints<MpiSyncStrategy> && strata::detail::SharesChiefBytes<MpiSyncStrategy>);
+static_assert(strata::detail::ShardedCheckpoints<MpiSyncStrategy> && strata::detail::SharesChiefTensors<MpiSyncStrategy>);
 #endif
 #if STRATA_HAS_GLOO
 static_assert(strata::ps::TransportOf<strata::collective::Gloo>);

@@ -18,11 +18,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -206,63 +210,145 @@ inline std::uint32_t write_checkpoint(const std::filesystem::path& path, const N
   return crc32c(l.index.data(), l.index.size(), crc);
 }
 
+/// Where a Reader's bytes come from: `source(offset, out, bytes)` fills `out` with the file's
+/// bytes [offset, offset + bytes) or throws. A Reader asks only for ranges inside the size it
+/// was given: the header, the index, and one tensor at a time.
+using ByteSource = std::function<void(std::uint64_t offset, void* out, std::size_t bytes)>;
+
+namespace detail {
+/// An open file descriptor, closed with its last holder.
+struct OpenFile {
+  int fd = -1;
+  std::string path;
+  OpenFile(int f, std::string p) : fd(f), path(std::move(p)) {}
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+/// Reads [offset, offset + n) of `f` whole; a file that ends sooner (cut after it was opened)
+/// is a truncated_error.
+inline void pread_all(const OpenFile& f, void* out, std::size_t n, std::uint64_t offset) {
+  auto* p = static_cast<unsigned char*>(out);
+  while (n > 0) {
+    const ssize_t r = ::pread(f.fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) io_fail("cannot read", f.path);
+    if (r == 0)
+      STRATA_THROW(truncated_error, "strata.checkpoint.truncated", "'", f.path, "' ends at byte ", offset,
+                   ", inside a section it declares");
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    offset += static_cast<std::uint64_t>(r);
+  }
+}
+}  // namespace detail
+
 /// A checkpoint's index, validated: every length bounded by the bytes present, every section's
-/// checksum verified except the tensors' own (read() verifies each).
+/// checksum verified except the tensors' own (read() verifies each, and verify() all).
+/// A Reader holds the header and the index; a tensor's bytes are fetched when it is read
+/// (from the file with pread, from memory, or from any ByteSource), so reading a checkpoint
+/// costs the tensors read, not the file.
 class Reader {
  public:
-  /// Reads the file at `path` (all of it, once).
+  /// Opens the file at `path`: its header and index are read now, each tensor when read.
   explicit Reader(const std::filesystem::path& path) : name_(path.string()) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) detail::io_fail("cannot open", name_);
+    auto file = std::make_shared<const detail::OpenFile>(fd, name_);
     struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      detail::io_fail("cannot stat", name_);
-    }
-    bytes_.resize(static_cast<std::size_t>(st.st_size));
-    std::size_t got = 0;
-    while (got < bytes_.size()) {
-      const ssize_t r = ::read(fd, bytes_.data() + got, bytes_.size() - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      got += static_cast<std::size_t>(r);
-    }
-    ::close(fd);
-    bytes_.resize(got);
-    parse();
+    if (::fstat(fd, &st) != 0) detail::io_fail("cannot stat", name_);
+    source_ = [file](std::uint64_t offset, void* out, std::size_t n) { detail::pread_all(*file, out, n, offset); };
+    parse(static_cast<std::uint64_t>(st.st_size));
   }
   /// Reads a checkpoint held in memory (`name` labels errors).
-  Reader(std::vector<unsigned char> bytes, std::string name) : name_(std::move(name)), bytes_(std::move(bytes)) {
-    parse();
+  Reader(std::vector<unsigned char> bytes, std::string name) : name_(std::move(name)) {
+    auto held = std::make_shared<const std::vector<unsigned char>>(std::move(bytes));
+    source_ = [held](std::uint64_t offset, void* out, std::size_t n) {
+      STRATA_CHECK(offset <= held->size() && n <= held->size() - offset, "checkpoint::Reader: a read past the end");
+      if (n) std::memcpy(out, held->data() + offset, n);
+    };
+    parse(held->size());
+  }
+  /// Reads a checkpoint of `size` bytes from `source`. `verified`: its tensors' checksums are
+  /// vouched for already (verify() then does nothing; read() still checks each tensor).
+  Reader(std::string name, std::uint64_t size, ByteSource source, bool verified = false)
+      : name_(std::move(name)), source_(std::move(source)), verified_(verified) {
+    parse(size);
   }
 
   const std::vector<Entry>& entries() const noexcept { return entries_; }
-  /// The whole file as read.
-  const std::vector<unsigned char>& bytes() const noexcept { return bytes_; }
   const std::string& name() const noexcept { return name_; }
   std::uint32_t format_version() const noexcept { return version_; }
+  /// The file's size in bytes.
+  std::uint64_t size() const noexcept { return size_; }
+  /// The header's bytes [0, 64) and the index's [index_offset(), size()), as read.
+  const std::vector<unsigned char>& header_bytes() const noexcept { return header_; }
+  const std::vector<unsigned char>& index_bytes() const noexcept { return index_; }
+  std::uint64_t index_offset() const noexcept { return size_ - index_.size(); }
+
+  /// The file's bytes [offset, offset + n), unchecked (a section's checksum covers them).
+  void read_range(std::uint64_t offset, void* out, std::size_t n) const {
+    STRATA_REQUIRE(offset <= size_ && n <= size_ - offset, invalid_argument, "strata.checkpoint", "'", name_,
+                   "': bytes [", offset, ", +", n, ") lie past its end at ", size_);
+    if (n) source_(offset, out, n);
+  }
 
   const Entry* find(const std::string& key) const {
     for (const Entry& e : entries_)
       if (e.name == key) return &e;
     return nullptr;
   }
-  /// Tensor `key`, its checksum verified.
-  Tensor read(const std::string& key) const {
+  /// The entry of tensor `key`; an error naming it when there is none.
+  const Entry& entry(const std::string& key) const {
     const Entry* e = find(key);
     if (!e) STRATA_THROW(invalid_argument, "strata.checkpoint", "'", name_, "' has no tensor '", key, "'");
-    const unsigned char* p = bytes_.data() + e->offset;
-    const std::uint32_t crc = crc32c(e->bytes ? p : nullptr, e->bytes);
-    if (crc != e->crc)
-      STRATA_THROW(checksum_error, "strata.checkpoint.checksum", "'", name_, "': tensor '", key, "' fails its checksum "
-                   "(stored crc32c ", hex(e->crc), ", computed ", hex(crc), ")");
-    Tensor t = Tensor::empty(e->shape, e->dtype);
-    if (e->bytes) std::memcpy(t.raw_data(), p, e->bytes);
+    return *e;
+  }
+  /// Tensor `key`, its checksum verified.
+  Tensor read(const std::string& key) const {
+    const Entry& e = entry(key);
+    Tensor t = Tensor::empty(e.shape, e.dtype);
+    fill(e, t.raw_data());
     return t;
   }
-  /// Verifies every tensor's checksum.
+  /// Reads tensor `key` straight into `dst` (host memory, contiguous, of its shape and dtype),
+  /// its checksum verified: no second copy of the tensor is made. On a checksum failure `dst`
+  /// holds the bytes read.
+  void read_into(const std::string& key, const Tensor& dst) const {
+    const Entry& e = entry(key);
+    STRATA_REQUIRE(dst.defined() && dst.device().kind == DeviceKind::cpu && dst.is_contiguous() &&
+                       dst.shape() == e.shape && dst.dtype() == e.dtype,
+                   invalid_argument, "strata.checkpoint", "'", name_, "': reading '", key, "' (", e.shape, " ",
+                   name_of(e.dtype), ") into a tensor that is not a contiguous host tensor of that shape and dtype");
+    fill(e, dst.raw_data());
+  }
+  /// Verifies every tensor's checksum, streaming each through it in pieces of at most 4 MiB
+  /// (once: a verified reader returns at once).
   void verify() const {
-    for (const Entry& e : entries_) (void)read(e.name);
+    if (verified_) return;
+    std::uint64_t largest = 0;
+    for (const Entry& e : entries_) largest = std::max(largest, e.bytes);
+    std::vector<unsigned char> piece(static_cast<std::size_t>(std::min<std::uint64_t>(largest, kVerifyPiece)));
+    for (const Entry& e : entries_) {
+      std::uint32_t crc = 0;
+      for (std::uint64_t at = 0; at < e.bytes;) {
+        const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(e.bytes - at, kVerifyPiece));
+        source_(e.offset + at, piece.data(), n);
+        crc = crc32c(piece.data(), n, crc);
+        at += n;
+      }
+      check(e, crc);
+    }
+    verified_ = true;
+  }
+  /// The CRC-32C of the whole file, combined from its sections' (the tensors' as the index
+  /// records them: equal to the bytes' own once verify() or each read() has passed).
+  std::uint32_t file_crc() const {
+    std::uint32_t crc = crc32c(header_.data(), header_.size());
+    for (const Entry& e : entries_) crc = crc32c_combine(crc, e.crc, e.bytes);
+    return crc32c(index_.data(), index_.size(), crc);
   }
 
   /// A checksum as errors print it (0x1234abcd).
@@ -273,66 +359,81 @@ class Reader {
   }
 
  private:
+  static constexpr std::uint64_t kVerifyPiece = std::uint64_t{4} << 20;
+
   [[noreturn]] void corrupt(const std::string& what) const {
     STRATA_THROW(data_error, "strata.checkpoint.corrupt", "'", name_, "': ", what);
   }
+  void check(const Entry& e, std::uint32_t crc) const {
+    if (crc != e.crc)
+      STRATA_THROW(checksum_error, "strata.checkpoint.checksum", "'", name_, "': tensor '", e.name,
+                   "' fails its checksum (stored crc32c ", hex(e.crc), ", computed ", hex(crc), ")");
+  }
+  void fill(const Entry& e, void* out) const {
+    if (e.bytes) source_(e.offset, out, static_cast<std::size_t>(e.bytes));
+    check(e, crc32c(e.bytes ? out : nullptr, static_cast<std::size_t>(e.bytes)));
+  }
   template <class T>
-  T get(std::size_t at) const {
+  static T get(const std::vector<unsigned char>& b, std::size_t at) {
     T v;
-    std::memcpy(&v, bytes_.data() + at, sizeof v);
+    std::memcpy(&v, b.data() + at, sizeof v);
     return v;
   }
 
-  void parse() {
-    const std::size_t n = bytes_.size();
+  void parse(std::uint64_t n) {
+    size_ = n;
     if (n < kHeaderBytes)
       STRATA_THROW(truncated_error, "strata.checkpoint.truncated", "'", name_, "': expected at least ", kHeaderBytes,
                    " bytes of header, found ", n);
-    if (std::memcmp(bytes_.data(), kMagic, sizeof kMagic) != 0) corrupt("not a strata checkpoint (bad magic)");
-    const std::uint32_t stored = get<std::uint32_t>(60), computed = crc32c(bytes_.data(), 60);
+    header_.resize(kHeaderBytes);
+    source_(0, header_.data(), kHeaderBytes);
+    if (std::memcmp(header_.data(), kMagic, sizeof kMagic) != 0) corrupt("not a strata checkpoint (bad magic)");
+    const std::uint32_t stored = get<std::uint32_t>(header_, 60), computed = crc32c(header_.data(), 60);
     if (stored != computed)
       STRATA_THROW(checksum_error, "strata.checkpoint.checksum", "'", name_, "': the header fails its checksum (stored "
                    "crc32c ", hex(stored), ", computed ", hex(computed), ")");
-    version_ = get<std::uint32_t>(8);
-    const auto min_reader = get<std::uint32_t>(12);
+    version_ = get<std::uint32_t>(header_, 8);
+    const auto min_reader = get<std::uint32_t>(header_, 12);
     if (min_reader > kFormatVersion)
       STRATA_THROW(version_error, "strata.checkpoint.version", "'", name_, "': written by format v", version_,
                    " (readable from v", min_reader, "), this build reads <= v", kFormatVersion);
-    const auto file_bytes = get<std::uint64_t>(16), index_offset = get<std::uint64_t>(24),
-               index_bytes = get<std::uint64_t>(32);
-    const auto count = get<std::uint32_t>(40);
+    const auto file_bytes = get<std::uint64_t>(header_, 16), index_offset = get<std::uint64_t>(header_, 24),
+               index_bytes = get<std::uint64_t>(header_, 32);
+    const auto count = get<std::uint32_t>(header_, 40);
     if (file_bytes != n)
       STRATA_THROW(truncated_error, "strata.checkpoint.truncated", "'", name_, "': expected ", file_bytes,
                    " bytes, found ", n);
     if (index_offset < kHeaderBytes || index_bytes < 8 || index_offset > n || index_bytes != n - index_offset)
       corrupt("the index [" + std::to_string(index_offset) + ", +" + std::to_string(index_bytes) +
               ") does not end the file of " + std::to_string(n) + " bytes");
-    const std::uint32_t index_crc = get<std::uint32_t>(n - 4), computed_index = crc32c(bytes_.data() + index_offset,
-                                                                                       index_bytes - 4);
+    index_.resize(static_cast<std::size_t>(index_bytes));
+    source_(index_offset, index_.data(), index_.size());
+    const std::uint32_t index_crc = get<std::uint32_t>(index_, index_.size() - 4),
+                        computed_index = crc32c(index_.data(), index_.size() - 4);
     if (index_crc != computed_index)
       STRATA_THROW(checksum_error, "strata.checkpoint.checksum", "'", name_,
                    "': the index fails its checksum (stored crc32c ", hex(index_crc), ", computed ", hex(computed_index), ")");
     // Every field read below is inside the index, which its checksum just vouched for; the
     // bounds are checked anyway (a valid checksum over nonsense written by a buggy writer).
-    std::size_t at = index_offset;
-    const std::size_t end = n - 4;
+    std::size_t at = 0;
+    const std::size_t end = index_.size() - 4;
     auto need = [&](std::size_t k) {
       if (k > end - at) corrupt("the index ends inside an entry");
     };
     need(4);
-    if (get<std::uint32_t>(at) != count) corrupt("the header and index disagree on the tensor count");
+    if (get<std::uint32_t>(index_, at) != count) corrupt("the header and index disagree on the tensor count");
     at += 4;
     std::uint64_t next = kHeaderBytes;
     for (std::uint32_t i = 0; i < count; ++i) {
       Entry e;
       need(2);
-      const auto len = get<std::uint16_t>(at);
+      const auto len = get<std::uint16_t>(index_, at);
       at += 2;
       need(len);
-      e.name.assign(reinterpret_cast<const char*>(bytes_.data() + at), len);
+      e.name.assign(reinterpret_cast<const char*>(index_.data() + at), len);
       at += len;
       need(2);
-      const auto dt = bytes_[at], nd = bytes_[at + 1];
+      const auto dt = index_[at], nd = index_[at + 1];
       at += 2;
       if (dt > static_cast<unsigned>(DType::u8)) corrupt("tensor '" + e.name + "' has an unknown dtype tag " + std::to_string(dt));
       if (nd > kMaxDims) corrupt("tensor '" + e.name + "' declares " + std::to_string(nd) + " dimensions");
@@ -340,16 +441,16 @@ class Reader {
       need(8 * std::size_t{nd} + 20);
       std::uint64_t elements = 1;
       for (int d = 0; d < nd; ++d) {
-        const auto extent = get<std::int64_t>(at);
+        const auto extent = get<std::int64_t>(index_, at);
         at += 8;
         if (extent < 0 || (extent > 0 && elements > (std::uint64_t{1} << 62) / static_cast<std::uint64_t>(extent)))
           corrupt("tensor '" + e.name + "' has an impossible shape");
         elements *= static_cast<std::uint64_t>(extent);
         e.shape.push_back(extent);
       }
-      e.offset = get<std::uint64_t>(at);
-      e.bytes = get<std::uint64_t>(at + 8);
-      e.crc = get<std::uint32_t>(at + 16);
+      e.offset = get<std::uint64_t>(index_, at);
+      e.bytes = get<std::uint64_t>(index_, at + 8);
+      e.crc = get<std::uint32_t>(index_, at + 16);
       at += 20;
       if (e.bytes != elements * size_of(e.dtype))
         corrupt("tensor '" + e.name + "' declares " + std::to_string(e.bytes) + " bytes for " + std::to_string(elements) +
@@ -365,9 +466,12 @@ class Reader {
   }
 
   std::string name_;
-  std::vector<unsigned char> bytes_;
+  ByteSource source_;
+  std::uint64_t size_ = 0;
+  std::vector<unsigned char> header_, index_;
   std::vector<Entry> entries_;
   std::uint32_t version_ = 0;
+  mutable bool verified_ = false;
 };
 
 }  // namespace strata::checkpoint

@@ -89,33 +89,46 @@ inline NamedTensors capture_training_state(std::span<const Tensor> params, const
   return out;
 }
 
-/// The tensors "<prefix>0", "<prefix>1", ... of `r`, exactly as many as `like` has, each of its
-/// counterpart's shape and dtype; a mismatch is named (`what`: what the model calls them).
-inline std::vector<Tensor> read_like(const Reader& r, const std::string& prefix, std::span<const Tensor> like,
-                                     const char* what) {
+/// The names "<prefix>0", "<prefix>1", ... of `r`'s tensors, exactly as many as `like` has,
+/// each of its counterpart's shape and dtype (checked from the index: nothing is read); a
+/// mismatch is named (`what`: what the model calls them).
+inline std::vector<std::string> keys_like(const Reader& r, const std::string& prefix, std::span<const Tensor> like,
+                                          const char* what) {
   std::size_t saved = 0;
   while (r.find(prefix + std::to_string(saved))) ++saved;
   if (saved != like.size())
     STRATA_THROW(invalid_argument, "strata.checkpoint.mismatch", "'", r.name(), "' holds ", saved, " ", what,
                  ", the model has ", like.size());
-  std::vector<Tensor> values;
+  std::vector<std::string> keys;
   for (std::size_t i = 0; i < like.size(); ++i) {
-    const std::string key = prefix + std::to_string(i);
-    Tensor v = r.read(key);
-    if (v.shape() != like[i].shape() || v.dtype() != like[i].dtype()) {
+    std::string key = prefix + std::to_string(i);
+    const Entry& e = r.entry(key);
+    if (e.shape != like[i].shape() || e.dtype != like[i].dtype()) {
       std::ostringstream os;
       os << strata::detail::error_text("strata.checkpoint.mismatch") << "shape mismatch for '" << key << "': "
-         << v.shape() << " " << name_of(v.dtype()) << " in '" << r.name() << "' vs " << like[i].shape() << " "
+         << e.shape << " " << name_of(e.dtype) << " in '" << r.name() << "' vs " << like[i].shape() << " "
          << name_of(like[i].dtype()) << " in the model";
       throw invalid_argument(os.str());
     }
-    values.push_back(std::move(v));
+    keys.push_back(std::move(key));
   }
-  return values;
+  return keys;
+}
+
+/// Reads tensor `key` of `r` into `dst`: straight into its memory where it is a contiguous
+/// host tensor (no second copy of a large table), else through a copy.
+inline void read_into_tensor(const Reader& r, const std::string& key, Tensor dst) {
+  NoGradGuard no_grad;
+  if (dst.device().kind == DeviceKind::cpu && dst.is_contiguous())
+    r.read_into(key, dst);
+  else
+    dst.copy_(r.read(key).to(dst.device()));
 }
 
 /// Restores what capture_training_state() saved into `params` (in place), `opt` and the
-/// default generator; returns the position to resume from.
+/// default generator; returns the position to resume from. The names, shapes and small
+/// tensors are all checked before anything changes; the parameters and buffers are then
+/// read straight into the model, one at a time.
 inline TrainingPosition restore_training_state(const Reader& r, std::span<const Tensor> params, optim::Optimizer& opt,
                                                int replicas, std::span<Generator* const> generators = {},
                                                std::span<const Tensor> buffers = {}) {
@@ -131,9 +144,10 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
     while (r.find(prefix + std::to_string(n))) ++n;
     return n;
   };
-  const std::vector<Tensor> values = read_like(r, "param.", params, "parameters");
-  const std::vector<Tensor> buffer_values = read_like(r, "buffer.", buffers, "buffers (BatchNorm's running statistics)");
-  const OptimizerState optimizer = read_optimizer_state(r, "optimizer.");
+  const std::vector<std::string> param_keys = keys_like(r, "param.", params, "parameters");
+  const std::vector<std::string> buffer_keys =
+      keys_like(r, "buffer.", buffers, "buffers (BatchNorm's running statistics)");
+  OptimizerState optimizer = read_optimizer_state(r, "optimizer.");
   const Tensor pos = r.read("position"), rng = r.read("rng");
   STRATA_REQUIRE(pos.numel() == 3 && pos.dtype() == DType::i64 && rng.numel() == 4 && rng.dtype() == DType::i64,
                  invalid_argument, "strata.checkpoint",
@@ -150,18 +164,9 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
                    i);
     generator_states.push_back(std::move(g));
   }
-  opt.load_state(optimizer.slots, optimizer.steps);  // checks every slot before changing any
-  {
-    NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      Tensor p = params[i];
-      p.copy_(values[i]);
-    }
-    for (std::size_t i = 0; i < buffers.size(); ++i) {
-      Tensor b = buffers[i];
-      b.copy_(buffer_values[i].to(b.device()));
-    }
-  }
+  opt.adopt_state(std::move(optimizer.slots), optimizer.steps);  // checks every slot before changing any
+  for (std::size_t i = 0; i < params.size(); ++i) read_into_tensor(r, param_keys[i], params[i]);
+  for (std::size_t i = 0; i < buffers.size(); ++i) read_into_tensor(r, buffer_keys[i], buffers[i]);
   auto set = [](Generator& g, const Tensor& t) {
     std::array<std::uint64_t, 4> st{};
     std::memcpy(st.data(), t.raw_data(), sizeof st);

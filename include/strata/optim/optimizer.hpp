@@ -252,6 +252,18 @@ class Optimizer {
     steps_ = steps;
     ++state_version_;
   }
+  /// load_state for tensors nobody else holds (just read from a checkpoint): the contiguous
+  /// ones become the slots as they are, with no copy, so a restore holds each slot once.
+  void adopt_state(std::vector<std::pair<std::string, Tensor>> state, std::int64_t steps) {
+    STRATA_CHECK(steps >= 0, "adopt_state: a negative step count ", steps);
+    const auto where = resolve_slots(state, "adopt_state");
+    for (std::size_t k = 0; k < state.size(); ++k) {
+      Tensor& t = state[k].second;
+      slot(*where[k].first, where[k].second) = t.is_contiguous() ? std::move(t) : t.contiguous().clone();
+    }
+    steps_ = steps;
+    ++state_version_;
+  }
 
   /// A fresh optimizer of the same kind and settings (the current learning rate, no state)
   /// over `params`: how a parameter server runs the user's optimizer on its partitions.

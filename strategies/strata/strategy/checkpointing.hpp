@@ -1,9 +1,9 @@
 /// \file
 /// TrainingCheckpoints: saving and resuming a training run under any strategy. The chief
 /// writes (CheckpointManager: atomic, the newest `keep` kept); on restore the chief picks the
-/// newest complete checkpoint and its bytes go to every process (a strategy across processes
-/// shares them through its collective: share_from_chief), and every local replica's model and
-/// optimizer take them — so all replicas resume from one file, identically. A strategy whose
+/// newest complete checkpoint and its tensors go to every process (a strategy across processes
+/// sends them through its collective as they are read: detail::share_checkpoint), and every
+/// local replica's model and optimizer take them — so all replicas resume from one file, identically. A strategy whose
 /// state lives on other ranks too (ParameterServerStrategy<Sync>: the servers' optimizer
 /// state) adds per-rank shard files, written before the chief's file indexes them
 /// (checkpoint_shards, restore_shards, prune_shards).
@@ -20,6 +20,7 @@
 
 #include <strata/checkpoint/manager.hpp>
 #include <strata/checkpoint/training_state.hpp>
+#include <strata/strategy/detail/shared_checkpoint.hpp>
 #include <strata/strategy/replicated.hpp>
 
 namespace strata {
@@ -30,9 +31,6 @@ template <class S>
 inline constexpr bool checkpoints_supported = true;
 
 namespace detail {
-/// A strategy across processes: the chief's checkpoint bytes reach every process.
-template <class S>
-concept SharesChiefBytes = requires(S& s, std::vector<unsigned char>& bytes) { s.share_from_chief(bytes); };
 /// A strategy across processes that tells every process whether the chief's save failed.
 template <class S>
 concept SharesSaveOutcome = requires(S& s, std::string& error) { s.share_save_outcome(error); };
@@ -100,22 +98,24 @@ class TrainingCheckpoints {
   /// Resumes from the newest complete checkpoint, if there is one: every replica's model and
   /// optimizer, and the default generator. Returns where to continue.
   std::optional<checkpoint::TrainingPosition> restore() {
-    std::vector<unsigned char> bytes;
-    std::string name;
+    std::optional<checkpoint::Reader> found;
     if (s_.is_chief()) {
       std::vector<std::string> skipped;
       std::function<void(const checkpoint::Reader&, std::int64_t)> also;
       if constexpr (detail::ShardedCheckpoints<S>)
         also = [&](const checkpoint::Reader& r, std::int64_t step) { s_.check_shards(r, manager_.directory(), step); };
-      if (auto r = manager_.open_latest(&skipped, also)) {
-        name = r->name();
-        bytes = r->bytes();
-      }
+      found = manager_.open_latest(&skipped, also);
       for (const auto& why : skipped) std::fprintf(stderr, "[strata.checkpoint] skipping %s\n", why.c_str());
     }
-    if constexpr (detail::SharesChiefBytes<S>) s_.share_from_chief(bytes);
-    if (bytes.empty()) return std::nullopt;
-    const checkpoint::Reader r(std::move(bytes), name.empty() ? "the chief's checkpoint" : name);
+    // Across processes, every process reads the chief's file through the chief, a tensor at
+    // a time (detail::share_checkpoint): no process holds a copy of the file.
+    std::optional<checkpoint::Reader> opened;
+    if constexpr (detail::SharesChiefTensors<S>)
+      opened = detail::share_checkpoint(s_, std::move(found));
+    else
+      opened = std::move(found);
+    if (!opened) return std::nullopt;
+    const checkpoint::Reader& r = *opened;
     checkpoint::TrainingPosition pos;
     for (std::size_t k = 0; k < detail::local_copies(model_); ++k)
       pos = checkpoint::restore_training_state(r, detail::local_copy(model_, k).parameters(), detail::local_copy(opt_, k),

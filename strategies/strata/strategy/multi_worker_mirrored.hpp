@@ -167,6 +167,12 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
     detail::check_cross_replica("share_from_chief()");
     detail::broadcast_bytes(comm_, bytes, 0);
   }
+  /// Rank 0's `n` bytes at `data` into every process's `data` (a large checkpoint tensor,
+  /// straight from the chief's file into each replica's parameter).
+  void broadcast_from_chief(void* data, std::size_t n) {
+    detail::check_cross_replica("broadcast_from_chief()");
+    comm_.broadcast_raw(data, n, DType::u8, 0);
+  }
   /// After a save: the chief's error ("" when it wrote the checkpoint) goes to every rank, so
   /// that all of them fail a save the chief could not complete, or none does.
   void share_save_outcome(std::string& error) {

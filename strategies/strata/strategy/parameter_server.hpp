@@ -231,6 +231,8 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
   }
   /// The chief's index checkpoint, with every rank: the index's bytes go to every rank.
   void share_from_chief(std::vector<unsigned char>& bytes) { detail::broadcast_bytes(t_.world(), bytes, chief_rank()); }
+  /// The chief's `n` bytes at `data` into every rank's `data` (a large checkpoint tensor).
+  void broadcast_from_chief(void* data, std::size_t n) { t_.world().broadcast_raw(data, n, DType::u8, chief_rank()); }
   /// Every server's shard at `step`; returns what the chief's index records. Inside an epoch
   /// (a worker between steps) the chief asks the serving servers; after one (every rank calls
   /// save), the servers write theirs and the CRCs meet over the job's collective.
@@ -258,14 +260,16 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
   void check_shards(const checkpoint::Reader& r, const std::filesystem::path& dir, std::int64_t step) const {
     const checkpoint::Entry* e = r.find("ps.shard_crc");
     if (e == nullptr || r.read("ps.shard_crc").numel() != num_servers()) return;
-    for (int k = 0; k < num_servers(); ++k) (void)open_shard(r, dir, step, k);
+    for (int k = 0; k < num_servers(); ++k) open_shard(r, dir, step, k).verify();
   }
   /// Every rank, after the index `r` of step `step` is restored: each server takes its shard.
   void restore_shards(const checkpoint::Reader& r, const std::filesystem::path& dir, std::int64_t step) {
     (void)shard_crcs(r);
     if (!server_) return;
+    // The chief's index wrote every row of the tables here: the other servers' rows go back
+    // to the system before this one's shard is read, so a resume peaks at the shard's size.
+    server_->release_other_rows();
     server_->restore_shard(open_shard(r, dir, step, t_.roles().index_of(t_.rank())));
-    server_->release_other_rows();  // the chief's index wrote every row of the tables here
   }
   /// The shard CRCs index `r` records, one per server of this job.
   Tensor shard_crcs(const checkpoint::Reader& r) const {
@@ -277,14 +281,16 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
                    crcs.numel(), " servers, this job has ", num_servers());
     return crcs;
   }
-  /// Server `k`'s shard of index `r`, read and checked against the CRC-32C the index recorded.
+  /// Server `k`'s shard of index `r`, opened and checked against the CRC-32C the index
+  /// recorded (combined from the shard's sections: its tensors are checked as they are read,
+  /// or all at once by verify()).
   checkpoint::Reader open_shard(const checkpoint::Reader& r, const std::filesystem::path& dir, std::int64_t step,
                                 int k) const {
     const Tensor crcs = shard_crcs(r);
     const auto path = ps::Server<T>::shard_path(dir, k, step);
     checkpoint::Reader shard(path);
     const auto want = static_cast<std::uint32_t>(crcs.template data<std::int64_t>()[k]);
-    const std::uint32_t got = checkpoint::crc32c(shard.bytes().data(), shard.bytes().size());
+    const std::uint32_t got = shard.file_crc();
     if (got != want)
       STRATA_THROW(checksum_error, "strata.checkpoint.checksum", "shard '", path.string(), "' is not the one '",
                    r.name(), "' recorded (CRC-32C ", checkpoint::Reader::hex(got), ", expected ", checkpoint::Reader::hex(want), ")");

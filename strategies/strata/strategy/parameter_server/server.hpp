@@ -312,29 +312,27 @@ class Server {
   }
 
   /// Takes each held partition's value and optimizer state from shard `r` (written by
-  /// save_shard on this server's index), checking everything before changing anything.
+  /// save_shard on this server's index), checking every partition's name and shape before
+  /// changing anything.
   void restore_shard(const checkpoint::Reader& r) {
     r.verify();
-    NoGradGuard no_grad;
-    std::vector<Tensor> values;
     for (const Held& h : held_) {
       const std::string key = "partition." + std::to_string(h.id) + ".value";
-      STRATA_REQUIRE(r.find(key) != nullptr, invalid_argument, "strata.checkpoint.mismatch", "'", r.name(),
-                     "' has no '", key,
+      const checkpoint::Entry* e = r.find(key);
+      STRATA_REQUIRE(e != nullptr, invalid_argument, "strata.checkpoint.mismatch", "'", r.name(), "' has no '", key,
                      "': it was written with another placement of the variables");
-      Tensor v = r.read(key);
-      STRATA_REQUIRE(v.shape() == h.value.shape() && v.dtype() == h.value.dtype(), invalid_argument,
-                     "strata.checkpoint.mismatch", "'",
-                     r.name(), "': '", key, "' is ", v.shape(), " ", name_of(v.dtype()), ", this server holds ",
-                     h.value.shape(), " ", name_of(h.value.dtype()));
-      values.push_back(std::move(v));
+      STRATA_REQUIRE(e->shape == h.value.shape() && e->dtype == h.value.dtype(), invalid_argument,
+                     "strata.checkpoint.mismatch", "'", r.name(), "': '", key, "' is ", e->shape, " ",
+                     name_of(e->dtype), ", this server holds ", h.value.shape(), " ", name_of(h.value.dtype()));
     }
-    for (std::size_t k = 0; k < held_.size(); ++k) {
-      Held& h = held_[k];
-      h.value.copy_(values[k]);
+    // Each partition's values straight into its place, then its optimizer's slots: the shard
+    // is never held twice.
+    for (Held& h : held_) {
+      const std::string p = "partition." + std::to_string(h.id);
+      checkpoint::read_into_tensor(r, p + ".value", h.value);
       if (!h.opt) continue;
-      const auto st = checkpoint::read_optimizer_state(r, "partition." + std::to_string(h.id) + ".optimizer.");
-      h.opt->load_state(st.slots, st.steps);
+      auto st = checkpoint::read_optimizer_state(r, p + ".optimizer.");
+      h.opt->adopt_state(std::move(st.slots), st.steps);
     }
   }
 
