@@ -32,6 +32,7 @@ struct StrategyFlags {
   int servers = 0;
   std::string mode = "sync", update_on = "servers", tables = "rows";
   std::int64_t staleness = -1;
+  bool dispatch_batches = false;
 
   /// --device as a Device: "cpu" or "cuda:N".
   strata::Device parsed_device() const {
@@ -70,6 +71,8 @@ inline void add_strategy_flags(CLI::App& app, StrategyFlags& f, const std::strin
   app.add_option("--update-on", f.update_on, "parameter_server")->check(CLI::IsMember({"servers", "workers"}));
   app.add_option("--tables", f.tables, "parameter_server: row-sparse tables go by rows, or whole (the dense protocol)")
       ->check(CLI::IsMember({"rows", "whole"}));
+  app.add_flag("--dispatch-batches", f.dispatch_batches, "parameter_server --mode async: the first server hands out "
+               "the epoch's batches, so a lost worker's are trained by the others");
 }
 
 /// The checks that span several strategy flags, once `app` has parsed (CLI11 errors).
@@ -85,6 +88,8 @@ inline void check_strategy_flags(const CLI::App& app, const StrategyFlags& f) {
   for (const char* flag : {"--gradients", "--rows"}) only(flag, f.strategy == "mirrored", "--strategy mirrored");
   for (const char* flag : {"--servers", "--mode", "--staleness", "--update-on", "--tables"})
     only(flag, f.strategy == "parameter_server", "--strategy parameter_server");
+  only("--dispatch-batches", f.strategy == "parameter_server" && f.mode == "async" && f.staleness < 0,
+       "--strategy parameter_server --mode async without --staleness");
   only("--device", f.strategy == "one_device", "--strategy one_device (the others run on the CPU in this trainer)");
   if (f.strategy == "multi_worker_mirrored" && f.collective.empty())
     throw CLI::RequiredError("--collective (mpi, gloo or nccl) for --strategy multi_worker_mirrored");
@@ -137,7 +142,7 @@ void with_strategy(const StrategyFlags& o, F&& f) {
   } else {  // parameter_server
     const strata::ParameterServerOptions ps{
         .servers = o.servers, .update_on_servers = o.update_on == "servers", .staleness = o.staleness,
-        .sparse_tables = o.tables == "rows"};
+        .sparse_tables = o.tables == "rows", .dispatch_batches = o.dispatch_batches};
     with_collective(o, [&]<class C>(C*) {
       if constexpr (strata::ps::TransportOf<C>) {
         if (o.mode == "sync") {

@@ -284,6 +284,9 @@ void train(S& strategy, const Options& o) {
   }
   if (strategy.is_chief()) {
     const SkipGram& mine = model;
+    // A worker of dispatched batches runs its share of the steps, maybe none a multiple of
+    // --eval-every: the held-out loss at its end.
+    if (std::isnan(held)) held = held_out_loss(local, held_out);
     if (!o.quiet && sent >= 0)
       std::printf("tables: %.0f bytes sent per step (dense: %.0f, %.0fx more; touched rows: %.0f)%s\n", sent,
                   dense_bytes, dense_bytes / std::max(sent, 1.0), touched,

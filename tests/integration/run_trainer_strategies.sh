@@ -52,6 +52,19 @@ if [[ $mpirun != none && ${ASYNC:-0} == 1 ]]; then
   read -r t _ <<<"$got"
   awk -v t="$t" -v m="$max_loss" 'BEGIN { exit !(t < m) }' || fail "parameter_server async: training loss $t (above $max_loss)"
   learned=", and parameter_server async learned ($got)"
+  # Dispatched, --steps counts the job's batches, not each worker's: twice as many here.
+  doubled=() prev=
+  for a in "${small[@]}"; do
+    if [[ $prev == --steps ]]; then doubled+=($((2 * a))); else doubled+=("$a"); fi
+    prev=$a
+  done
+  got=$(run "parameter_server async over mpi, dispatched batches" "$mpirun" -np 3 "$exe" "${doubled[@]}" \
+    --strategy parameter_server --collective mpi --servers 1 --mode async --dispatch-batches --batch $((global / 2))) ||
+    exit 1
+  read -r t _ <<<"$got"
+  awk -v t="$t" -v m="$max_loss" 'BEGIN { exit !(t < m) }' ||
+    fail "parameter_server async, dispatched batches: training loss $t (above $max_loss)"
+  learned="$learned, with dispatched batches too ($got)"
 fi
 if [[ $strata_run != none ]]; then
   same "multi_worker_mirrored over gloo, 3 ranks" "$strata_run" -np 3 "$exe" "${small[@]}" \

@@ -460,11 +460,64 @@ int check_gather(int servers) {
 
 }  // namespace
 
+// Async with dispatched batches (ps::Dispatcher): the first server hands each batch of the
+// epoch to one worker; the last worker sleeps 5 ms per step, so the others take more. Every
+// batch trained once in all (each worker's batch numbers, gathered: a permutation of the
+// epoch's), each partition updated once per step, and the slow worker's share the smallest.
+template <class C>
+int check_async_dispatched(int servers) {
+  equivalence::Setup s;
+  strata::ParameterServerStrategy<C, strata::ps::Async> strategy(
+      {.servers = servers, .partition_bytes = 2048, .dispatch_batches = true});
+  strata::manual_seed(7);
+  auto net = strategy.scope([&] { return equivalence::model(false); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.1); });
+  const auto pipeline = strata::data::Pipeline(equivalence::dataset(s)).shuffle(5).batch(s.global_batch);
+  const std::int64_t batches = pipeline.num_batches();
+  const int w = strategy.is_server() ? -1 : strategy.transport().roles().index_of(strategy.rank());
+  const bool slow = w == strategy.num_workers() - 1 && strategy.num_workers() > 1;
+  std::vector<double> mine(static_cast<std::size_t>(batches), 0.0);  // 1 where this worker trained batch k
+  std::int64_t steps = 0;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::fill(mine.begin(), mine.end(), 0.0);
+    for (auto& batch : strategy.distribute(pipeline)) {
+      strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+        mine[static_cast<std::size_t>(b.index)] += 1;
+        if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        auto loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
+        opt.apply_gradients(ctx, strata::grad(loss, net.parameters()));
+      }, batch);
+      ++steps;
+    }
+  }
+  // The last epoch's batches per worker, over the whole job (servers add zeros).
+  std::vector<double> all(mine);
+  auto& world = strategy.transport().world();
+  world.allreduce_raw(all.data(), all.data(), all.size(), strata::DType::f64, strata::ReduceOp::Sum);
+  int failures = 0;
+  for (double n : all) failures += n == 1.0 ? 0 : 1;
+  double total = strategy.is_server() ? 0 : static_cast<double>(steps), slow_steps = slow ? static_cast<double>(steps) : 0;
+  world.allreduce_raw(&total, &total, 1, strata::DType::f64, strata::ReduceOp::Sum);
+  world.allreduce_raw(&slow_steps, &slow_steps, 1, strata::DType::f64, strata::ReduceOp::Sum);
+  failures += total == static_cast<double>(2 * batches) ? 0 : 1;
+  if (strategy.num_workers() > 1 && !strategy.is_server() && !slow) failures += static_cast<double>(steps) > slow_steps ? 0 : 1;
+  for (std::size_t id = 0; id < strategy.shards().partitions.size(); ++id)
+    if (strategy.is_server() && strategy.shards().partitions[id].server == strategy.transport().roles().index_of(strategy.rank()))
+      failures += strategy.server_updates(id) == 2 * batches ? 0 : 1;
+  const auto st = strategy.dispatch_stats();
+  if (strategy.rank() == strategy.transport().roles().servers.front())
+    failures += st.batches == batches && st.completed == batches && st.repeated == 0 && st.redispatched == 0 ? 0 : 1;
+  std::printf("%s rank %d (%s): async, dispatched: %lld steps here of %.0f (the slow worker %.0f), %lld batches an epoch\n",
+              failures == 0 ? "ok  " : "FAIL", strategy.rank(), strategy.is_server() ? "server" : "worker",
+              static_cast<long long>(steps), total, slow_steps, static_cast<long long>(batches));
+  return failures;
+}
+
 template <class C>
 int check_all(int servers) {
   return check_sync<C>(servers) + check_gather<C>(servers) + check_async<C>(servers, -1) +
          check_async<C>(servers, 0) + check_async_table<C>(servers, -1) + check_async_table<C>(servers, 0) +
-         check_staleness<C>(servers, 0) + check_staleness<C>(servers, -1);
+         check_staleness<C>(servers, 0) + check_staleness<C>(servers, -1) + check_async_dispatched<C>(servers);
 }
 
 int main(int argc, char** argv) {

@@ -7,6 +7,8 @@
 //                 the rest go on until the launcher ends the job
 //   carry-on      kill-worker under strata-run --keep-going (Gloo): the server drops the lost
 //                 worker, the other one finishes the epoch, and the job's rate counts it alone
+//   carry-on-dispatched  carry-on with dispatched batches: the batches the lost worker held go
+//                 to the other, and the server counts every batch of the epoch completed
 //   bad-row       Sync, a row-sparse table: worker rank 2's 4th push to the table is a message
 //                 naming a row past the table's end; the server refuses it, naming the worker
 //   bad-count     the same with a row count larger than the message holds
@@ -60,10 +62,11 @@ int hostile_rows(S& strategy, const std::string& mode) {
 
 template <class C, class Mode>
 int run(const std::string& mode) {
-  strata::ParameterServerStrategy<C, Mode> strategy({.servers = 1});
+  const bool carry_on = mode == "carry-on" || mode == "carry-on-dispatched";
+  strata::ParameterServerStrategy<C, Mode> strategy({.servers = 1, .dispatch_batches = mode == "carry-on-dispatched"});
   auto net = strategy.scope([] { return strata::nn::Sequential(strata::nn::Linear(8, 4)); });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.01); });
-  const std::int64_t n = mode == "carry-on" ? 4000 : 200000;
+  const std::int64_t n = carry_on ? 4000 : 200000;
   strata::Generator g(1);
   const strata::data::TensorDataset ds(strata::uniform({n, 8}, -1, 1, g), strata::zeros({n}, strata::DType::i64));
   if (mode == "bad-row" || mode == "bad-count") return hostile_rows(strategy, mode);
@@ -84,16 +87,23 @@ int run(const std::string& mode) {
         auto grads = strata::grad(loss, net.parameters());
         if (++step == 4 && strategy.rank() == 2) {
           if (mode == "stop-worker") std::raise(SIGSTOP);
-          if (mode == "kill-worker" || mode == "carry-on") std::raise(SIGKILL);
+          if (mode == "kill-worker" || carry_on) std::raise(SIGKILL);
         }
         opt.apply_gradients(ctx, grads);
       }, batch);
     }
   if (saboteur.joinable()) saboteur.join();
-  if (mode == "carry-on" || mode == "kill-worker") {  // Async goes on without the lost worker
+  if (carry_on || mode == "kill-worker") {  // Async goes on without the lost worker
     const double rate = strategy.job_examples_per_s(strategy.is_server() ? 0.0 : 1.0);
     std::printf("rank %d finished the epoch (%d steps here); workers still in the job: %.0f\n", strategy.rank(), step,
                 rate);
+    if (mode == "carry-on-dispatched" && strategy.is_server()) {
+      const auto st = strategy.dispatch_stats();
+      std::printf("rank %d dispatched %lld batches: %lld completed, %lld again, %lld handed out again\n", strategy.rank(),
+                  static_cast<long long>(st.batches), static_cast<long long>(st.completed),
+                  static_cast<long long>(st.repeated), static_cast<long long>(st.redispatched));
+      return st.completed == st.batches && st.batches == n / 8 && st.redispatched >= 1 ? 0 : 1;
+    }
     return 0;
   }
   std::printf("rank %d finished: the fault went unnoticed\n", strategy.rank());
@@ -102,7 +112,7 @@ int run(const std::string& mode) {
 
 template <class C>
 int run_mode(const std::string& mode) {
-  if (mode == "kill-worker" || mode == "carry-on") return run<C, strata::ps::Async>(mode);
+  if (mode == "kill-worker" || mode == "carry-on" || mode == "carry-on-dispatched") return run<C, strata::ps::Async>(mode);
   if (mode == "stop-worker" || mode == "stop-server" || mode == "kill-server" || mode == "bad-row" || mode == "bad-count")
     return run<C, strata::ps::Sync>(mode);
   return 2;
@@ -123,7 +133,8 @@ int main(int argc, char** argv) {
     strata::runtime::fail_job(e.what());  // under mpirun: the others stop now, not at their deadlines
     return 1;
   }
-  std::printf("usage: parameter_server_fault stop-worker|stop-server|kill-server|kill-worker|carry-on|bad-row|bad-count "
+  std::printf("usage: parameter_server_fault stop-worker|stop-server|kill-server|kill-worker|carry-on|carry-on-dispatched|"
+              "bad-row|bad-count "
               "mpi|gloo\n");
   return 2;
 }

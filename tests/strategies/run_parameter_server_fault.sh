@@ -8,7 +8,7 @@ launcher=$1 exe=$2 mode=$3 transport=$4
 start=$(date +%s%N)
 if [[ $transport == mpi ]]; then
   out=$(STRATA_COLLECTIVE_TIMEOUT=2 timeout 60 "$launcher" -x STRATA_COLLECTIVE_TIMEOUT -np 3 "$exe" "$mode" mpi 2>&1); rc=$?
-elif [[ $mode == carry-on ]]; then
+elif [[ $mode == carry-on* ]]; then
   out=$(STRATA_COLLECTIVE_TIMEOUT=2 timeout 60 "$launcher" --keep-going -np 3 "$exe" "$mode" gloo 2>&1); rc=$?
 else
   out=$(STRATA_COLLECTIVE_TIMEOUT=2 timeout 60 "$launcher" -np 3 "$exe" "$mode" gloo 2>&1); rc=$?
@@ -57,6 +57,14 @@ case $mode in
     grep -q "rank 1 finished the epoch (250 steps here); workers still in the job: 1" <<<"$out" ||
       fail "worker rank 1 did not finish its epoch"
     grep -q "rank 0 finished the epoch" <<<"$out" || fail "the server did not finish the epoch" ;;
+  carry-on-dispatched)  # the same, and the lost worker's batches trained by the other
+    ((rc == 137)) || fail "the job's status is not the killed rank's (137)"
+    grep -q "\[strata.ps.peer_lost\] server rank 0: worker rank 2 is gone; Async carries on with 1 worker" <<<"$out" ||
+      fail "the server did not report the lost worker"
+    grep -q "rank 0 dispatched 500 batches: 500 completed, 0 again, [12] handed out again" <<<"$out" ||
+      fail "the server did not count every batch of the epoch completed once"
+    grep -q "rank 1 finished the epoch (49[78] steps here); workers still in the job: 1" <<<"$out" ||
+      fail "worker rank 1 did not train the epoch's other batches" ;;
   bad-row | bad-count)
     grep -q "\[strata.ps\] server rank 0: worker rank 2 pushed a malformed row message to table partition [0-9]" <<<"$out" ||
       fail "the server did not refuse worker rank 2's malformed table push"

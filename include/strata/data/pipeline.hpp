@@ -216,8 +216,9 @@ class EpochState {
 
   std::int64_t num_batches() const noexcept { return num_batches_; }
 
- private:
+  /// Batch k of this epoch, assembled now on the calling thread (random access).
   Batch make(std::int64_t k) const {
+    STRATA_CHECK(k >= 0 && k < num_batches_, "batch ", k, " of an epoch of ", num_batches_, " batches");
     const std::int64_t start = k * o_.batch_size;
     const std::int64_t count = std::min<std::int64_t>(o_.batch_size, static_cast<std::int64_t>(order_.size()) - start);
     // Padded, a partial batch keeps the full batch's rows: the examples, then padding rows.
@@ -239,6 +240,8 @@ class EpochState {
     if (!o_.maps.empty()) apply_maps(b, idx, real);
     return b;
   }
+
+ private:
   // Each map on each real row of `b` (padding rows are not examples), in place.
   void apply_maps(Batch& b, const std::int64_t* idx, std::int64_t real) const {
     Example e;
@@ -433,6 +436,28 @@ class Pipeline {
     std::shared_ptr<detail::EpochState> st_;
     Batch cur_;
   };
+
+  /// The next epoch's batches in any order, each assembled when asked for (batch(k)): how
+  /// a strategy that hands batches out one at a time reads them (ParameterServerStrategy's
+  /// dispatched batches). Advances the epoch as begin() does.
+  class Batches {
+   public:
+    explicit Batches(std::shared_ptr<const detail::EpochState> st) : st_(std::move(st)) {}
+    std::int64_t num_batches() const noexcept { return st_->num_batches(); }
+    Batch batch(std::int64_t k) const { return st_->make(k); }
+
+   private:
+    std::shared_ptr<const detail::EpochState> st_;
+  };
+  Batches begin_batches() {
+    STRATA_CHECK(ds_ != nullptr, "iterating an empty Pipeline");
+    PipelineOptions o = o_;
+    o.prefetch = 0;     // assembled on request
+    o.first_batch = 0;  // every batch can be asked for
+    auto st = std::make_shared<const detail::EpochState>(ds_, o, next_epoch_++);
+    o_.first_batch = 0;
+    return Batches(std::move(st));
+  }
 
   /// Starts the next epoch.
   Iterator begin() {

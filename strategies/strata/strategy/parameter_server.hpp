@@ -61,6 +61,10 @@ struct ParameterServerOptions {
   /// that changed (docs/sparse_design.md). false: they are pushed and pulled whole like any
   /// variable (the dense protocol; the lazy rule then needs update_on_servers = false).
   bool sparse_tables = true;
+  /// Async: each worker takes the epoch's next batch from the first server (ps::Dispatcher,
+  /// as TF's ClusterCoordinator dispatches closures), so a lost worker's batches go to the
+  /// others and a slower worker takes fewer. false: each worker takes every W-th example.
+  bool dispatch_batches = false;
 };
 
 /// The strategy for a C without a transport, or a Mode that is not one: a compile-time error.
@@ -86,6 +90,8 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     STRATA_CHECK(sync || o.update_on_servers, "ParameterServerStrategy<Async>: update_on_servers = false needs Sync "
                  "(an asynchronous push is applied where it arrives)");
     STRATA_CHECK(o.staleness >= -1, "ParameterServerStrategy: staleness must be -1 (no bound) or >= 0, got ", o.staleness);
+    STRATA_CHECK(!o.dispatch_batches || (!sync && o.staleness < 0), "ParameterServerStrategy: dispatch_batches needs "
+                 "Async without a staleness bound (a bounded worker could wait for one that waits for its next batch)");
     if (t_.is_server())
       server_.emplace(t_, shards_, typename ps::Server<T>::Settings{sync, o.update_on_servers, o.staleness, o.sparse_tables});
     else
@@ -127,8 +133,10 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
   class EpochRange;
   /// This rank's input. Sync: a worker takes its rows of every global batch (as under
   /// MultiWorkerMirroredStrategy). Async: a worker takes every W-th example of the epoch, in
-  /// batches of the pipeline's size. On a server, iterating serves the epoch (see the file).
+  /// batches of the pipeline's size, or (dispatch_batches) the epoch's next batch from the
+  /// first server, step by step. On a server, iterating serves the epoch (see the file).
   EpochRange distribute(const data::Pipeline& p) {
+    if (o_.dispatch_batches) return EpochRange(*this, p, /*dispatched=*/true);
     const int w = t_.is_server() ? 0 : t_.roles().index_of(t_.rank());
     data::Pipeline mine = sync ? p.split(num_workers(), w) : p.shard(num_workers(), w);
     if (!t_.is_server() && mine.options().prefetch == 0) mine = mine.prefetch(2);
@@ -142,6 +150,8 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
   template <InputFunction F>
   EpochRange distribute(F&& fn, UnevenInputs uneven = UnevenInputs::error) {
     const int w = t_.is_server() ? 0 : t_.roles().index_of(t_.rank());
+    STRATA_CHECK(!o_.dispatch_batches, "ParameterServerStrategy: dispatch_batches hands out the batches of one "
+                 "pipeline (distribute(pipeline)); a per-worker input function shards its own");
     data::Pipeline mine = fn(InputContext{num_workers(), w, num_replicas_in_sync()});
     if (!t_.is_server() && mine.options().prefetch == 0) mine = mine.prefetch(2);
     EpochRange range(*this, std::move(mine));
@@ -310,6 +320,10 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     }
   }
 
+  /// What the first server's dispatcher did in the last epoch with dispatched batches (zero
+  /// elsewhere): the epoch's batches, those completed, completed again, and handed out again.
+  typename ps::Server<T>::DispatchStats dispatch_stats() const { return server_ ? server_->dispatch_stats() : typename ps::Server<T>::DispatchStats{}; }
+
   /// Updates applied so far to partition `id`, on the server holding it (0 elsewhere).
   std::int64_t server_updates(std::size_t id) const { return server_ ? server_->updates(id) : 0; }
 
@@ -331,17 +345,29 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
           : s_(s), sized_(std::move(it)), per_worker_(true) {
         if (at_end()) close();
       }
+      // Dispatched batches: each step's from the first server.
+      Iterator(ParameterServerStrategy* s, data::Pipeline::Batches batches) : s_(s), batches_(std::move(batches)) {
+        s_->worker_->begin_batches();
+        fetch(ps::Dispatcher::kNone);
+      }
       Iterator(Iterator&& o) noexcept
           : s_(std::exchange(o.s_, nullptr)), it_(std::move(o.it_)), sized_(std::move(o.sized_)),
-            per_worker_(o.per_worker_) {}
+            per_worker_(o.per_worker_), batches_(std::move(o.batches_)), held_(o.held_),
+            dispatched_batch_(std::move(o.dispatched_batch_)) {}
       Iterator& operator=(Iterator&&) = delete;
       ~Iterator() {
         // Left early (break, an exception): the servers must still hear that this worker is done.
         if (s_ && std::uncaught_exceptions() == 0) close();
       }
-      const data::Batch& operator*() const noexcept { return per_worker_ ? *sized_ : *it_; }
+      const data::Batch& operator*() const noexcept {
+        return batches_ ? dispatched_batch_ : per_worker_ ? *sized_ : *it_;
+      }
       const data::Batch* operator->() const noexcept { return &**this; }
       Iterator& operator++() {
+        if (batches_) {
+          fetch(held_);
+          return *this;
+        }
         if (per_worker_)
           ++sized_;
         else
@@ -355,27 +381,44 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
      private:
       bool at_end() const { return per_worker_ ? sized_ == typename PerWorker::Sentinel{} : it_ == data::Pipeline::Sentinel{}; }
       void close() { std::exchange(s_, nullptr)->finish_epoch(); }
+      // Reports the batch held as finished (its pushes are answered) and takes the next.
+      void fetch(std::int64_t finished) {
+        held_ = s_->worker_->next_batch(finished);
+        if (held_ == ps::Dispatcher::kNone)
+          close();
+        else
+          dispatched_batch_ = batches_->batch(held_);
+      }
       ParameterServerStrategy* s_ = nullptr;
       data::Pipeline::Iterator it_;
       typename PerWorker::Iterator sized_;  // per-worker input under Sync: sizes exchanged each step
       bool per_worker_ = false;
+      std::optional<data::Pipeline::Batches> batches_;  // dispatched batches: the epoch's, by number
+      std::int64_t held_ = ps::Dispatcher::kNone;
+      data::Batch dispatched_batch_;
     };
 
-    EpochRange(ParameterServerStrategy& s, data::Pipeline p) : s_(&s), p_(std::move(p)) {}
+    EpochRange(ParameterServerStrategy& s, data::Pipeline p, bool dispatched = false)
+        : s_(&s), p_(std::move(p)), dispatched_(dispatched) {}
     /// A worker: the epoch's first batch. A server: serves the whole epoch, then is at the end.
     Iterator begin() {
       if (s_->server_) {
-        s_->server_->serve_epoch();
+        s_->server_->serve_epoch(dispatched_ ? p_.num_batches() : -1);
         s_->publish_values();
         return Iterator();
       }
       s_->in_epoch_ = true;
+      if (dispatched_) return Iterator(s_, p_.begin_batches());
       if (sized_) return Iterator(s_, sized_->begin());
       return Iterator(s_, p_.begin());
     }
     Sentinel end() const noexcept { return {}; }
-    /// Batches per epoch of one worker.
-    std::int64_t num_batches() const noexcept { return p_.num_batches(); }
+    /// Batches per epoch of one worker (dispatched batches: the epoch's over the workers, as
+    /// many as each takes when all run at one speed).
+    std::int64_t num_batches() const noexcept {
+      if (dispatched_) return (p_.num_batches() + s_->num_workers() - 1) / s_->num_workers();
+      return p_.num_batches();
+    }
     /// Per-worker input under Sync: the workers exchange their batch sizes every step.
     void exchange_sizes(UnevenInputs uneven) {
       if (!s_->server_) sized_.emplace(p_, s_->t_.group(), Inputs::per_worker, uneven);
@@ -384,6 +427,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
    private:
     ParameterServerStrategy* s_;
     data::Pipeline p_;
+    bool dispatched_ = false;
     std::optional<PerWorker> sized_;
   };
 

@@ -60,6 +60,7 @@ class Transport<collective::Gloo> {
     Buffer data, header;
     std::shared_ptr<Header> header_bytes;
     bool send = false, done = false;
+    std::string failed;  ///< why it could not start (the peer's connection had closed)
   };
   /// A request header that arrived.
   struct Message {
@@ -104,33 +105,42 @@ class Transport<collective::Gloo> {
   char peer_state(int r) const { return world_.peer_state(r); }
 
   /// To a server: the header, then (a push) the payload. To a worker: the payload (a reply).
+  /// A peer whose connection has closed already fails the request, which wait_all reports.
   Request isend(const void* data, std::size_t bytes, int to, int tag) {
     Request r;
     r.send = true;
-    if (roles_.is_server(to)) {
-      r.header_bytes = std::make_shared<Header>();
-      r.header_bytes->tag = tag;
-      r.header_bytes->bytes = bytes;
-      if (tag >= kLearningRateTag) {  // control: the value travels in the header
-        if (bytes == sizeof(double)) std::memcpy(&r.header_bytes->value, data, sizeof(double));
-      }
-      r.header = buffer(r.header_bytes.get(), sizeof(Header));
-      r.header->send(to, kHeaderSlot);
-      if (tag < kLearningRateTag && bytes > 0) {
+    try {
+      if (roles_.is_server(to)) {
+        r.header_bytes = std::make_shared<Header>();
+        r.header_bytes->tag = tag;
+        r.header_bytes->bytes = bytes;
+        if (tag >= kLearningRateTag) {  // control: the value travels in the header
+          if (bytes == sizeof(double)) std::memcpy(&r.header_bytes->value, data, sizeof(double));
+        }
+        r.header = buffer(r.header_bytes.get(), sizeof(Header));
+        r.header->send(to, kHeaderSlot);
+        if (tag < kLearningRateTag && bytes > 0) {
+          r.data = buffer(const_cast<void*>(data), bytes);
+          r.data->send(to, kPayloadSlot + static_cast<std::uint64_t>(tag));
+        }
+      } else {
         r.data = buffer(const_cast<void*>(data), bytes);
-        r.data->send(to, kPayloadSlot + static_cast<std::uint64_t>(tag));
+        r.data->send(to, kReplySlot + static_cast<std::uint64_t>(tag));
       }
-    } else {
-      r.data = buffer(const_cast<void*>(data), bytes);
-      r.data->send(to, kReplySlot + static_cast<std::uint64_t>(tag));
+    } catch (const std::exception& e) {
+      r.failed = blame(to, e.what());
     }
     return r;
   }
   /// A worker's receive of a server's reply.
   Request irecv(void* data, std::size_t bytes, int from, int tag) {
     Request r;
-    r.data = buffer(data, bytes);
-    r.data->recv(from, kReplySlot + static_cast<std::uint64_t>(tag));
+    try {
+      r.data = buffer(data, bytes);
+      r.data->recv(from, kReplySlot + static_cast<std::uint64_t>(tag));
+    } catch (const std::exception& e) {
+      r.failed = blame(from, e.what());
+    }
     return r;
   }
 
@@ -177,12 +187,14 @@ class Transport<collective::Gloo> {
       const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
                                      deadline - std::chrono::steady_clock::now()),
                                  std::chrono::milliseconds(1));
-      std::string why;
-      try {
-        if (r.header && !r.header->waitSend(left)) why = "aborted";
-        if (why.empty() && r.data && !(r.send ? r.data->waitSend(left) : r.data->waitRecv(left))) why = "aborted";
-      } catch (const std::exception& e) {
-        why = e.what();
+      std::string why = r.failed;
+      if (why.empty()) {
+        try {
+          if (r.header && !r.header->waitSend(left)) why = "aborted";
+          if (why.empty() && r.data && !(r.send ? r.data->waitSend(left) : r.data->waitRecv(left))) why = "aborted";
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
       }
       r.done = true;  // completed, or failed for good
       if (!why.empty()) {
@@ -218,9 +230,9 @@ class Transport<collective::Gloo> {
     const Header& h = incoming_;
     std::vector<int> workers = roles_.workers;
     while (!stop_) {
-      header_->recv(workers, kHeaderSlot);
       int src = -1;
       try {
+        header_->recv(workers, kHeaderSlot);  // throws too when a worker's connection has closed
         if (!header_->waitRecv(&src, std::chrono::hours(24 * 365))) return;  // aborted: shutting down
       } catch (const std::exception& e) {
         // A worker's connection died: report each worker found gone (the request loop decides

@@ -36,9 +36,11 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -54,6 +56,7 @@
 #include <strata/optim/optimizer.hpp>
 #include <strata/runtime/process_state.hpp>
 #include <strata/strategy/parameter_server/backoff.hpp>
+#include <strata/strategy/parameter_server/dispatcher.hpp>
 #if defined(__linux__)
 #include <sys/mman.h>  // madvise: a server gives back the rows of tables it does not hold
 #endif
@@ -139,9 +142,17 @@ class Server {
     }
   }
 
-  /// Serves requests until every worker has finished this epoch.
-  void serve_epoch() {
+  /// What the first server's Dispatcher did in the last epoch that dispatched its batches.
+  struct DispatchStats {
+    std::int64_t batches = 0, completed = 0, repeated = 0, redispatched = 0;
+  };
+  const DispatchStats& dispatch_stats() const noexcept { return dispatch_stats_; }
+
+  /// Serves requests until every worker has finished this epoch. `dispatched_batches` >= 0:
+  /// the first server hands out the epoch's batches (ps::Dispatcher; Async).
+  void serve_epoch(std::int64_t dispatched_batches = -1) {
     if (lost_.empty()) lost_.assign(static_cast<std::size_t>(workers_), 0);
+    if (dispatched_batches >= 0 && me_ == 0) dispatcher_.emplace(dispatched_batches, lost_);
     std::vector<char> done = lost_;  // a worker lost in an earlier epoch takes no part
     int finished = static_cast<int>(std::count(done.begin(), done.end(), 1));
     running_.assign(done.size(), 1);
@@ -190,6 +201,14 @@ class Server {
         running_[static_cast<std::size_t>(w)] = 0;
         if (!s_.sync)
           for (Held& h : held_) release(h);
+        if (dispatcher_) answer_batches(dispatcher_->leave(w));  // left early: what it held goes to the others
+      } else if (m.tag == kBatchTag) {
+        std::int64_t finished_batch = Dispatcher::kNone;
+        STRATA_REQUIRE(dispatcher_.has_value() && m.bytes == sizeof finished_batch, invalid_argument, "strata.ps",
+                       "server rank ", t_.rank(), ": worker rank ", m.source,
+                       " asked for a batch, but this server does not hand out this epoch's batches");
+        t_.receive(m, &finished_batch);
+        answer_batches(dispatcher_->request(w, finished_batch));
       } else if (m.tag == kSaveTag) {
         std::int64_t step = 0;
         t_.receive(m, &step);
@@ -233,6 +252,14 @@ class Server {
                      " waiting for ", workers_ - h.arrived, " more pushes (the workers ran different numbers of steps)");
     }
     running_.clear();
+    if (dispatcher_) {
+      dispatch_stats_ = {dispatcher_->batches(), dispatcher_->completed(), dispatcher_->repeated(),
+                         dispatcher_->redispatched()};
+      t_.wait_all(batch_answers_, std::chrono::steady_clock::now() + t_.timeout(), [](const std::string&) {});
+      batch_answers_.clear();
+      answer_values_.clear();
+      dispatcher_.reset();
+    }
   }
 
   /// Sends the values this server holds to every worker still in the job (the end of an
@@ -482,6 +509,22 @@ class Server {
 
   /// Async: takes worker rank `r` out of the job (its replies are dropped, the others no longer
   /// wait for it); Sync cannot complete a step without it. Returns 1 if it was still counted.
+  // Sends each answer of the Dispatcher to its worker (one lost meanwhile fails its send,
+  // tolerated: the loss is handled where the transport reports it).
+  void answer_batches(const std::vector<Dispatcher::Answer>& answers) {
+    for (const Dispatcher::Answer& a : answers) {
+      answer_values_.push_back(a.batch);  // a deque: the bytes stay put until the send completes
+      batch_answers_.push_back(
+          t_.isend(&answer_values_.back(), sizeof(std::int64_t), t_.roles().workers[static_cast<std::size_t>(a.worker)],
+                   kBatchReplyTag));
+    }
+    if (batch_answers_.size() > 64) {  // the workers posted their receives first: these complete at once
+      t_.wait_all(batch_answers_, std::chrono::steady_clock::now() + t_.timeout(), [](const std::string&) {});
+      batch_answers_.clear();
+      answer_values_.clear();
+    }
+  }
+
   int lose(int r, std::vector<char>& done) {
     const auto i = static_cast<std::size_t>(t_.roles().index_of(r));
     if (s_.sync)
@@ -498,6 +541,7 @@ class Server {
       std::erase(h.waiting, r);
       release(h);
     }
+    if (dispatcher_) answer_batches(dispatcher_->lost(static_cast<int>(i)));  // its batches go to the others
     const int counted = done[i] ? 0 : 1;
     done[i] = 1;
     return counted;
@@ -720,6 +764,10 @@ class Server {
   std::vector<int> slot_;        // partition id -> index in held_, or -1
   std::vector<char> running_;    // Async: workers not yet done with the epoch (empty: all)
   std::vector<char> lost_;       // Async: workers gone from the job
+  std::optional<Dispatcher> dispatcher_;  // the first server, an epoch with dispatched batches
+  std::deque<std::int64_t> answer_values_;
+  std::vector<typename T::Request> batch_answers_;
+  DispatchStats dispatch_stats_;
   std::filesystem::path checkpoint_dir_;
   std::vector<std::int64_t> row_slot_, row_index_;  // combining a table block's rows (kernels/cpu/rows.hpp)
 };

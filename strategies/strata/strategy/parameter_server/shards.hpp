@@ -15,18 +15,21 @@
 namespace strata::ps {
 
 /// Message tags: a partition's reply is its id, its push kPushTag + id; kLearningRateTag,
-/// kDoneTag, kRateTag and kSaveTag are a worker's control messages, answered (kRateTag,
-/// kSaveTag) on kRateReplyTag and kSaveAckTag; kWorkerLostTag is what a transport reports when
-/// a worker's connection dies. MPI guarantees tags up to 32767.
+/// kDoneTag, kRateTag, kSaveTag and kBatchTag are a worker's control messages, answered
+/// (kRateTag, kSaveTag, kBatchTag) on kRateReplyTag, kSaveAckTag and kBatchReplyTag;
+/// kWorkerLostTag is what a transport reports when a worker's connection dies. MPI guarantees
+/// tags up to 32767.
 inline constexpr int kPushTag = 1 << 14;
 inline constexpr int kRateReplyTag = kPushTag - 1;
 inline constexpr int kSaveAckTag = kPushTag - 2;
+inline constexpr int kBatchReplyTag = kPushTag - 3;
 inline constexpr int kLearningRateTag = 32700;
 inline constexpr int kDoneTag = 32701;
 inline constexpr int kRateTag = 32702;
 inline constexpr int kWorkerLostTag = 32703;
 inline constexpr int kSaveTag = 32704;
-inline constexpr std::size_t kMaxPartitions = kSaveAckTag;
+inline constexpr int kBatchTag = 32705;
+inline constexpr std::size_t kMaxPartitions = kBatchReplyTag;
 
 struct Shards {
   std::vector<Tensor> variables;

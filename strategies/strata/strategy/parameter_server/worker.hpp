@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -22,6 +24,7 @@
 
 #include <strata/autograd/backward.hpp>
 #include <strata/runtime/process_state.hpp>
+#include <strata/strategy/parameter_server/dispatcher.hpp>
 #include <strata/strategy/parameter_server/shards.hpp>
 
 namespace strata::ps {
@@ -101,11 +104,13 @@ class Worker {
     return sparse_tables_ && shards_.partitions[shards_.of_variable[v].front()].row_width > 0;
   }
 
-  /// Tells every server this worker has finished the epoch.
+  /// Tells every server this worker has finished the epoch (batch requests still in flight,
+  /// from a loop left early, are answered then, and their batches go to the others).
   void finish_epoch() {
     static const char byte = 0;
     for (int s : t_.roles().servers) post(t_.isend(&byte, 1, s, kDoneTag), s);
     wait("the end of the epoch");
+    while (!asks_.empty()) take_answer();  // a loop left early: the first server answers these now
   }
 
   /// Receives every partition's value from its server into the variables (Server::send_values).
@@ -133,6 +138,26 @@ class Worker {
     }
     wait("the checkpoint shards");
     return crcs;
+  }
+
+  // ---- dispatched batches (Async; ps::Dispatcher on the first server) ----------------------
+  // Two requests are always in flight: the answer to the older one is the batch trained next,
+  // the newer one is answered meanwhile. Each reports the batch finished just before it.
+
+  /// The epoch's first two requests.
+  void begin_batches() {
+    STRATA_CHECK(asks_.empty(), "begin_batches: the previous epoch's requests are still in flight");
+    ask(Dispatcher::kNone);
+    ask(Dispatcher::kNone);
+  }
+  /// Reports `finished` (kNone: none), then returns the next batch to train, or kNone once the
+  /// epoch is complete (every request answered by then).
+  std::int64_t next_batch(std::int64_t finished) {
+    if (finished != Dispatcher::kNone) ask(finished);
+    std::int64_t b = take_answer();
+    if (b == Dispatcher::kNone)
+      while (!asks_.empty()) take_answer();
+    return b;
   }
 
   /// The sum of `x` over the workers still in the job, through the first server.
@@ -310,8 +335,34 @@ class Worker {
     return os.str() + "; aborting the job";
   }
 
+  // One request for a batch: the finished batch it reports, the answer, and their messages.
+  struct Ask {
+    std::int64_t finished = Dispatcher::kNone, answer = Dispatcher::kNone;
+    typename T::Request recv, send;
+  };
+  void ask(std::int64_t finished) {
+    const int server = t_.roles().servers.front();
+    Ask& a = asks_.emplace_back();  // a deque: its bytes stay put while the messages are in flight
+    a.finished = finished;
+    a.recv = t_.irecv(&a.answer, sizeof a.answer, server, kBatchReplyTag);
+    a.send = t_.isend(&a.finished, sizeof a.finished, server, kBatchTag);
+  }
+  std::int64_t take_answer() {
+    Ask& a = asks_.front();
+    typename T::Request both[2] = {a.send, a.recv};
+    const auto deadline = std::chrono::steady_clock::now() + t_.timeout() + t_.timeout() / 4 + std::chrono::seconds(1);
+    t_.wait_all(std::span(both), deadline, [&](const std::string& why) {
+      t_.abort(strata::detail::error_text("strata.ps.timeout", "worker rank ", t_.rank(), ": the next batch from server "
+                                          "rank ", t_.roles().servers.front(), " did not come (", why, "); aborting the job"));
+    });
+    const std::int64_t b = a.answer;
+    asks_.pop_front();
+    return b;
+  }
+
   T& t_;
   const Shards& shards_;
+  std::deque<Ask> asks_;
   bool update_on_servers_;
   bool sparse_tables_ = false;
   bool lazy_rows_ = true;
