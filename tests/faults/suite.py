@@ -187,6 +187,49 @@ class ElasticKill:
                        "" if ok else f"{' '.join(args)}, exit {rc}\n" + "\n".join(text.splitlines()[-8:]))
 
 
+class PsDispatchedKill:
+    """B4 (Async, dispatched batches): 1 server and 4 workers under strata-run --keep-going, a
+    drawn worker SIGKILLed at a drawn step. The server drops it and hands the batches it held
+    to the others; the job ends with every batch of the epoch completed once (the server's
+    count), the survivors' steps and the victim's finished ones adding up to the epoch (or
+    one more: the victim's last batch, trained again when its report was lost with it).
+    Detection: from the kill to the server's report of the lost worker."""
+
+    WORKERS, BATCHES = 4, 500
+
+    def __call__(self, b, rng):
+        t = b.meson_tests.get("parameter_server_gloo_fault_carry_on_dispatched")
+        if t is None:
+            return Outcome(False, why="this build has no meson test parameter_server_gloo_fault_carry_on_dispatched")
+        exe = next(a for a in t["cmd"] if a.endswith("parameter_server_fault"))
+        exe = exe if os.path.isabs(exe) else os.path.join(b.build, exe)
+        victim, step = rng.randint(1, self.WORKERS), rng.randint(1, 40)
+        env = {**os.environ, "STRATA_COLLECTIVE_TIMEOUT": str(T), "STRATA_PS_FAULT_VICTIM": str(victim),
+               "STRATA_PS_FAULT_STEP": str(step)}
+        cmd = [b.strata_run, "--keep-going", "-np", str(self.WORKERS + 1), "--", exe, "carry-on-dispatched", "gloo"]
+        rc, lines, _, hung, leftovers = run_streaming(cmd, env)
+        text = "\n".join(l for _, l in lines)
+        fault_at = next((t for t, l in lines if HOOK_LINE.search(l)), None)
+        lost_at = next((t for t, l in lines if f"worker rank {victim} is gone" in l), None)
+        detect = lost_at - fault_at if fault_at is not None and lost_at is not None else None
+        survivors = sum(int(n) for n in re.findall(r"rank \d+ finished the epoch \((\d+) steps here\)", text))
+        why = []
+        if hung: why.append("hung")
+        if leftovers: why.append("processes left behind")
+        if rc != 137: why.append(f"exit {rc}, not the killed rank's 137")
+        if fault_at is None: why.append("the kill never happened")
+        if lost_at is None: why.append("the server did not report the lost worker")
+        if not re.search(rf"dispatched {self.BATCHES} batches: {self.BATCHES} completed, 0 again, [0-2] handed out again", text):
+            why.append("the server did not count every batch completed once")
+        # Every batch trained; the victim's last finished one twice when its report had not
+        # reached the server (a Gloo message moves once the server asks for the next header).
+        if survivors + step - 1 not in (self.BATCHES, self.BATCHES + 1):
+            why.append(f"the survivors' {survivors} steps and the victim's {step - 1} are not the epoch's {self.BATCHES}")
+        if detect is not None and detect > T + GRACE: why.append(f"reported {detect:.1f} s after the kill")
+        return Outcome(not why, detect, lost_at is not None, hung,
+                       f"victim {victim} step {step}: " + "; ".join(why) + "\n" + "\n".join(text.splitlines()[-8:]) if why else "")
+
+
 class ListenerCheck:
     """E1: while a 2-rank Gloo job (TCP store) holds its connections, no socket it listens on
     is bound to a wildcard address."""
@@ -290,6 +333,8 @@ def scenarios():
         S.append(("B5 PS server killed", pol, ExistingTest(prefix + "kill_server")))
         S.append(("B5 PS server stopped", pol, ExistingTest(prefix + "stop_server")))
     S.append(("B4 PS worker killed, rest carry on", "gloo", ExistingTest("parameter_server_gloo_fault_carry_on")))
+    S.append(("B4 PS 1 of 4 workers killed, its batches trained by the rest (Async, dispatched)", "gloo",
+              PsDispatchedKill()))
     S.append(("B2 elastic: 1 of 4 workers killed, the rest go on", "gloo (elastic)", ElasticKill()))
     S.append(("B2 elastic: 2 of 4 killed in succession", "gloo (elastic)", ElasticKill("two")))
     S.append(("B2 elastic: a kill during a change", "gloo (elastic)", ElasticKill("during_change")))

@@ -9,11 +9,14 @@
 //                 worker, the other one finishes the epoch, and the job's rate counts it alone
 //   carry-on-dispatched  carry-on with dispatched batches: the batches the lost worker held go
 //                 to the other, and the server counts every batch of the epoch completed
+// The worker and step of the kill: rank 2 at its 4th step, or STRATA_PS_FAULT_VICTIM and
+// STRATA_PS_FAULT_STEP (the fault suite draws them, with more workers).
 //   bad-row       Sync, a row-sparse table: worker rank 2's 4th push to the table is a message
 //                 naming a row past the table's end; the server refuses it, naming the worker
 //   bad-count     the same with a row count larger than the message holds
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -67,6 +70,11 @@ int run(const std::string& mode) {
   auto net = strategy.scope([] { return strata::nn::Sequential(strata::nn::Linear(8, 4)); });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.01); });
   const std::int64_t n = carry_on ? 4000 : 200000;
+  auto env_int = [](const char* name, int otherwise) {
+    const char* v = std::getenv(name);
+    return v ? std::atoi(v) : otherwise;
+  };
+  const int victim = env_int("STRATA_PS_FAULT_VICTIM", 2), kill_step = env_int("STRATA_PS_FAULT_STEP", 4);
   strata::Generator g(1);
   const strata::data::TensorDataset ds(strata::uniform({n, 8}, -1, 1, g), strata::zeros({n}, strata::DType::i64));
   if (mode == "bad-row" || mode == "bad-count") return hostile_rows(strategy, mode);
@@ -85,9 +93,13 @@ int run(const std::string& mode) {
       strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
         auto loss = strata::nn::cross_entropy(net(b.x), b.y, strata::nn::Reduction::sum_over_global_batch, b.global_size);
         auto grads = strata::grad(loss, net.parameters());
-        if (++step == 4 && strategy.rank() == 2) {
+        if (++step == kill_step && strategy.rank() == victim) {
           if (mode == "stop-worker") std::raise(SIGSTOP);
-          if (mode == "kill-worker" || carry_on) std::raise(SIGKILL);
+          if (mode == "kill-worker" || carry_on) {
+            std::printf("[strata.fault] rank %d step %d: SIGKILL\n", strategy.rank(), step);
+            std::fflush(stdout);
+            std::raise(SIGKILL);
+          }
         }
         opt.apply_gradients(ctx, grads);
       }, batch);

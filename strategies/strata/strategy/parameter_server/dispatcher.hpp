@@ -7,8 +7,8 @@
 /// being answered meanwhile. Each request reports the batch the worker has just finished (its
 /// pushes answered), so the dispatcher knows at every moment which batches each worker holds:
 /// a lost worker's held batches go back to the front of the queue. Every batch of the epoch is
-/// thus completed by some worker; only a batch a lost worker had already pushed (its replies
-/// not yet in) can be trained twice. When nothing is left to hand out, a request waits while
+/// thus completed by some worker; only a lost worker's last batch can be trained twice (it had
+/// pushed it, but its replies or its report had not arrived). When nothing is left to hand out, a request waits while
 /// any live worker still holds a batch (it may yet be lost), and is answered "none" (-1) once
 /// none does: the epoch is complete.
 #pragma once
