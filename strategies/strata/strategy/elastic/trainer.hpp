@@ -57,6 +57,11 @@ struct TrainOptions {
   collective::Options collective = collective::Options::from_env();
   /// The longest wait for a view (joining, or the next generation).
   std::chrono::milliseconds membership_timeout{60'000};
+  /// After a failed step, how long the survivors wait for each member to say it still
+  /// answers before they report the silent ones (Member::census). Every rank waiting in the
+  /// failed collective times out within about a step of the first: a longer window for steps
+  /// longer than a second.
+  std::chrono::milliseconds census_window = Member::kCensusWindow;
 };
 
 /// Where the loop stands: at a step (for the step's body and for logging), and at the start
@@ -81,6 +86,8 @@ class Trainer {
     STRATA_CHECK(o_.per_replica_batch > 0 && o_.epochs > 0, "elastic::Trainer: per_replica_batch ",
                  o_.per_replica_batch, " and epochs ", o_.epochs, " must be positive");
     STRATA_CHECK(static_cast<bool>(o_.on_resize), "elastic::Trainer: on_resize is empty (keep_lr is the default)");
+    STRATA_CHECK(o_.census_window.count() > 0, "elastic::Trainer: census_window must be positive, got ",
+                 o_.census_window.count(), " ms");
   }
 
   /// Called at each generation once its communicator is built and the state in place, before
@@ -146,7 +153,7 @@ class Trainer {
   /// failure the membership cannot mend (everyone answers, nobody lost) is rethrown.
   void after_failure(const error& e) {
     p_.resumed_after = std::string("a failed step: ") + e.what();
-    if (!member_.census()) throw;
+    if (!member_.census(o_.census_window)) throw;
   }
 
   template <class S, class Model, class Opt, class Step>
