@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -25,6 +26,7 @@
 #include <strata/collective/options.hpp>
 #include <strata/data/pipeline.hpp>
 #include <strata/strategy/checkpointing.hpp>
+#include <strata/strategy/detail/shared_checkpoint.hpp>
 #include <strata/strategy/elastic/global_order.hpp>
 #include <strata/strategy/elastic/member.hpp>
 #include <strata/strategy/multi_worker_mirrored.hpp>
@@ -188,13 +190,17 @@ class Trainer {
     return checkpoint::encode(t);
   }
 
+  // The state of member 0 (a survivor) on every member: its small tensors in one message, each
+  // parameter and optimizer slot straight into the others' (strata::detail::share_checkpoint).
   template <class S, class Model, class Opt>
   void restore(S& strategy, Model& model, Opt& opt, const std::vector<unsigned char>& state) {
-    std::vector<unsigned char> bytes = strategy.is_chief() ? state : std::vector<unsigned char>{};
-    strategy.share_from_chief(bytes);
-    STRATA_REQUIRE(!bytes.empty(), collective_error, "strata.elastic", "generation ", member_.generation(),
+    std::optional<checkpoint::Reader> survivor;
+    if (strategy.is_chief() && !state.empty())
+      survivor.emplace(state, "the state of generation " + std::to_string(member_.generation() - 1));
+    const std::optional<checkpoint::Reader> shared = strata::detail::share_checkpoint(strategy, std::move(survivor));
+    STRATA_REQUIRE(shared.has_value(), collective_error, "strata.elastic", "generation ", member_.generation(),
                    " has no survivor of an earlier one: nobody holds the training state");
-    const checkpoint::Reader r(std::move(bytes), "the state of generation " + std::to_string(member_.generation() - 1));
+    const checkpoint::Reader& r = *shared;
     const int from = static_cast<int>(r.read("replicas").item());
     const checkpoint::TrainingPosition pos = checkpoint::restore_training_state(
         r, model.parameters(), opt, from, strata::detail::generators_of(model), strata::detail::buffers_of(model));
