@@ -108,8 +108,9 @@ def main():
     ok &= attack(a.port, "build", lambda v, f, n: answer(v, b"strata 9.9.9", n, b"x")[1], "build 'strata 9.9.9'", log)
 
     # A flood: connections opened 200 at a time, each left idle, then closed. 200 stay within
-    # the store's listen backlog (256): more at once can have their SYNs dropped while the
-    # store accepts, and each retry waits a second, so the flood could outlast the job.
+    # any listen backlog (the store asks for the system's largest): more at once could have
+    # their SYNs dropped while the store accepts, each retried a second later, and the flood
+    # could outlast the job.
     start = time.time()
     opened = 0
     while opened < a.flood:

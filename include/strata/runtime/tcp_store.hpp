@@ -145,7 +145,9 @@ class Server {
     STRATA_CHECK(listen_fd_ >= 0, "TCP store: socket: ", std::strerror(errno));
     const int one = 1;
     ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_fd_, 256) != 0) {
+    // The system's largest accept queue: a burst of connections beyond it (every rank of a
+    // large job at once) would have its SYNs dropped, and each retried a second later.
+    if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_fd_, SOMAXCONN) != 0) {
       const int err = errno;
       ::close(listen_fd_);
       STRATA_THROW(::strata::invalid_argument, "strata.runtime.tcp_store", "rank 0 cannot serve the TCP store on ", host, ":",
