@@ -322,7 +322,9 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
 
   /// What the first server's dispatcher did in the last epoch with dispatched batches (zero
   /// elsewhere): the epoch's batches, those completed, completed again, and handed out again.
-  typename ps::Server<T>::DispatchStats dispatch_stats() const { return server_ ? server_->dispatch_stats() : typename ps::Server<T>::DispatchStats{}; }
+  typename ps::Server<T>::DispatchStats dispatch_stats() const {
+    return server_ ? server_->dispatch_stats() : typename ps::Server<T>::DispatchStats{};
+  }
 
   /// Updates applied so far to partition `id`, on the server holding it (0 elsewhere).
   std::int64_t server_updates(std::size_t id) const { return server_ ? server_->updates(id) : 0; }
