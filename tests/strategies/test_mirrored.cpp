@@ -697,10 +697,12 @@ TEST_CASE("Strategy.Mirrored.ReplicaThreadsCopyTheBatchRows") {
     auto on_error = [](int, const char*) {};
     while (!stop.load()) pool->run(job, on_error);
   });
+  // The steps are under way before the prefetching starts (on a loaded machine the thread
+  // could otherwise first run after the epoch was read).
+  while (steps.load() == 0) std::this_thread::yield();
   CHECK(all_x(parallel.prefetch(2)) == want);
   stop = true;
   stepping.join();
-  CHECK(steps.load() > 0);
 
   // Once the pool is gone, the rows are copied here too.
   pool.reset();
