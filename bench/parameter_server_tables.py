@@ -2,7 +2,8 @@
 """The sparse parameter server against the dense protocol, same run: examples/skip_gram with
 the hashed-bigram table (--bigram-rows, a million rows by default) under
 ParameterServerStrategy<Mpi>, 1 server + 2 workers (3 processes on 2 cores), Sync and Async,
-with tables going by rows (the default) and whole (--tables whole, the dense rule). Each round
+with tables going by rows (the default), living on the servers only (--tables remote: the
+workers look up the rows they read) and whole (--tables whole, the dense rule). Each round
 runs every configuration once, in turn; figures are medians over the rounds. One JSON line per
 configuration: the chief worker's pairs/s and median step, the bytes it pushed and received
 per step, the touched rows' lower bound, and the ratios to the same mode going whole.
@@ -32,6 +33,7 @@ def main():
     configs = {}
     for mode in ("sync", "async"):
         configs[(mode, "rows")] = ["--mode", mode, "--steps", str(a.steps)]
+        configs[(mode, "remote")] = ["--mode", mode, "--tables", "remote", "--steps", str(a.steps)]
         configs[(mode, "whole")] = ["--mode", mode, "--tables", "whole", "--updates", "dense", "--steps", str(a.whole_steps)]
     got = {k: [] for k in configs}
     for _ in range(a.rounds):
@@ -51,7 +53,8 @@ def main():
             "pushed_bytes_per_step": med("table_bytes_per_step"), "received_bytes_per_step": med("received_bytes_per_step"),
             "touched_bytes_per_step": statistics.median(touched) if touched else None,
             "speed_vs_whole": round(med("pairs_per_s") / base_rate, 2),
-            "fewer_pushed_bytes_than_whole": round(base_bytes / med("table_bytes_per_step"), 1)}), flush=True)
+            "fewer_pushed_bytes_than_whole": round(base_bytes / med("table_bytes_per_step"), 1),
+            "worker_resident_mib_in_steps": med("resident_mib_in_steps")}), flush=True)
 
 
 if __name__ == "__main__":

@@ -69,8 +69,9 @@ inline void add_strategy_flags(CLI::App& app, StrategyFlags& f, const std::strin
   app.add_option("--mode", f.mode, "parameter_server")->check(CLI::IsMember({"sync", "async"}));
   app.add_option("--staleness", f.staleness, "parameter_server --mode async: pushes a worker may run ahead (-1: any)");
   app.add_option("--update-on", f.update_on, "parameter_server")->check(CLI::IsMember({"servers", "workers"}));
-  app.add_option("--tables", f.tables, "parameter_server: row-sparse tables go by rows, or whole (the dense protocol)")
-      ->check(CLI::IsMember({"rows", "whole"}));
+  app.add_option("--tables", f.tables, "parameter_server: row-sparse tables go by rows, live on the servers only "
+                 "(remote: workers look up the rows they read), or go whole (the dense protocol)")
+      ->check(CLI::IsMember({"rows", "remote", "whole"}));
   app.add_flag("--dispatch-batches", f.dispatch_batches, "parameter_server --mode async: the first server hands out "
                "the epoch's batches, so a lost worker's are trained by the others");
 }
@@ -93,6 +94,8 @@ inline void check_strategy_flags(const CLI::App& app, const StrategyFlags& f) {
   only("--device", f.strategy == "one_device", "--strategy one_device (the others run on the CPU in this trainer)");
   if (f.strategy == "multi_worker_mirrored" && f.collective.empty())
     throw CLI::RequiredError("--collective (mpi, gloo or nccl) for --strategy multi_worker_mirrored");
+  if (f.tables == "remote" && f.update_on == "workers")
+    throw CLI::ValidationError("--tables", "remote needs --update-on servers (a worker without the table cannot update it)");
   if (f.strategy == "parameter_server" && f.collective == "nccl")
     throw CLI::ValidationError("--collective", "parameter_server runs over mpi or gloo");
 }
@@ -142,7 +145,8 @@ void with_strategy(const StrategyFlags& o, F&& f) {
   } else {  // parameter_server
     const strata::ParameterServerOptions ps{
         .servers = o.servers, .update_on_servers = o.update_on == "servers", .staleness = o.staleness,
-        .sparse_tables = o.tables == "rows", .dispatch_batches = o.dispatch_batches};
+        .sparse_tables = o.tables != "whole", .dispatch_batches = o.dispatch_batches,
+        .remote_tables = o.tables == "remote"};
     with_collective(o, [&]<class C>(C*) {
       if constexpr (strata::ps::TransportOf<C>) {
         if (o.mode == "sync") {

@@ -13,10 +13,12 @@
 //   mpirun -np 2 skip_gram --strategy multi_worker_mirrored --collective mpi
 //   mpirun -np 3 skip_gram --strategy parameter_server --servers 1 --mode sync
 //   mpirun -np 3 skip_gram --strategy parameter_server --servers 1 --mode async --bigram-rows 1048576
+//   mpirun -np 3 skip_gram --strategy parameter_server --servers 2 --tables remote --bigram-rows 2097152
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -175,6 +177,14 @@ struct NoCheckpoints {
   void save(const strata::checkpoint::TrainingPosition&) {}
 };
 
+/// This process's resident memory now, in MiB (-1 where /proc does not say).
+double resident_mib() {
+  std::ifstream statm("/proc/self/statm");
+  double pages = 0, resident = -1;
+  if (!(statm >> pages >> resident)) return -1;
+  return resident * 4096.0 / (1024.0 * 1024.0);
+}
+
 /// A count for the JSON line, or null where there is none (negative).
 std::string json_number(double v) { return v < 0 ? "null" : std::to_string(static_cast<long long>(v)); }
 
@@ -223,6 +233,7 @@ void train(S& strategy, const Options& o) {
   const std::int64_t per_epoch = pipeline.num_batches();
   std::int64_t step = pos.step, pairs = 0;
   double loss = 0, held = NAN, seconds = 0;  // the training steps' time (evaluation left out)
+  double resident = -1;  // the most memory resident at a step's end (a parameter-server worker's remote tables: its batch's)
   std::vector<double> step_ms;
   step_ms.reserve(static_cast<std::size_t>(o.steps));
   for (std::int64_t epoch = pos.epoch, done = pos.epoch * per_epoch; done < o.steps; ++epoch) {
@@ -242,6 +253,7 @@ void train(S& strategy, const Options& o) {
       loss = strategy.reduce(strata::ReduceOp::Sum, losses).item();
       step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       seconds += step_ms.back() / 1000;
+      resident = std::max(resident, resident_mib());
       pairs += batch.global_size;
       ++step;
       const bool epoch_done = ++in_epoch == per_epoch;  // the position of the next batch
@@ -297,10 +309,10 @@ void train(S& strategy, const Options& o) {
     std::printf("{\"model\":\"skip_gram\",\"strategy\":\"%s\",\"replicas\":%d,\"steps\":%lld,\"train_loss\":%.5f,"
                 "\"held_out_loss\":%.5f,\"pairs_per_s\":%.1f,\"median_step_ms\":%.4f,\"bigram_rows\":%lld,"
                 "\"table_bytes_per_step\":%s,\"touched_bytes_per_step\":%s,\"received_bytes_per_step\":%s,"
-                "\"dense_table_bytes\":%.0f}\n",
+                "\"dense_table_bytes\":%.0f,\"resident_mib_in_steps\":%.1f}\n",
                 S::name, strategy.num_replicas_in_sync(), static_cast<long long>(step), loss, held,
                 static_cast<double>(pairs) / seconds, median_ms, static_cast<long long>(o.bigram_rows),
-                json_number(sent).c_str(), json_number(touched).c_str(), json_number(pulled).c_str(), dense_bytes);
+                json_number(sent).c_str(), json_number(touched).c_str(), json_number(pulled).c_str(), dense_bytes, resident);
   }
 }
 

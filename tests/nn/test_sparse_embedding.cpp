@@ -3,6 +3,7 @@
 #include "doctest.hpp"
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include <strata/strata.hpp>
@@ -167,4 +168,38 @@ TEST_CASE("SparseEmbedding: nn::Embedding with row-sparse gradients") {
   strata::backward(weigh(sparse(idx)));
   REQUIRE(sparse.weight().has_row_grad());
   CHECK(expand(sparse.weight().row_grad(), 9, 4) == dense.weight().grad().to_vector<float>());
+}
+
+// A table whose values live elsewhere (a parameter server's remote table): embedding() asks
+// its RowSource for the rows, in the lookup's order, and never reads the table's memory.
+TEST_CASE("SparseEmbedding: a table with a RowSource is read through it") {
+  struct Doubled final : strata::RowSource {  // row r of the "real" table: r, 2r, 3r
+    std::vector<std::vector<std::int64_t>> asked;
+    void gather(const Tensor& table, std::span<const std::int64_t> rows, void* out) override {
+      asked.emplace_back(rows.begin(), rows.end());
+      auto* o = static_cast<float*>(out);
+      for (std::size_t k = 0; k < rows.size(); ++k)
+        for (std::int64_t c = 0; c < table.dim(1); ++c)
+          o[k * 3 + static_cast<std::size_t>(c)] = static_cast<float>(rows[k] * (c + 1));
+    }
+  } source;
+  Tensor w = strata::zeros({6, 3});  // its memory: zeros, never read
+  w.requires_grad_(true);
+  w.impl()->ag.row_source = &source;
+  const Tensor idx = strata::from_vector<std::int32_t>({2, 2}, {5, 1, 1, 4});
+  const Tensor out = strata::embedding(w, idx, TableGradient::row_sparse);
+  CHECK(out.shape() == strata::Shape{2, 2, 3});
+  CHECK(out.to_vector<float>() == std::vector<float>{5, 10, 15, 1, 2, 3, 1, 2, 3, 4, 8, 12});
+  REQUIRE(source.asked.size() == 1);
+  CHECK(source.asked[0] == std::vector<std::int64_t>{5, 1, 1, 4});
+  // The gradient is the rows' as ever; an index out of range is refused before the source is asked.
+  strata::backward(strata::sum(out));
+  REQUIRE(w.has_row_grad());
+  CHECK(w.row_grad().indices.to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 4, 5});
+  CHECK_THROWS_WITH_AS(strata::embedding(w, strata::from_vector<std::int64_t>({1}, {6})),
+                       doctest::Contains("index 6 at position 0 is out of range for a table of 6 rows"),
+                       strata::invalid_argument);
+  CHECK(source.asked.size() == 1);
+  w.impl()->ag.row_source = nullptr;
+  CHECK(strata::embedding(w, idx).to_vector<float>() == std::vector<float>(12, 0.0f));
 }

@@ -97,7 +97,7 @@ int check_sync(int servers) {
   // rows it touched; the lazy rule or the dense one, on the servers or on the workers; a
   // global batch of 25. Every worker pushes fewer bytes than the model, every step.
   for (auto rule : {strata::optim::SparseUpdates::lazy, strata::optim::SparseUpdates::dense})
-    for (bool on_servers : {true, false}) {
+    for (auto [on_servers, remote] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
       equivalence::Setup s;
       s.table = true;
       s.global_batch = 25;
@@ -106,7 +106,7 @@ int check_sync(int servers) {
       const auto ref = equivalence::train_steps(one, s);
       const bool lazy = rule == strata::optim::SparseUpdates::lazy;
       strata::ParameterServerStrategy<C, strata::ps::Sync> strategy(
-          {.servers = servers, .update_on_servers = on_servers, .partition_bytes = 2048});
+          {.servers = servers, .update_on_servers = on_servers, .partition_bytes = 2048, .remote_tables = remote});
       const auto got = equivalence::train_steps(strategy, s);
       // A server's copy of the table (variable 0: TableFeatures comes first) keeps its own
       // rows, the rest zeros (update on the servers), or is never read (on the workers).
@@ -126,10 +126,10 @@ int check_sync(int servers) {
                                                 : moved.steps > 0 && moved.pushed_bytes < moved.steps * model_bytes;
       const bool ok = diff < 1e-5 && counted;
       failures += ok ? 0 : 1;
-      std::printf("%s rank %d: sync, row-sparse table, %s rule, update on %s: parameters differ by %.3g (relative); "
+      std::printf("%s rank %d: sync, row-sparse table%s, %s rule, update on %s: parameters differ by %.3g (relative); "
                   "%lld steps, %.0f bytes pushed and %.0f pulled (the model: %.0f a step)\n",
-                  ok ? "ok  " : "FAIL", strategy.rank(), lazy ? "lazy" : "dense", on_servers ? "servers" : "workers",
-                  diff, static_cast<long long>(moved.steps), moved.pushed_bytes, moved.pulled_bytes, model_bytes);
+                  ok ? "ok  " : "FAIL", strategy.rank(), remote ? " on the servers only" : "", lazy ? "lazy" : "dense",
+                  on_servers ? "servers" : "workers", diff, static_cast<long long>(moved.steps), moved.pushed_bytes, moved.pulled_bytes, model_bytes);
     }
   // Weights for inference from the chief, after training with the variables on the servers
   // (split over them): a fresh one-device model loaded from the file holds what every rank
@@ -293,11 +293,17 @@ int check_async_table(int servers, std::int64_t staleness) {
   constexpr std::int64_t kRows = 200, kWidth = 4, kLookups = 6, kExamples = 90, kBatch = 8;
   const auto row_of = [](std::int64_t i, std::int64_t j) { return (i * 7 + j * 13) % 60 + (j == 5 ? 100 : 0); };
   int failures = 0;
-  for (auto [by_rows, rule] : {std::pair{true, strata::optim::SparseUpdates::lazy},
-                               std::pair{true, strata::optim::SparseUpdates::dense},
-                               std::pair{false, strata::optim::SparseUpdates::dense}}) {
+  struct Case {
+    bool by_rows;
+    strata::optim::SparseUpdates rule;
+    bool remote;
+  };
+  for (auto [by_rows, rule, remote] : {Case{true, strata::optim::SparseUpdates::lazy, false},
+                                       Case{true, strata::optim::SparseUpdates::dense, false},
+                                       Case{false, strata::optim::SparseUpdates::dense, false},
+                                       Case{true, strata::optim::SparseUpdates::lazy, true}}) {
     strata::ParameterServerStrategy<C, strata::ps::Async> strategy(
-        {.servers = servers, .staleness = staleness, .sparse_tables = by_rows});
+        {.servers = servers, .staleness = staleness, .sparse_tables = by_rows, .remote_tables = remote});
     strata::nn::Embedding table = strategy.scope([&] {
       strata::nn::Embedding e(kRows, kWidth, strata::TableGradient::row_sparse);
       strata::NoGradGuard no_grad;
@@ -348,11 +354,12 @@ int check_async_table(int servers, std::int64_t staleness) {
           row_final = row_final && every[static_cast<std::size_t>(w) * mine.size() + static_cast<std::size_t>(r * kWidth + c)] == want;
         someone = someone || row_final;
       }
-      unseen += someone ? 0 : 1;
+      unseen += someone || remote ? 0 : 1;  // (remote: a worker's copy is not the table inside an epoch)
       if (strategy.is_server()) continue;
       for (std::int64_t c = 0; c < kWidth; ++c) {
         const auto e = static_cast<std::size_t>(r * kWidth + c);
         wrong_final += final_values[e] == want ? 0 : 1;
+        if (remote) continue;
         const double m = -8.0 * last[e];
         wrong_copy += m == std::floor(m) && m >= static_cast<double>(own[static_cast<std::size_t>(r)]) &&
                               m <= static_cast<double>(all[static_cast<std::size_t>(r)])
@@ -364,11 +371,12 @@ int check_async_table(int servers, std::int64_t staleness) {
     const bool small = strategy.is_server() || !by_rows || moved.pushed_bytes < moved.steps * 4.0 * kRows * kWidth;
     const bool ok = wrong_final == 0 && wrong_copy == 0 && unseen == 0 && small;
     failures += ok ? 0 : 1;
-    std::printf("%s rank %d: async, staleness %lld, row-sparse table %s%s: %d final values and %d copies wrong, %d "
+    std::printf("%s rank %d: async, staleness %lld, row-sparse table %s%s%s: %d final values and %d copies wrong, %d "
                 "rows final on no worker; %lld steps, %.0f bytes pushed\n",
                 ok ? "ok  " : "FAIL", strategy.rank(), static_cast<long long>(staleness),
                 by_rows ? "by rows, " : "whole (sparse_tables = false)",
-                by_rows ? (rule == strata::optim::SparseUpdates::lazy ? "lazy rule" : "dense rule") : "", wrong_final,
+                by_rows ? (rule == strata::optim::SparseUpdates::lazy ? "lazy rule" : "dense rule") : "",
+                remote ? ", on the servers only" : "", wrong_final,
                 wrong_copy, unseen, static_cast<long long>(moved.steps), moved.pushed_bytes);
   }
   return failures;
@@ -458,6 +466,77 @@ int check_gather(int servers) {
   return failures;
 }
 
+// A table that lives on the servers only (remote_tables), Sync, two epochs: 300 rows x 4
+// starting at row r = r + c / 4, SGD at lr 1 on a loss linear in the looked-up rows (their sum
+// / 8), a global batch of 25 unshuffled. Inside an epoch a worker's copy of the table reads
+// zeros (its memory is given back), yet every lookup reads the servers' values after the last
+// step: row r at its start minus (its lookups by all workers in the steps before) / 8, exact.
+// After each epoch the worker's copy holds the servers' values.
+template <class C>
+int check_remote_lookups(int servers) {
+  constexpr std::int64_t kRows = 300, kWidth = 4, kLookups = 6, kExamples = 90, kBatch = 25;
+  const auto row_of = [](std::int64_t i, std::int64_t j) { return (i * 7 + j * 13) % 290; };
+  const auto start = [](std::int64_t r, std::int64_t c) { return static_cast<double>(r) + 0.25 * static_cast<double>(c); };
+  strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .remote_tables = true});
+  strata::nn::Embedding table = strategy.scope([&] {
+    strata::nn::Embedding e(kRows, kWidth, strata::TableGradient::row_sparse);
+    strata::NoGradGuard no_grad;
+    strata::Tensor w = e.weight();
+    for (std::int64_t r = 0; r < kRows; ++r)
+      for (std::int64_t c = 0; c < kWidth; ++c) w.data<float>()[r * kWidth + c] = static_cast<float>(start(r, c));
+    return e;
+  });
+  strata::optim::Sgd opt = strategy.scope([&] { return strata::optim::Sgd(table.parameters(), 1.0); });
+  std::vector<float> xs(kExamples);
+  for (std::int64_t i = 0; i < kExamples; ++i) xs[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  strata::data::TensorDataset examples(strata::from_vector<float>({kExamples, 1}, xs),
+                                       strata::from_vector<std::int64_t>({kExamples}, std::vector<std::int64_t>(kExamples, 0)));
+  std::vector<std::int64_t> seen(kRows, 0);  // lookups by every worker in the steps so far
+  std::int64_t wrong_lookups = 0, held_values = 0, wrong_after = 0;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::int64_t step = 0;  // of this epoch
+    for (auto& batch : strategy.distribute(strata::data::Pipeline(examples).batch(kBatch))) {
+      strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+        for (float v : table.weight().to_vector<float>()) held_values += v != 0.0f ? 1 : 0;
+        const strata::Tensor x = b.x.contiguous();
+        std::vector<std::int64_t> idx;
+        for (std::int64_t n = 0; n < x.dim(0); ++n)
+          for (std::int64_t j = 0; j < kLookups; ++j) idx.push_back(row_of(static_cast<std::int64_t>(x.data<float>()[n]), j));
+        const strata::Tensor rows = table(strata::from_vector<std::int64_t>({x.dim(0), kLookups}, idx));
+        const std::vector<float> got = rows.to_vector<float>();
+        for (std::size_t k = 0; k < idx.size(); ++k)
+          for (std::int64_t c = 0; c < kWidth; ++c)
+            wrong_lookups += got[k * kWidth + static_cast<std::size_t>(c)] ==
+                                     start(idx[k], c) - 0.125 * static_cast<double>(seen[static_cast<std::size_t>(idx[k])])
+                                 ? 0
+                                 : 1;
+        opt.apply_gradients(ctx, strata::grad(strata::sum(rows) * 0.125, table.parameters()));
+      }, batch);
+      for (std::int64_t i = step * kBatch; i < std::min((step + 1) * kBatch, kExamples); ++i)
+        for (std::int64_t j = 0; j < kLookups; ++j) ++seen[static_cast<std::size_t>(row_of(i, j))];
+      ++step;
+    }
+    if (strategy.is_server()) continue;  // (the loop's body runs on the workers)
+    const std::vector<float> after = table.weight().to_vector<float>();
+    for (std::int64_t r = 0; r < kRows; ++r)
+      for (std::int64_t c = 0; c < kWidth; ++c)
+        wrong_after += after[static_cast<std::size_t>(r * kWidth + c)] ==
+                               start(r, c) - 0.125 * static_cast<double>(seen[static_cast<std::size_t>(r)])
+                           ? 0
+                           : 1;
+  }
+  const strata::ps::TransferStats moved = strategy.transfer_stats();
+  const double table_bytes = 4.0 * kRows * kWidth;
+  const bool small = strategy.is_server() || (moved.looked_up_bytes > 0 && moved.pulled_bytes < moved.steps * table_bytes);
+  const bool ok = wrong_lookups == 0 && held_values == 0 && wrong_after == 0 && small;
+  std::printf("%s rank %d: sync, a table on the servers only, 2 epochs: %lld lookups and %lld values after the epochs "
+              "wrong, %lld values held inside the epochs; %lld steps, %.0f bytes pulled (the table: %.0f)\n",
+              ok ? "ok  " : "FAIL", strategy.rank(), static_cast<long long>(wrong_lookups),
+              static_cast<long long>(wrong_after), static_cast<long long>(held_values),
+              static_cast<long long>(moved.steps), moved.pulled_bytes, table_bytes);
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 // Async with dispatched batches (ps::Dispatcher): the first server hands each batch of the
@@ -517,7 +596,8 @@ template <class C>
 int check_all(int servers) {
   return check_sync<C>(servers) + check_gather<C>(servers) + check_async<C>(servers, -1) +
          check_async<C>(servers, 0) + check_async_table<C>(servers, -1) + check_async_table<C>(servers, 0) +
-         check_staleness<C>(servers, 0) + check_staleness<C>(servers, -1) + check_async_dispatched<C>(servers);
+         check_staleness<C>(servers, 0) + check_staleness<C>(servers, -1) + check_async_dispatched<C>(servers) +
+         check_remote_lookups<C>(servers);
 }
 
 int main(int argc, char** argv) {

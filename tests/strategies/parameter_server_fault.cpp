@@ -14,6 +14,8 @@
 //   bad-row       Sync, a row-sparse table: worker rank 2's 4th push to the table is a message
 //                 naming a row past the table's end; the server refuses it, naming the worker
 //   bad-count     the same with a row count larger than the message holds
+//   bad-lookup    the same table on the servers only (remote_tables): worker rank 2's 4th
+//                 lookup asks for a row past the block's end; the server refuses it, naming it
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -52,7 +54,12 @@ int hostile_rows(S& strategy, const std::string& mode) {
         std::vector<std::int64_t> msg = {3, 1, 1, 2, mode == "bad-row" ? 5000 : 3};
         if (mode == "bad-count") msg[0] = 1 << 20;  // more rows than the bytes hold
         msg.resize(msg.size() + 6, 0);              // 3 rows of 4 floats
-        auto r = t.isend(msg.data(), msg.size() * 8, t.roles().servers.front(), strata::ps::kPushTag + static_cast<int>(id));
+        int tag = strata::ps::kPushTag + static_cast<int>(id);
+        if (mode == "bad-lookup") {  // [id, k, k row numbers]: a row past the block's 1000
+          msg = {static_cast<std::int64_t>(id), 1, 5000};
+          tag = strata::ps::kLookupTag;
+        }
+        auto r = t.isend(msg.data(), msg.size() * 8, t.roles().servers.front(), tag);
         t.wait_all(std::span(&r, 1), std::chrono::steady_clock::now() + std::chrono::seconds(10), [](const std::string&) {});
         return;  // and goes on: its next push waits for a server that has refused it
       }
@@ -66,7 +73,8 @@ int hostile_rows(S& strategy, const std::string& mode) {
 template <class C, class Mode>
 int run(const std::string& mode) {
   const bool carry_on = mode == "carry-on" || mode == "carry-on-dispatched";
-  strata::ParameterServerStrategy<C, Mode> strategy({.servers = 1, .dispatch_batches = mode == "carry-on-dispatched"});
+  strata::ParameterServerStrategy<C, Mode> strategy(
+      {.servers = 1, .dispatch_batches = mode == "carry-on-dispatched", .remote_tables = mode == "bad-lookup"});
   auto net = strategy.scope([] { return strata::nn::Sequential(strata::nn::Linear(8, 4)); });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.01); });
   const std::int64_t n = carry_on ? 4000 : 200000;
@@ -77,7 +85,7 @@ int run(const std::string& mode) {
   const int victim = env_int("STRATA_PS_FAULT_VICTIM", 2), kill_step = env_int("STRATA_PS_FAULT_STEP", 4);
   strata::Generator g(1);
   const strata::data::TensorDataset ds(strata::uniform({n, 8}, -1, 1, g), strata::zeros({n}, strata::DType::i64));
-  if (mode == "bad-row" || mode == "bad-count") return hostile_rows(strategy, mode);
+  if (mode == "bad-row" || mode == "bad-count" || mode == "bad-lookup") return hostile_rows(strategy, mode);
   std::thread saboteur;
   if (strategy.is_server() && (mode == "stop-server" || mode == "kill-server"))
     saboteur = std::thread([mode] {
@@ -125,7 +133,8 @@ int run(const std::string& mode) {
 template <class C>
 int run_mode(const std::string& mode) {
   if (mode == "kill-worker" || mode == "carry-on" || mode == "carry-on-dispatched") return run<C, strata::ps::Async>(mode);
-  if (mode == "stop-worker" || mode == "stop-server" || mode == "kill-server" || mode == "bad-row" || mode == "bad-count")
+  if (mode == "stop-worker" || mode == "stop-server" || mode == "kill-server" || mode == "bad-row" || mode == "bad-count" ||
+      mode == "bad-lookup")
     return run<C, strata::ps::Sync>(mode);
   return 2;
 }
@@ -146,7 +155,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("usage: parameter_server_fault stop-worker|stop-server|kill-server|kill-worker|carry-on|carry-on-dispatched|"
-              "bad-row|bad-count "
+              "bad-row|bad-count|bad-lookup "
               "mpi|gloo\n");
   return 2;
 }

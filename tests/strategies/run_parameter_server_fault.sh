@@ -69,6 +69,10 @@ case $mode in
     grep -q "\[strata.ps\] server rank 0: worker rank 2 pushed a malformed row message to table partition [0-9]" <<<"$out" ||
       fail "the server did not refuse worker rank 2's malformed table push"
     [[ $out != *"hostile push went unnoticed"* ]] || fail "a rank finished after the hostile push" ;;
+  bad-lookup)
+    grep -q "\[strata.ps\] server rank 0: worker rank 2 sent a malformed lookup (row 5000 of a block of 1000 rows)" <<<"$out" ||
+      fail "the server did not refuse worker rank 2's malformed lookup"
+    [[ $out != *"hostile push went unnoticed"* ]] || fail "a rank finished after the hostile lookup" ;;
   *) fail "unknown mode $mode" ;;
 esac
 ((elapsed_ms < 30000)) || fail "took ${elapsed_ms} ms"

@@ -11,6 +11,7 @@
 
 #include <strata/autograd/tape.hpp>
 #include <strata/tensor/device_kernels.hpp>  // the device path
+#include <strata/tensor/row_source.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -150,6 +151,17 @@ inline Tensor embedding(const Tensor& table, const Tensor& indices, TableGradien
     const auto esize = static_cast<std::int64_t>(size_of(table.dtype()));
     const char* src = static_cast<const char*>(tc.raw_data());
     char* dst = static_cast<char*>(out.raw_data());
+    if (RowSource* source = table.impl()->ag.row_source) {  // the values live elsewhere: asked for by row
+      std::vector<std::int64_t> wanted(static_cast<std::size_t>(idx.numel()));
+      for (std::int64_t r = 0, rows = idx.numel(); r < rows; ++r) {
+        const auto i = static_cast<std::int64_t>(ip[r]);
+        STRATA_CHECK(i >= 0 && i < V, "embedding: index ", i, " at position ", r, " is out of range for a table of ", V,
+                     " rows");
+        wanted[static_cast<std::size_t>(r)] = i;
+      }
+      source->gather(table, wanted, dst);
+      return;
+    }
     for (std::int64_t r = 0, rows = idx.numel(); r < rows; ++r) {
       const auto i = static_cast<std::int64_t>(ip[r]);
       STRATA_CHECK(i >= 0 && i < V, "embedding: index ", i, " at position ", r, " is out of range for a table of ", V,

@@ -25,6 +25,7 @@ namespace strata {
 namespace autograd {
 class GradientCompletion;  // autograd/backward.hpp
 }  // namespace autograd
+class RowSource;  // tensor/row_source.hpp
 
 namespace detail {
 class TensorImpl;
@@ -197,6 +198,9 @@ class TensorImpl {
     /// Completes the gradients of the parameter list this leaf heads, where a strategy keeps
     /// them in parts (autograd::set_gradient_completion); null otherwise.
     autograd::GradientCompletion* completion = nullptr;
+    /// Where embedding() reads this table's rows while its values live elsewhere (a
+    /// parameter server's remote table, inside an epoch); null: in its own memory.
+    RowSource* row_source = nullptr;
   } ag;
 
  private:

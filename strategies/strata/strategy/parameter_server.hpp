@@ -65,6 +65,12 @@ struct ParameterServerOptions {
   /// as TF's ClusterCoordinator dispatches closures), so a lost worker's batches go to the
   /// others and a slower worker takes fewer. false: each worker takes every W-th example.
   bool dispatch_batches = false;
+  /// Row-sparse tables live on the servers only: inside an epoch a worker's copy gives its
+  /// memory back, and embedding() asks the servers for the rows it reads (TF's lookups of
+  /// parameter-server embeddings); at the epoch's end the values arrive whole, as for every
+  /// variable. Inside an epoch, read such a table through embedding() only: its memory reads
+  /// zeros there (docs/sparse_design.md). Needs sparse_tables and update_on_servers.
+  bool remote_tables = false;
 };
 
 /// The strategy for a C without a transport, or a Mode that is not one: a compile-time error.
@@ -92,8 +98,12 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     STRATA_CHECK(o.staleness >= -1, "ParameterServerStrategy: staleness must be -1 (no bound) or >= 0, got ", o.staleness);
     STRATA_CHECK(!o.dispatch_batches || (!sync && o.staleness < 0), "ParameterServerStrategy: dispatch_batches needs "
                  "Async without a staleness bound (a bounded worker could wait for one that waits for its next batch)");
+    STRATA_CHECK(!o.remote_tables || (o.sparse_tables && o.update_on_servers), "ParameterServerStrategy: "
+                 "remote_tables needs sparse_tables and update_on_servers (a worker without the table's values "
+                 "cannot update it)");
     if (t_.is_server())
-      server_.emplace(t_, shards_, typename ps::Server<T>::Settings{sync, o.update_on_servers, o.staleness, o.sparse_tables});
+      server_.emplace(t_, shards_, typename ps::Server<T>::Settings{sync, o.update_on_servers, o.staleness, o.sparse_tables,
+                                                                    o.remote_tables});
     else
       worker_.emplace(t_, shards_, o.update_on_servers, o.sparse_tables);
   }
@@ -410,6 +420,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
         return Iterator();
       }
       s_->in_epoch_ = true;
+      if (s_->o_.remote_tables) s_->worker_->attach_remote_tables();
       if (dispatched_) return Iterator(s_, p_.begin_batches());
       if (sized_) return Iterator(s_, sized_->begin());
       return Iterator(s_, p_.begin());
@@ -477,6 +488,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
 
   void finish_epoch() {
     in_epoch_ = false;
+    if (o_.remote_tables) worker_->detach_remote_tables();
     worker_->finish_epoch();
     publish_values();
   }

@@ -57,9 +57,7 @@
 #include <strata/runtime/process_state.hpp>
 #include <strata/strategy/parameter_server/backoff.hpp>
 #include <strata/strategy/parameter_server/dispatcher.hpp>
-#if defined(__linux__)
-#include <sys/mman.h>  // madvise: a server gives back the rows of tables it does not hold
-#endif
+#include <strata/strategy/parameter_server/release_memory.hpp>
 #include <strata/strategy/parameter_server/shards.hpp>
 
 namespace strata::ps {
@@ -72,6 +70,7 @@ class Server {
     bool update_on_servers = true;
     std::int64_t staleness = -1;
     bool sparse_tables = false;  ///< row-sparse tables' blocks go by rows
+    bool remote_tables = false;  ///< and the workers look their rows up here (no rows in replies)
   };
 
   Server(T& transport, const Shards& shards, Settings s)
@@ -99,6 +98,8 @@ class Server {
       if (h.rows) {  // its rows come and go by rows: no dense sum, no dense pushes
         h.value.impl()->ag.row_sparse = true;
         h.row_pushes.resize(static_cast<std::size_t>(workers_));
+        if (s_.remote_tables) h.lookups.resize(static_cast<std::size_t>(workers_));
+        most_rows_ = std::max(most_rows_, q.count / h.rows);
         if (!s_.sync) {
           h.worker_replies.resize(static_cast<std::size_t>(workers_));
           h.dirty.resize(static_cast<std::size_t>(workers_));
@@ -219,6 +220,8 @@ class Server {
                                               ": the checkpoint answer to worker "
                    "rank ", m.source, " failed: ", why, "; aborting the job"));
         });
+      } else if (m.tag == kLookupTag) {
+        lookup(w, m);
       } else if (m.tag == kLearningRateTag) {
         double lr = 0;
         STRATA_REQUIRE(m.bytes == sizeof lr, invalid_argument, "strata.ps",
@@ -408,6 +411,7 @@ class Server {
     std::vector<Reply> worker_replies;                   // Async: each worker's reply, by worker
     std::vector<std::vector<char>> dirty;                // Async: rows changed since each worker's last reply
     std::vector<std::vector<std::int64_t>> dirty_rows;  // and their list
+    std::vector<std::vector<char>> lookups;             // remote tables: each worker's last lookup's rows
   };
 
   const Held* find(std::size_t id) const {
@@ -428,23 +432,6 @@ class Server {
       }
     }
     return pending;
-  }
-
-  /// Zeros [p, p + n): the whole pages in it go back to the system (they read as zeros and
-  /// take no memory until written), the bytes sharing a page with others are cleared.
-  static void release_bytes(char* p, std::size_t n) {
-#if defined(__linux__)
-    constexpr std::uintptr_t page = 4096;
-    const auto begin = reinterpret_cast<std::uintptr_t>(p), end = begin + n;
-    const std::uintptr_t lo = (begin + page - 1) / page * page, hi = end / page * page;
-    if (hi > lo) {
-      std::memset(p, 0, lo - begin);
-      ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-      std::memset(reinterpret_cast<char*>(hi), 0, end - hi);
-      return;
-    }
-#endif
-    std::memset(p, 0, n);
   }
 
   /// Completes the replies of `h` in flight to worker rank `to` (only).
@@ -646,7 +633,7 @@ class Server {
       update(h);
     }
     if (!s_.sync) {  // the changed rows: the lazy rule's, or every row (the dense rule moves them all)
-      for (std::size_t i = 0; i < h.dirty.size(); ++i) {
+      for (std::size_t i = 0; !s_.remote_tables && i < h.dirty.size(); ++i) {  // (remote: looked up instead)
         if (!lost_.empty() && lost_[i]) continue;
         auto& marks = h.dirty[i];
         if (marks.empty()) marks.assign(static_cast<std::size_t>(n), 0);
@@ -663,15 +650,16 @@ class Server {
       }
       return 0;
     }
-    // Sync's reply: the summed rows (the workers update), the changed rows (the lazy rule), or
-    // every row (the dense rule moves rows without a gradient too).
-    const std::int64_t c = s_.update_on_servers && !lazy ? n : kept;
+    // Sync's reply: the summed rows (the workers update), the changed rows (the lazy rule),
+    // every row (the dense rule moves rows without a gradient too), or none (remote tables:
+    // the workers look up what they read).
+    const std::int64_t c = s_.remote_tables ? 0 : s_.update_on_servers && !lazy ? n : kept;
     h.reply_count = c;
     h.reply_rows.resize(static_cast<std::size_t>(c) + (static_cast<std::size_t>(c * width) * es + 7) / 8);
     std::int64_t* rows = h.reply_rows.data();
     if (c == kept)
       std::copy_n(row_index_.data(), c, rows);
-    else
+    else if (c == n)
       for (std::int64_t r = 0; r < n; ++r) rows[r] = r;
     const Tensor& from = s_.update_on_servers ? h.value : sums;
     copy_rows(from, s_.update_on_servers ? rows : nullptr, c, width * static_cast<std::int64_t>(es),
@@ -689,6 +677,37 @@ class Server {
       return;
     }
     for (std::int64_t j = 0; j < c; ++j) std::memcpy(to + static_cast<std::size_t>(j) * rb, base + static_cast<std::size_t>(rows[j]) * rb, rb);
+  }
+
+  /// A worker's lookup in a remote table's block, [id, k, k row numbers in the block], checked
+  /// before anything is read from it, answered with the k rows' values (kLookupReplyTag). In
+  /// Sync it comes between the worker's steps, so it reads the values of the last update.
+  void lookup(int w, typename T::Message& m) {
+    const auto refuse = [&](const auto&... why) {
+      t_.abort(strata::detail::error_text("strata.ps", "server rank ", t_.rank(), ": worker rank ", m.source,
+                                          " sent a malformed lookup (", why..., "); aborting the job"));
+    };
+    const std::size_t most = static_cast<std::size_t>(2 + most_rows_) * 8;
+    if (!s_.remote_tables) refuse("this job's tables are not remote");
+    if (m.bytes < 24 || m.bytes > most || m.bytes % 8 != 0) refuse(m.bytes, " bytes, this server's lookups take 24 to ", most);
+    lookup_in_.resize(m.bytes / 8);
+    t_.receive(m, lookup_in_.data());
+    const std::int64_t id = lookup_in_[0], k = lookup_in_[1];
+    Held* h = id >= 0 ? find(static_cast<std::size_t>(id)) : nullptr;
+    if (h == nullptr || h->rows == 0) refuse("partition ", id, " is no table block of this server");
+    const std::int64_t n = h->value.dim(0);
+    if (k < 1 || k > n || m.bytes != static_cast<std::size_t>(2 + k) * 8)
+      refuse(k, " rows claimed in ", m.bytes, " bytes, a block of ", n, " rows");
+    for (std::int64_t j = 0; j < k; ++j)
+      if (const std::int64_t r = lookup_in_[static_cast<std::size_t>(2 + j)]; r < 0 || r >= n)
+        refuse("row ", r, " of a block of ", n, " rows");
+    complete_replies_to(*h, m.source);  // its last lookup here (received before it asked again)
+    const std::size_t row_bytes = static_cast<std::size_t>(h->rows) * size_of(h->value.dtype());
+    std::vector<char>& out = h->lookups[static_cast<std::size_t>(w)];
+    out.resize(static_cast<std::size_t>(k) * row_bytes);
+    copy_rows(h->value, lookup_in_.data() + 2, k, static_cast<std::int64_t>(row_bytes), out.data());
+    h->replies.push_back(t_.isend(out.data(), out.size(), m.source, kLookupReplyTag));
+    h->reply_to.push_back(m.source);
   }
 
   /// Async: a table block's reply to worker rank `to_rank`, in its own buffers: the count,
@@ -770,6 +789,8 @@ class Server {
   DispatchStats dispatch_stats_;
   std::filesystem::path checkpoint_dir_;
   std::vector<std::int64_t> row_slot_, row_index_;  // combining a table block's rows (kernels/cpu/rows.hpp)
+  std::vector<std::int64_t> lookup_in_;  // the lookup being answered
+  std::int64_t most_rows_ = 0;           // rows of the largest table block held
 };
 
 }  // namespace strata::ps

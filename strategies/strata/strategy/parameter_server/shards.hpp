@@ -17,19 +17,22 @@ namespace strata::ps {
 /// Message tags: a partition's reply is its id, its push kPushTag + id; kLearningRateTag,
 /// kDoneTag, kRateTag, kSaveTag and kBatchTag are a worker's control messages, answered
 /// (kRateTag, kSaveTag, kBatchTag) on kRateReplyTag, kSaveAckTag and kBatchReplyTag;
-/// kWorkerLostTag is what a transport reports when a worker's connection dies. MPI guarantees
-/// tags up to 32767.
+/// kWorkerLostTag is what a transport reports when a worker's connection dies; kLookupTag
+/// asks a server for rows of a remote table's block (a payload, as a push), answered on
+/// kLookupReplyTag. MPI guarantees tags up to 32767.
 inline constexpr int kPushTag = 1 << 14;
 inline constexpr int kRateReplyTag = kPushTag - 1;
 inline constexpr int kSaveAckTag = kPushTag - 2;
 inline constexpr int kBatchReplyTag = kPushTag - 3;
+inline constexpr int kLookupTag = kPushTag - 4;
+inline constexpr int kLookupReplyTag = kPushTag - 5;
 inline constexpr int kLearningRateTag = 32700;
 inline constexpr int kDoneTag = 32701;
 inline constexpr int kRateTag = 32702;
 inline constexpr int kWorkerLostTag = 32703;
 inline constexpr int kSaveTag = 32704;
 inline constexpr int kBatchTag = 32705;
-inline constexpr std::size_t kMaxPartitions = kBatchReplyTag;
+inline constexpr std::size_t kMaxPartitions = kLookupReplyTag;
 
 struct Shards {
   std::vector<Tensor> variables;

@@ -10,6 +10,12 @@
 /// server answers with a count, then [c row numbers, c rows]: the rows that changed (their
 /// new values), or, where the workers update, the summed rows, which become the table's row
 /// gradient.
+///
+/// Remote tables (ParameterServerOptions::remote_tables): inside an epoch the worker's copy
+/// of such a table gives its memory back, and embedding() asks the servers for the rows it
+/// reads (the worker is the table's RowSource: one [id, k, k row numbers] message per block,
+/// answered with the rows); the replies to its pushes then carry no rows. At the epoch's end
+/// the servers' values arrive whole, as for every variable.
 #pragma once
 
 #include <algorithm>
@@ -24,7 +30,9 @@
 
 #include <strata/autograd/backward.hpp>
 #include <strata/runtime/process_state.hpp>
+#include <strata/tensor/row_source.hpp>
 #include <strata/strategy/parameter_server/dispatcher.hpp>
+#include <strata/strategy/parameter_server/release_memory.hpp>
 #include <strata/strategy/parameter_server/shards.hpp>
 
 namespace strata::ps {
@@ -35,14 +43,19 @@ struct TransferStats {
   double pushed_bytes = 0;  ///< gradients sent to the servers
   double pulled_bytes = 0;  ///< replies received: new values, or summed gradients
   double touched_bytes = 0;  ///< the tables' share of the pushes at the least: the rows touched with their numbers
+  double looked_up_bytes = 0;  ///< remote tables: the rows looked up with their requests (in pushed and pulled too)
 };
 
 template <class T>
-class Worker {
+class Worker final : public RowSource {
  public:
   /// `sparse_tables`: row-sparse tables go by rows (Sync).
   Worker(T& transport, const Shards& shards, bool update_on_servers, bool sparse_tables = false)
       : t_(transport), shards_(shards), update_on_servers_(update_on_servers), sparse_tables_(sparse_tables) {}
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  /// A loop left by an exception leaves the tables attached: they must not point here after.
+  ~Worker() { detach_remote_tables(); }
 
   /// Whether the optimizer's rule on row-sparse tables is the lazy one (told to the servers
   /// with each table push).
@@ -140,6 +153,69 @@ class Worker {
     return crcs;
   }
 
+  // ---- remote tables ------------------------------------------------------------------------
+
+  /// At an epoch's start: each table going by rows gives its memory back (it reads as zeros)
+  /// and its lookups ask the servers (gather).
+  void attach_remote_tables() {
+    for (std::size_t v = 0; v < shards_.variables.size(); ++v) {
+      if (!by_rows(v)) continue;
+      const Tensor& t = shards_.variables[v];
+      release_bytes(static_cast<char*>(t.raw_data()), t.nbytes());
+      t.impl()->ag.row_source = this;
+      attached_ = true;
+    }
+  }
+  /// At an epoch's end, before the servers' values arrive: lookups read the table's memory again.
+  void detach_remote_tables() {
+    if (!std::exchange(attached_, false)) return;
+    for (std::size_t v = 0; v < shards_.variables.size(); ++v)
+      if (by_rows(v)) shards_.variables[v].impl()->ag.row_source = nullptr;
+  }
+
+  /// A lookup in a remote table: the distinct rows asked of the servers holding them, one
+  /// message per block, then each looked-up row copied out in the lookup's order.
+  void gather(const Tensor& table, std::span<const std::int64_t> rows, void* out) override {
+    const std::ptrdiff_t found = shards_.index_of(table);
+    STRATA_CHECK(found >= 0 && by_rows(static_cast<std::size_t>(found)),
+                 "ParameterServerStrategy: a lookup through the servers in a table they do not hold by rows");
+    const auto v = static_cast<std::size_t>(found);
+    const auto& servers = t_.roles().servers;
+    if (tables_.size() < shards_.partitions.size()) tables_.resize(shards_.partitions.size());
+    wanted_.assign(rows.begin(), rows.end());
+    std::sort(wanted_.begin(), wanted_.end());
+    wanted_.erase(std::unique(wanted_.begin(), wanted_.end()), wanted_.end());
+    const std::size_t row_bytes = static_cast<std::size_t>(table.numel() / table.dim(0)) * size_of(table.dtype());
+    looked_up_.resize(wanted_.size() * row_bytes);
+    const std::int64_t* first = wanted_.data();
+    const std::int64_t* last = first + wanted_.size();
+    for (std::size_t id : shards_.of_variable[v]) {
+      const Partition& q = shards_.partitions[id];
+      const std::int64_t r0 = q.offset / q.row_width, r1 = (q.offset + q.count) / q.row_width;
+      const std::int64_t lo = std::lower_bound(first, last, r0) - first, k = (std::lower_bound(first, last, r1) - first) - lo;
+      if (k == 0) continue;
+      std::vector<std::int64_t>& ask = tables_[id].lookup;
+      ask.resize(static_cast<std::size_t>(2 + k));
+      ask[0] = static_cast<std::int64_t>(id);
+      ask[1] = k;
+      for (std::int64_t j = 0; j < k; ++j) ask[static_cast<std::size_t>(2 + j)] = first[lo + j] - r0;
+      const int server = servers[static_cast<std::size_t>(q.server)];
+      const std::size_t asked = ask.size() * 8, answered = static_cast<std::size_t>(k) * row_bytes;
+      post(t_.irecv(looked_up_.data() + static_cast<std::size_t>(lo) * row_bytes, answered, server, kLookupReplyTag), server);
+      post(t_.isend(ask.data(), asked, server, kLookupTag), server);
+      bytes_ += asked + answered;
+      stats_.pushed_bytes += static_cast<double>(asked);
+      stats_.pulled_bytes += static_cast<double>(answered);
+      stats_.looked_up_bytes += static_cast<double>(asked + answered);
+    }
+    wait("the looked-up rows");
+    char* to = static_cast<char*>(out);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const auto at = static_cast<std::size_t>(std::lower_bound(first, last, rows[r]) - first);
+      std::memcpy(to + r * row_bytes, looked_up_.data() + at * row_bytes, row_bytes);
+    }
+  }
+
   // ---- dispatched batches (Async; ps::Dispatcher on the first server) ----------------------
   // Two requests are always in flight: the answer to the older one is the batch trained next,
   // the newer one is answered meanwhile. Each reports the batch finished just before it.
@@ -174,7 +250,7 @@ class Worker {
   /// One table block's messages: the push [k, flags, k row numbers, k rows], the reply's row
   /// count, then its [c row numbers, c rows].
   struct TableBlock {
-    std::vector<std::int64_t> push, reply;
+    std::vector<std::int64_t> push, reply, lookup;
     std::int64_t count = 0;
   };
   static constexpr std::int64_t kLazyRows = 1;  // a table push's flag: the lazy rule
@@ -375,6 +451,9 @@ class Worker {
   std::vector<std::size_t> vars_;  // and its variable indices
   TransferStats stats_;
   std::vector<TableBlock> tables_;  // by partition id (table blocks only)
+  std::vector<std::int64_t> wanted_;  // a remote lookup's distinct rows, ascending
+  std::vector<char> looked_up_;       // and their values
+  bool attached_ = false;             // the remote tables read through this worker
 };
 
 }  // namespace strata::ps
