@@ -335,6 +335,8 @@ def scenarios():
     S.append(("B4 PS worker killed, rest carry on", "gloo", ExistingTest("parameter_server_gloo_fault_carry_on")))
     S.append(("B4 PS 1 of 4 workers killed, its batches trained by the rest (Async, dispatched)", "gloo",
               PsDispatchedKill()))
+    S.append(("B3 PS: two workers join at once, one killed after joining; a stranger refused", "gloo",
+              ExistingTest("parameter_server_gloo_join")))
     S.append(("B2 elastic: 1 of 4 workers killed, the rest go on", "gloo (elastic)", ElasticKill()))
     S.append(("B2 elastic: 2 of 4 killed in succession", "gloo (elastic)", ElasticKill("two")))
     S.append(("B2 elastic: a kill during a change", "gloo (elastic)", ElasticKill("during_change")))

@@ -107,7 +107,30 @@ class Gloo : public TypedFrontEnd<Gloo> {
   explicit Gloo(const std::string& prefix = "world", Options o = Options::from_env())
       : Gloo(runtime::detect_process(), prefix, o) {}
 
-  Gloo(const runtime::ProcessInfo& p, const std::string& prefix, Options o) : options_(o), rank_(p.rank), size_(p.world_size) {
+  Gloo(const runtime::ProcessInfo& p, const std::string& prefix, Options o) : Gloo(p, prefix, o, nullptr) {}
+
+  /// The same, over `device` (from device_for(p)) shared with other communicators of this
+  /// process, so that one event loop serves them all; null: a device of its own. Share one
+  /// only among communicators that are never aborted while their peers go on: in an elastic
+  /// run where a rank timed out and aborted its communicator while its peers had moved on, a
+  /// shared device's event loop closed a descriptor the process had since reused (its store
+  /// connection). bench/README.md, "A new communicator", has what a device of its own costs.
+  Gloo(const runtime::ProcessInfo& p, const std::string& prefix, Options o, std::shared_ptr<gloo::transport::Device> device)
+      : options_(o), rank_(p.rank), size_(p.world_size) {
+    const gloo::transport::tcp::attr attr = attr_for(p);  // a bad STRATA_IFNAME fails even a group of one
+    if (size_ == 1) return;  // a group of one needs no context: every collective is local
+    connect(p, prefix, device ? std::move(device) : gloo::transport::tcp::CreateDevice(attr));
+  }
+  Gloo(Gloo&&) = delete;  // the abort state (an atomic, a mutex) and the worker thread stay put
+  Gloo& operator=(Gloo&&) = delete;
+  ~Gloo() { worker_.stop(); }
+
+  /// A TCP device for process `p`'s communicators: on STRATA_IFNAME's interface, else on the
+  /// address the store is reached at.
+  static std::shared_ptr<gloo::transport::Device> device_for(const runtime::ProcessInfo& p) {
+    return gloo::transport::tcp::CreateDevice(attr_for(p));
+  }
+  static gloo::transport::tcp::attr attr_for(const runtime::ProcessInfo& p) {
     gloo::transport::tcp::attr attr;
     if (const char* ifname = runtime::detail::env("STRATA_IFNAME")) {
       const std::string names = detail::interface_names();
@@ -120,106 +143,8 @@ class Gloo : public TypedFrontEnd<Gloo> {
       attr.hostname = p.master_addr == "127.0.0.1" || p.master_addr == "localhost" ? "127.0.0.1" : p.master_addr;
       if (p.world_size > 1 && p.launcher == "env") attr.hostname = "127.0.0.1";
     }
-    if (size_ == 1) return;  // a group of one needs no context: every collective is local
-    // A file store where the launcher made a private directory; else the job's TCP store.
-    rendezvous_ = std::make_shared<detail::Rendezvous>(
-        p.rendezvous_dir.empty() ? detail::Rendezvous::tcp(p.master_addr, p.master_port, rank_, prefix, options_.timeout,
-                                                                         options_.rendezvous_abandoned)
-                                 : detail::Rendezvous::files(p.rendezvous_dir, prefix));
-    detail::Rendezvous& rdv = *rendezvous_;
-    // A write to the socket of a peer that died must fail as an error naming it, not kill this
-    // process with SIGPIPE; left alone if the program installed its own handler.
-    struct sigaction old {};
-    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
-    // A device of its own, not one shared by the process's communicators: in an elastic run
-    // where a rank timed out and aborted its communicator while its peers had moved on, a
-    // shared device's event loop closed a descriptor the process had since reused (its store
-    // connection). bench/README.md, "A new communicator", has what this costs.
-    device_ = gloo::transport::tcp::CreateDevice(attr);
-    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-    ctx->setTimeout(options_.timeout);
-    rdv.claim(rank_);
-    // The mesh's nonce, drawn by rank 0, for the proofs its connections give (below).
-    const std::string token = runtime::store_protocol::Credentials::from_env().token;
-    std::vector<char> nonce;
-    if (rank_ == 0) {
-      const std::string hex = support::to_hex(support::random_bytes(16));
-      nonce.assign(hex.begin(), hex.end());
-      rdv.store().set("strata.mesh_nonce", nonce);
-    }
-    // This rank's build, compared with every other rank's once the mesh stands (RELIABILITY D9).
-    const std::string build = runtime::store_protocol::build_fingerprint();
-    rdv.store().set("strata.build/" + std::to_string(rank_), std::vector<char>(build.begin(), build.end()));
-    const std::vector<int> before = detail::connected_sockets(p.master_port);
-    try {
-      ctx->connectFullMesh(rdv.store(), device_);
-    } catch (const collective_error& e) {  // given up (Options::rendezvous_abandoned): no address is to blame
-      throw collective_error(
-          strata::detail::error_text("strata.collective.rendezvous", "rank ", rank_, ": rendezvous '", prefix, "' given up: ", e.what()));
-    } catch (const std::exception& e) {
-      std::ostringstream os;
-      os << strata::detail::error_text("strata.collective.rendezvous") << "rank " << rank_ << ": rendezvous '" << prefix << "' at " << rdv.where()
-         << " failed (world_size=" << size_;
-      try {
-        const std::vector<int> missing = rdv.missing(size_);
-        os << ", joined=" << size_ - static_cast<int>(missing.size()) << ", missing=[";
-        for (std::size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << missing[i];
-        os << "]";
-      } catch (const std::exception&) {
-        os << ", the store is gone: cannot tell who is missing";
-      }
-      // Where this rank listens: an address another host cannot reach is the usual cause
-      // when everyone joined the store but the connections fail.
-      const std::string dev = device_->str();
-      const auto at = dev.find("addr=[");
-      const std::string addr = at == std::string::npos ? dev : dev.substr(at + 6, dev.find(']', at) - at - 6);
-      os << "; this rank's connections use " << addr
-         << (runtime::detail::env("STRATA_IFNAME") ? " (STRATA_IFNAME=" + std::string(runtime::detail::env("STRATA_IFNAME")) + ")"
-                                                   : std::string(" (no STRATA_IFNAME)"))
-         << ": the other ranks' hosts must reach it, else set STRATA_IFNAME to an interface they share): " << e.what();
-      throw collective_error(os.str());
-    }
-    // Every rank runs the same build, and every connection proves it belongs to the job,
-    // before any data moves over the mesh.
-    std::vector<int> skewed;
-    std::string theirs;
-    for (int r = 0; r < size_; ++r) {
-      const std::vector<char> b = rdv.store().get("strata.build/" + std::to_string(r));
-      if (std::string(b.begin(), b.end()) != build) {
-        skewed.push_back(r);
-        theirs.assign(b.begin(), b.end());
-      }
-    }
-    if (!skewed.empty()) {
-      std::ostringstream os;
-      for (std::size_t i = 0; i < skewed.size(); ++i) os << (i ? ", " : "") << skewed[i];
-      STRATA_THROW(collective_error, "strata.collective.rendezvous", "rank ", rank_, ": rank(s) ", os.str(), " of rendezvous '",
-                   prefix, "' run another strata build: '", theirs, "' vs this rank's '", build,
-                   "': every process of the job must run the same strata build");
-    }
-    try {
-      if (rank_ != 0) nonce = rdv.store().get("strata.mesh_nonce");
-      if (const std::vector<int> bad = detail::peers_without_proof(ctx, token, std::string(nonce.begin(), nonce.end()), options_.timeout);
-          !bad.empty()) {
-        std::ostringstream os;
-        for (std::size_t i = 0; i < bad.size(); ++i) os << (i ? ", " : "") << bad[i];
-        STRATA_THROW(collective_error, "strata.collective.rendezvous", "rank ", rank_, ": the connections from rank(s) ", os.str(),
-                     " of rendezvous '", prefix, "' did not prove they belong to this job: a process outside the job holds them, "
-                     "or those ranks were given another STRATA_JOB_TOKEN");
-      }
-    } catch (const gloo::Exception& e) {
-      STRATA_THROW(collective_error, "strata.collective.rendezvous", "rank ", rank_, ": the connections of rendezvous '", prefix,
-                   "' did not prove they belong to this job within ", options_.timeout.count(), " ms: ", e.what());
-    }
-    claims_ = rdv.claims(size_);  // every rank claimed before publishing its address
-    // This communicator's connections: the sockets the full mesh opened (for abort()).
-    const std::vector<int> after = detail::connected_sockets(p.master_port);
-    std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(pair_sockets_));
-    ctx_ = std::move(ctx);
+    return attr;
   }
-  Gloo(Gloo&&) = delete;  // the abort state (an atomic, a mutex) and the worker thread stay put
-  Gloo& operator=(Gloo&&) = delete;
-  ~Gloo() { worker_.stop(); }
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
@@ -379,6 +304,101 @@ class Gloo : public TypedFrontEnd<Gloo> {
   }
 
  private:
+  // Meets the other ranks under `prefix` and connects them over `device`.
+  void connect(const runtime::ProcessInfo& p, const std::string& prefix, std::shared_ptr<gloo::transport::Device> device) {
+    device_ = std::move(device);
+    // A file store where the launcher made a private directory; else the job's TCP store.
+    rendezvous_ = std::make_shared<detail::Rendezvous>(
+        p.rendezvous_dir.empty() ? detail::Rendezvous::tcp(p.master_addr, p.master_port, rank_, prefix, options_.timeout,
+                                                                         options_.rendezvous_abandoned)
+                                 : detail::Rendezvous::files(p.rendezvous_dir, prefix));
+    detail::Rendezvous& rdv = *rendezvous_;
+    // A write to the socket of a peer that died must fail as an error naming it, not kill this
+    // process with SIGPIPE; left alone if the program installed its own handler.
+    struct sigaction old {};
+    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    ctx->setTimeout(options_.timeout);
+    rdv.claim(rank_);
+    // The mesh's nonce, drawn by rank 0, for the proofs its connections give (below).
+    const std::string token = runtime::store_protocol::Credentials::from_env().token;
+    std::vector<char> nonce;
+    if (rank_ == 0) {
+      const std::string hex = support::to_hex(support::random_bytes(16));
+      nonce.assign(hex.begin(), hex.end());
+      rdv.store().set("strata.mesh_nonce", nonce);
+    }
+    // This rank's build, compared with every other rank's once the mesh stands (RELIABILITY D9).
+    const std::string build = runtime::store_protocol::build_fingerprint();
+    rdv.store().set("strata.build/" + std::to_string(rank_), std::vector<char>(build.begin(), build.end()));
+    const std::vector<int> before = detail::connected_sockets(p.master_port);
+    try {
+      ctx->connectFullMesh(rdv.store(), device_);
+    } catch (const collective_error& e) {  // given up (Options::rendezvous_abandoned): no address is to blame
+      throw collective_error(
+          strata::detail::error_text("strata.collective.rendezvous", "rank ", rank_, ": rendezvous '", prefix, "' given up: ", e.what()));
+    } catch (const std::exception& e) {
+      std::ostringstream os;
+      os << strata::detail::error_text("strata.collective.rendezvous") << "rank " << rank_ << ": rendezvous '" << prefix << "' at " << rdv.where()
+         << " failed (world_size=" << size_;
+      try {
+        const std::vector<int> missing = rdv.missing(size_);
+        os << ", joined=" << size_ - static_cast<int>(missing.size()) << ", missing=[";
+        for (std::size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << missing[i];
+        os << "]";
+      } catch (const std::exception&) {
+        os << ", the store is gone: cannot tell who is missing";
+      }
+      // Where this rank listens: an address another host cannot reach is the usual cause
+      // when everyone joined the store but the connections fail.
+      const std::string dev = device_->str();
+      const auto at = dev.find("addr=[");
+      const std::string addr = at == std::string::npos ? dev : dev.substr(at + 6, dev.find(']', at) - at - 6);
+      os << "; this rank's connections use " << addr
+         << (runtime::detail::env("STRATA_IFNAME") ? " (STRATA_IFNAME=" + std::string(runtime::detail::env("STRATA_IFNAME")) + ")"
+                                                   : std::string(" (no STRATA_IFNAME)"))
+         << ": the other ranks' hosts must reach it, else set STRATA_IFNAME to an interface they share): " << e.what();
+      throw collective_error(os.str());
+    }
+    // Every rank runs the same build, and every connection proves it belongs to the job,
+    // before any data moves over the mesh.
+    std::vector<int> skewed;
+    std::string theirs;
+    for (int r = 0; r < size_; ++r) {
+      const std::vector<char> b = rdv.store().get("strata.build/" + std::to_string(r));
+      if (std::string(b.begin(), b.end()) != build) {
+        skewed.push_back(r);
+        theirs.assign(b.begin(), b.end());
+      }
+    }
+    if (!skewed.empty()) {
+      std::ostringstream os;
+      for (std::size_t i = 0; i < skewed.size(); ++i) os << (i ? ", " : "") << skewed[i];
+      STRATA_THROW(collective_error, "strata.collective.rendezvous", "rank ", rank_, ": rank(s) ", os.str(), " of rendezvous '",
+                   prefix, "' run another strata build: '", theirs, "' vs this rank's '", build,
+                   "': every process of the job must run the same strata build");
+    }
+    try {
+      if (rank_ != 0) nonce = rdv.store().get("strata.mesh_nonce");
+      if (const std::vector<int> bad = detail::peers_without_proof(ctx, token, std::string(nonce.begin(), nonce.end()), options_.timeout);
+          !bad.empty()) {
+        std::ostringstream os;
+        for (std::size_t i = 0; i < bad.size(); ++i) os << (i ? ", " : "") << bad[i];
+        STRATA_THROW(collective_error, "strata.collective.rendezvous", "rank ", rank_, ": the connections from rank(s) ", os.str(),
+                     " of rendezvous '", prefix, "' did not prove they belong to this job: a process outside the job holds them, "
+                     "or those ranks were given another STRATA_JOB_TOKEN");
+      }
+    } catch (const gloo::Exception& e) {
+      STRATA_THROW(collective_error, "strata.collective.rendezvous", "rank ", rank_, ": the connections of rendezvous '", prefix,
+                   "' did not prove they belong to this job within ", options_.timeout.count(), " ms: ", e.what());
+    }
+    claims_ = rdv.claims(size_);  // every rank claimed before publishing its address
+    // This communicator's connections: the sockets the full mesh opened (for abort()).
+    const std::vector<int> after = detail::connected_sockets(p.master_port);
+    std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(pair_sockets_));
+    ctx_ = std::move(ctx);
+  }
+
   friend class TypedFrontEnd<Gloo>;
   void before_blocking() { worker_.drain(); }
 

@@ -1,13 +1,20 @@
 /// \file
 /// ps::Transport<collective::Gloo>: the messages of a ParameterServerStrategy over Gloo's TCP
 /// pairs, for jobs started by strata-run (no MPI). Gloo moves bytes on its own I/O threads,
-/// so nothing here polls: a worker blocks on its replies, and a server's listener thread
-/// blocks on the next request header from any worker and queues it for the request loop.
+/// so nothing here polls: a worker blocks on its replies, and a server's listener threads
+/// block on the next request header from their workers and queue it for the request loop.
+///
+/// Each server and each worker share a link: a two-rank Gloo communicator of their own
+/// ("ps<n>.link.s<k>.w<i>": the server is its rank 0, the worker its rank 1), built in
+/// ascending (server, worker) order by both ends, so no two wait on each other. A server
+/// serves each link with a listener thread; a link that closes (its worker died) is that
+/// worker's loss, reported at once. Every link is a rendezvous that checks the peer's job
+/// token and build, as every strata communicator does.
 ///
 /// A worker's message to a server is a 24-byte header (tag, payload bytes, a value: the
 /// learning rate) on one slot, then, for a push, the payload on the partition's slot; a
 /// server's reply is the payload alone on the partition's reply slot. A peer that dies
-/// closes its connection: the waits on it fail at once and the error names it.
+/// closes its link: the waits on it fail at once and the error names it.
 #pragma once
 
 #include <strata/config.hpp>
@@ -16,6 +23,9 @@
 #error "ParameterServerStrategy<collective::Gloo> needs Gloo: configure strata with -Dgloo=enabled (Debian: libgloo-dev), or by hand: -DSTRATA_HAS_GLOO=1 -lgloo"
 #else
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -32,10 +42,12 @@
 
 #include <strata/collective/gloo.hpp>
 #include <strata/runtime/process.hpp>
+#include <strata/runtime/tcp_store.hpp>
 #include <strata/strategy/parameter_server/backoff.hpp>
 #include <strata/strategy/parameter_server/roles.hpp>
 #include <strata/strategy/parameter_server/shards.hpp>
 #include <strata/strategy/parameter_server/transport.hpp>
+#include <strata/support/check.hpp>
 
 namespace strata::ps {
 
@@ -49,7 +61,17 @@ class Transport<collective::Gloo> {
   };
   static constexpr std::uint64_t kHeaderSlot = 1, kPayloadSlot = std::uint64_t{1} << 20,
                                  kReplySlot = std::uint64_t{1} << 21;
+  static constexpr int kServerEnd = 0, kWorkerEnd = 1;  // the ranks of a link's two ends
   using Buffer = std::shared_ptr<gloo::transport::UnboundBuffer>;
+
+  /// One server and one worker's connection, and (on the server) the thread serving it.
+  struct Link {
+    int peer = -1;  ///< the world rank at the other end
+    std::unique_ptr<collective::Gloo> pair;
+    Header incoming;  ///< the listener's receive buffer
+    Buffer header;
+    std::thread listener;
+  };
 
  public:
   /// Gloo progresses on its own threads: no polling window.
@@ -72,28 +94,110 @@ class Transport<collective::Gloo> {
 
   explicit Transport(int requested_servers, collective::Options o = collective::Options::from_env())
       : info_(runtime::detect_process()), prefix_("ps" + std::to_string(instances()++)),
-        world_(info_, prefix_ + ".world", o), roles_(Roles::of(world_.size(), requested_servers)), options_(o),
-        p2p_(info_, prefix_ + ".p2p", o) {
+        world_(info_, prefix_ + ".world", o), roles_(Roles::of(world_.size(), requested_servers)), options_(o) {
     runtime::ProcessInfo mine = info_;
     mine.rank = roles_.index_of(info_.rank);
     mine.world_size = static_cast<int>((is_server() ? roles_.servers : roles_.workers).size());
     group_ = std::make_unique<collective::Gloo>(mine, prefix_ + (is_server() ? ".servers" : ".workers"), o);
-    if (is_server()) {
-      header_ = buffer(&incoming_, sizeof incoming_);
-      listener_ = std::thread([this] { listen(); });
+    // Both ends build their links in ascending (server, worker) order: the first link not
+    // built yet is the next one for both its ends.
+    const int me = roles_.index_of(info_.rank);
+    for (int peer : is_server() ? roles_.workers : roles_.servers) {
+      const int other = roles_.index_of(peer);
+      auto link = std::make_unique<Link>();
+      link->peer = peer;
+      link->pair = connect(is_server() ? me : other, is_server() ? other : me);
+      links_.push_back(std::move(link));
+      if (is_server()) {
+        Link& l = *links_.back();
+        l.header = l.pair->context()->createUnboundBuffer(&l.incoming, sizeof l.incoming);
+        l.listener = std::thread([this, &l] { listen(l); });
+      }
+    }
+  }
+  /// A worker that joins a running job whose servers admit joiners (admit_joiners()): it
+  /// takes the next free worker slot through the job's TCP store (STRATA_MASTER_ADDR/PORT)
+  /// and builds its link with each server. Its rank is past the job's first ranks; its
+  /// world() and group() are groups of one.
+  struct Joiner {};
+  explicit Transport(Joiner, collective::Options o = collective::Options::from_env())
+      : info_(runtime::detect_process()), prefix_("ps" + std::to_string(instances()++)),
+        world_(alone(info_), prefix_ + ".world", o), options_(o) {
+    STRATA_REQUIRE(info_.rendezvous_dir.empty(), invalid_argument, "strata.ps",
+                   "a worker joins through the job's TCP store, but STRATA_RENDEZVOUS_DIR is set");
+    info_.launcher = "env";  // its links listen where the job's do (collective::Gloo::attr_for)
+    runtime::TcpStore& store = runtime::TcpStore::instance(info_.master_addr, info_.master_port, kWorkerEnd, o.timeout);
+    const std::vector<char> job = store.get(prefix_ + ".joiners", o.timeout);  // "ranks first_slot s0,s1,..."
+    int ranks = 0, first = 0;
+    std::string servers(job.size(), '\0');
+    STRATA_REQUIRE(std::sscanf(std::string(job.begin(), job.end()).c_str(), "%d %d %s", &ranks, &first, servers.data()) == 3,
+                   invalid_argument, "strata.ps", "the job's store holds no parameter-server job that admits workers");
+    for (const char* at = servers.c_str(); *at;) {
+      char* end = nullptr;
+      roles_.servers.push_back(static_cast<int>(std::strtol(at, &end, 10)));
+      STRATA_REQUIRE(end != at && (*end == ',' || *end == '\0'), invalid_argument, "strata.ps",
+                     "the job's store names its servers as '", servers.c_str(), "'");
+      at = *end == ',' ? end + 1 : end;
+    }
+    char host[256] = "?";
+    ::gethostname(host, sizeof host - 1);
+    const std::string id = std::string(host) + ":" + std::to_string(::getpid());
+    int slot = first;
+    while (!store.claim(slot_key(slot), id).empty()) ++slot;
+    info_.rank = ranks + slot - first;
+    roles_.workers = {info_.rank};
+    group_ = std::make_unique<collective::Gloo>(alone(info_), prefix_ + ".workers", o);
+    for (std::size_t k = 0; k < roles_.servers.size(); ++k) {
+      auto link = std::make_unique<Link>();
+      link->peer = roles_.servers[k];
+      link->pair = connect(static_cast<int>(k), slot);
+      links_.push_back(std::move(link));
     }
   }
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
   ~Transport() {
     stop_ = true;
-    if (listener_.joinable()) {
-      {
-        std::lock_guard lock(mu_);
-        header_->abortWaitRecv();
+    if (acceptor_.joinable()) acceptor_.join();
+    for (auto* links : {&links_, &joined_})
+      for (auto& l : *links) {
+        if (!l->listener.joinable()) continue;
+        {
+          std::lock_guard lock(mu_);
+          l->header->abortWaitRecv();
+        }
+        l->listener.join();
       }
-      listener_.join();
+  }
+
+  /// A server: from now on, admits the workers that join (Transport(Joiner)). Needs the job's
+  /// TCP store. Each joiner's link is built on a thread of its own; once built, the request
+  /// loop hears kWorkerJoinedTag from the joiner's rank, and calls admit(rank) before
+  /// anything else it sends.
+  void admit_joiners() {
+    STRATA_REQUIRE(is_server(), invalid_argument, "strata.ps", "rank ", rank(), " is a worker: servers admit joiners");
+    STRATA_REQUIRE(info_.rendezvous_dir.empty(), invalid_argument, "strata.ps",
+                   "workers join through the job's TCP store (strata-run --rendezvous tcp), but this job meets "
+                   "through the files of STRATA_RENDEZVOUS_DIR");
+    if (acceptor_.joinable()) return;
+    runtime::TcpStore& store = runtime::TcpStore::instance(info_.master_addr, info_.master_port, info_.rank, options_.timeout);
+    const int first = static_cast<int>(roles_.workers.size());
+    if (rank() == roles_.servers.front()) {
+      std::string job = std::to_string(world_.size()) + " " + std::to_string(first) + " ";
+      for (std::size_t k = 0; k < roles_.servers.size(); ++k) job += (k ? "," : "") + std::to_string(roles_.servers[k]);
+      store.set(prefix_ + ".joiners", std::vector<char>(job.begin(), job.end()));
     }
+    acceptor_ = std::thread([this, &store, first] { accept(store, first); });
+  }
+  /// The request loop, on kWorkerJoinedTag from `r`: r is one of the workers from now on.
+  void admit(int r) {
+    std::lock_guard lock(mu_);
+    const auto at = std::find_if(joined_.begin(), joined_.end(), [r](const auto& l) { return l->peer == r; });
+    STRATA_REQUIRE(at != joined_.end(), invalid_argument, "strata.ps", "server rank ", rank(), ": no worker rank ", r,
+                   " has joined");
+    links_.push_back(std::move(*at));
+    joined_.erase(at);
+    roles_.workers.push_back(r);
   }
 
   const Roles& roles() const noexcept { return roles_; }
@@ -110,6 +214,7 @@ class Transport<collective::Gloo> {
     Request r;
     r.send = true;
     try {
+      Link& l = link(to);
       if (roles_.is_server(to)) {
         r.header_bytes = std::make_shared<Header>();
         r.header_bytes->tag = tag;
@@ -117,15 +222,15 @@ class Transport<collective::Gloo> {
         if (tag >= kLearningRateTag) {  // control: the value travels in the header
           if (bytes == sizeof(double)) std::memcpy(&r.header_bytes->value, data, sizeof(double));
         }
-        r.header = buffer(r.header_bytes.get(), sizeof(Header));
-        r.header->send(to, kHeaderSlot);
+        r.header = buffer(l, r.header_bytes.get(), sizeof(Header));
+        r.header->send(kServerEnd, kHeaderSlot);
         if (tag < kLearningRateTag && bytes > 0) {
-          r.data = buffer(const_cast<void*>(data), bytes);
-          r.data->send(to, kPayloadSlot + static_cast<std::uint64_t>(tag));
+          r.data = buffer(l, const_cast<void*>(data), bytes);
+          r.data->send(kServerEnd, kPayloadSlot + static_cast<std::uint64_t>(tag));
         }
       } else {
-        r.data = buffer(const_cast<void*>(data), bytes);
-        r.data->send(to, kReplySlot + static_cast<std::uint64_t>(tag));
+        r.data = buffer(l, const_cast<void*>(data), bytes);
+        r.data->send(kWorkerEnd, kReplySlot + static_cast<std::uint64_t>(tag));
       }
     } catch (const std::exception& e) {
       r.failed = blame(to, e.what());
@@ -136,8 +241,8 @@ class Transport<collective::Gloo> {
   Request irecv(void* data, std::size_t bytes, int from, int tag) {
     Request r;
     try {
-      r.data = buffer(data, bytes);
-      r.data->recv(from, kReplySlot + static_cast<std::uint64_t>(tag));
+      r.data = buffer(link(from), data, bytes);
+      r.data->recv(kServerEnd, kReplySlot + static_cast<std::uint64_t>(tag));
     } catch (const std::exception& e) {
       r.failed = blame(from, e.what());
     }
@@ -147,7 +252,6 @@ class Transport<collective::Gloo> {
   /// True (and `m` filled) when a worker's header has arrived; never blocks.
   bool probe(Message& m) {
     std::lock_guard lock(mu_);
-    if (!error_.empty()) abort(strata::detail::error_text("strata.ps.peer_lost", "server rank ", rank(), ": ", error_));
     if (queue_.empty()) return false;
     m = queue_.front();
     queue_.pop_front();
@@ -159,9 +263,9 @@ class Transport<collective::Gloo> {
       if (m.bytes == sizeof(double)) std::memcpy(data, &m.value, sizeof(double));
       return;
     }
-    Buffer b = buffer(data, m.bytes);
-    b->recv(m.source, kPayloadSlot + static_cast<std::uint64_t>(m.tag));
     try {
+      Buffer b = buffer(link(m.source), data, m.bytes);
+      b->recv(kWorkerEnd, kPayloadSlot + static_cast<std::uint64_t>(m.tag));
       b->waitRecv(options_.timeout);
     } catch (const std::exception& e) {
       abort(strata::detail::error_text("strata.ps.peer_lost", "server rank ", rank(), ": the push from worker rank ",
@@ -215,49 +319,92 @@ class Transport<collective::Gloo> {
     static int n = 0;
     return n;
   }
-  Buffer buffer(void* p, std::size_t bytes) {
-    return p2p_.context()->createUnboundBuffer(p, bytes);
+  static runtime::ProcessInfo alone(runtime::ProcessInfo p) {
+    p.rank = 0;
+    p.world_size = 1;
+    return p;
   }
+  std::string slot_key(int slot) const { return prefix_ + ".slot/" + std::to_string(slot); }
+
+  // Server: builds the link of each worker slot claimed from `first` on, in order, until
+  // stopped. A slot whose link fails (its joiner died, or is not of this job) is skipped.
+  void accept(runtime::TcpStore& store, int first) {
+    const int me = roles_.index_of(info_.rank);
+    const int ranks = world_.size();
+    for (int slot = first; !stop_;) {
+      bool claimed = false;
+      try {
+        claimed = store.check(slot_key(slot));
+      } catch (const std::exception&) {
+        return;  // the store is gone: so is the job
+      }
+      if (!claimed) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      auto link = std::make_unique<Link>();
+      link->peer = ranks + slot - first;
+      try {
+        collective::Options o = options_;  // a joiner that never comes does not hold up the end of the job
+        o.rendezvous_abandoned = [this] { return stop_ ? std::string("the server is shutting down") : std::string(); };
+        link->pair = connect(me, slot, o);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[strata.ps] server rank %d: worker slot %d claimed, but its link failed: %s\n", rank(), slot,
+                     e.what());
+        ++slot;
+        continue;
+      }
+      Link& l = *link;
+      l.header = l.pair->context()->createUnboundBuffer(&l.incoming, sizeof l.incoming);
+      {
+        std::lock_guard lock(mu_);
+        joined_.push_back(std::move(link));
+        queue_.push_back(Message{l.peer, kWorkerJoinedTag, 0, 0});
+        l.listener = std::thread([this, &l] { listen(l); });
+      }
+      ++slot;
+    }
+  }
+
+  /// The link between server `s` and worker `w` (indices among the servers and the workers).
+  std::unique_ptr<collective::Gloo> connect(int s, int w) { return connect(s, w, options_); }
+  std::unique_ptr<collective::Gloo> connect(int s, int w, const collective::Options& o) {
+    runtime::ProcessInfo p = info_;
+    p.rank = is_server() ? kServerEnd : kWorkerEnd;
+    p.world_size = 2;
+    if (!device_) device_ = collective::Gloo::device_for(p);  // one event loop for every link, as one mesh has
+    return std::make_unique<collective::Gloo>(p, prefix_ + ".link.s" + std::to_string(s) + ".w" + std::to_string(w), o,
+                                              device_);
+  }
+  /// This process's link to world rank `peer`: a worker's, on a server; a server's, on a worker.
+  Link& link(int peer) {
+    const auto& peers = is_server() ? roles_.workers : roles_.servers;
+    const auto at = std::find(peers.begin(), peers.end(), peer);
+    STRATA_REQUIRE(at != peers.end(), invalid_argument, "strata.ps", "rank ", rank(), " has no link to rank ", peer,
+                   is_server() ? ": a server talks to workers only" : ": a worker talks to servers only");
+    return *links_[static_cast<std::size_t>(at - peers.begin())];
+  }
+  static Buffer buffer(Link& l, void* p, std::size_t bytes) { return l.pair->context()->createUnboundBuffer(p, bytes); }
   std::string blame(int peer, const std::string& what) const {
     const char st = peer_state(peer);
     return what + (runtime::is_gone(st) ? " (rank " + std::to_string(peer) + " is gone)"
                    : runtime::is_stopped(st) ? " (rank " + std::to_string(peer) + " is stopped)" : "");
   }
 
-  // Server: receives every header from any worker and queues it, until stopped or a worker's
-  // connection fails (then probe() reports which).
-  void listen() {
-    const Header& h = incoming_;
-    std::vector<int> workers = roles_.workers;
+  // Server: receives each header from the link's worker and queues it, until stopped or the
+  // link closes: then the worker is lost (the request loop decides whether the job goes on).
+  void listen(Link& l) {
     while (!stop_) {
-      int src = -1;
       try {
-        header_->recv(workers, kHeaderSlot);  // throws too when a worker's connection has closed
-        if (!header_->waitRecv(&src, std::chrono::hours(24 * 365))) return;  // aborted: shutting down
-      } catch (const std::exception& e) {
-        // A worker's connection died: report each worker found gone (the request loop decides
-        // whether the job can go on) and listen to the others on a fresh buffer.
-        std::vector<int> gone;
-        for (int attempt = 0; attempt < 20 && gone.empty(); ++attempt) {
-          if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          for (int w : workers)
-            if (runtime::is_gone(peer_state(w))) gone.push_back(w);
-        }
+        l.header->recv(kWorkerEnd, kHeaderSlot);  // throws too when the link has closed
+        if (!l.header->waitRecv(std::chrono::hours(24 * 365))) return;  // aborted: shutting down
+      } catch (const std::exception&) {
         std::lock_guard lock(mu_);
-        if (gone.empty()) {
-          error_ = std::string("a worker's connection failed: ") + e.what();
-          return;
-        }
-        for (int w : gone) {
-          queue_.push_back(Message{w, kWorkerLostTag, 0, 0});
-          std::erase(workers, w);
-        }
-        if (workers.empty() || stop_) return;
-        header_ = buffer(&incoming_, sizeof incoming_);
-        continue;
+        if (!stop_) queue_.push_back(Message{l.peer, kWorkerLostTag, 0, 0});
+        return;
       }
       std::lock_guard lock(mu_);
-      queue_.push_back(Message{src, h.tag, static_cast<std::size_t>(h.bytes), h.value});
+      queue_.push_back(Message{l.peer, l.incoming.tag, static_cast<std::size_t>(l.incoming.bytes), l.incoming.value});
     }
   }
 
@@ -266,15 +413,14 @@ class Transport<collective::Gloo> {
   collective::Gloo world_;
   Roles roles_;
   collective::Options options_;
-  collective::Gloo p2p_;
   std::unique_ptr<collective::Gloo> group_;
+  std::shared_ptr<gloo::transport::Device> device_;  // the links' (declared first: they go first)
+  std::vector<std::unique_ptr<Link>> links_;  // a server's to each worker, a worker's to each server
+  std::vector<std::unique_ptr<Link>> joined_;  // a server's to joiners not admitted yet (mu_)
   std::mutex mu_;
   std::deque<Message> queue_;
-  std::string error_;
-  Header incoming_;  // the listener's receive buffer
-  Buffer header_;
   std::atomic<bool> stop_{false};
-  std::thread listener_;
+  std::thread acceptor_;
 };
 
 template <>

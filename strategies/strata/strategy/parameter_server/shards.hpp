@@ -17,7 +17,8 @@ namespace strata::ps {
 /// Message tags: a partition's reply is its id, its push kPushTag + id; kLearningRateTag,
 /// kDoneTag, kRateTag, kSaveTag and kBatchTag are a worker's control messages, answered
 /// (kRateTag, kSaveTag, kBatchTag) on kRateReplyTag, kSaveAckTag and kBatchReplyTag;
-/// kWorkerLostTag is what a transport reports when a worker's connection dies; kLookupTag
+/// kWorkerLostTag is what a transport reports when a worker's connection dies, and
+/// kWorkerJoinedTag when a worker that joined after the start is connected; kLookupTag
 /// asks a server for rows of a remote table's block (a payload, as a push), answered on
 /// kLookupReplyTag. MPI guarantees tags up to 32767.
 inline constexpr int kPushTag = 1 << 14;
@@ -32,6 +33,7 @@ inline constexpr int kRateTag = 32702;
 inline constexpr int kWorkerLostTag = 32703;
 inline constexpr int kSaveTag = 32704;
 inline constexpr int kBatchTag = 32705;
+inline constexpr int kWorkerJoinedTag = 32706;
 inline constexpr std::size_t kMaxPartitions = kLookupReplyTag;
 
 struct Shards {
