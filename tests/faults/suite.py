@@ -337,6 +337,12 @@ def scenarios():
               PsDispatchedKill()))
     S.append(("B3 PS: two workers join at once, one killed after joining; a stranger refused", "gloo",
               ExistingTest("parameter_server_gloo_join")))
+    S.append(("B3 PS: a worker joins a training Async job, every batch once", "gloo",
+              ExistingTest("parameter_server_gloo_join_training_1servers_ok")))
+    S.append(("B3 PS: a worker joins a training Async job of 2 servers", "gloo",
+              ExistingTest("parameter_server_gloo_join_training_2servers_ok")))
+    S.append(("B2/B3 PS: a joined worker killed, its batches trained by the rest", "gloo",
+              ExistingTest("parameter_server_gloo_join_training_1servers_kill")))
     S.append(("B2 elastic: 1 of 4 workers killed, the rest go on", "gloo (elastic)", ElasticKill()))
     S.append(("B2 elastic: 2 of 4 killed in succession", "gloo (elastic)", ElasticKill("two")))
     S.append(("B2 elastic: a kill during a change", "gloo (elastic)", ElasticKill("during_change")))

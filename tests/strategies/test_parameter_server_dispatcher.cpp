@@ -157,3 +157,23 @@ TEST_CASE("Dispatcher.EveryBatchIsCompletedWhateverTheSchedule") {
     CHECK(d.repeated() <= repeats);
   }
 }
+
+TEST_CASE("Dispatcher.AWorkerThatJoinsTakesFromTheSameQueue") {
+  Dispatcher d(4, {0});
+  CHECK(to(d.request(0, Dispatcher::kNone), 0) == std::vector<std::int64_t>{0});
+  CHECK(d.admit() == 1);  // the joiner's slot
+  CHECK(to(d.request(1, Dispatcher::kNone), 1) == std::vector<std::int64_t>{1});
+  CHECK(to(d.request(1, Dispatcher::kNone), 1) == std::vector<std::int64_t>{2});
+  CHECK(to(d.request(0, 0), 0) == std::vector<std::int64_t>{3});
+  // The joiner is lost holding batches 1 and 2: they go back, to worker 0's next requests.
+  CHECK(d.lost(1).empty());
+  CHECK(to(d.request(0, Dispatcher::kNone), 0) == std::vector<std::int64_t>{1});
+  CHECK(to(d.request(0, 3), 0) == std::vector<std::int64_t>{2});
+  CHECK(d.request(0, 1).empty());  // batch 2 still held by worker 0
+  const auto last = d.request(0, 2);
+  CHECK(to(last, 0) == std::vector<std::int64_t>{Dispatcher::kNone, Dispatcher::kNone});
+  CHECK(d.complete());
+  CHECK(d.completed() == 4);
+  CHECK(d.redispatched() == 2);
+  CHECK(d.repeated() == 0);
+}

@@ -71,6 +71,12 @@ struct ParameterServerOptions {
   /// variable. Inside an epoch, read such a table through embedding() only: its memory reads
   /// zeros there (docs/sparse_design.md). Needs sparse_tables and update_on_servers.
   bool remote_tables = false;
+  /// Async over Gloo, with dispatch_batches: workers may join the running job. Each server
+  /// admits a process started with STRATA_PS_JOIN=1 and the job's STRATA_MASTER_ADDR/PORT
+  /// and STRATA_JOB_TOKEN (the job meets through its TCP store: strata-run --rendezvous tcp);
+  /// the joiner takes the values and the epoch from the servers (first_epoch()) and batches
+  /// from the same queue as the others (docs/parameter_server.md, "Workers that join").
+  bool admit_workers = false;
 };
 
 /// The strategy for a C without a transport, or a Mode that is not one: a compile-time error.
@@ -101,6 +107,17 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     STRATA_CHECK(!o.remote_tables || (o.sparse_tables && o.update_on_servers), "ParameterServerStrategy: "
                  "remote_tables needs sparse_tables and update_on_servers (a worker without the table's values "
                  "cannot update it)");
+    STRATA_CHECK(!o.admit_workers || (!sync && o.dispatch_batches), "ParameterServerStrategy: admit_workers needs "
+                 "Async with dispatch_batches (a worker that joins takes its batches from the same queue as the others)");
+    STRATA_CHECK(o.admit_workers || !joined(), "ParameterServerStrategy: this process joins a running job "
+                 "(STRATA_PS_JOIN=1), but admit_workers is off: the job's servers admit no workers");
+    if (o.admit_workers) {
+      if constexpr (requires { t_.admit_joiners(); }) {
+        if (t_.is_server()) t_.admit_joiners();
+      } else {
+        STRATA_CHECK(false, "ParameterServerStrategy: admit_workers needs the Gloo transport (an MPI job's ranks are fixed)");
+      }
+    }
     if (t_.is_server())
       server_.emplace(t_, shards_, typename ps::Server<T>::Settings{sync, o.update_on_servers, o.staleness, o.sparse_tables,
                                                                     o.remote_tables});
@@ -113,7 +130,26 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
   /// Workers in sync (Sync), or 1: an Async step is one worker's own update.
   int num_replicas_in_sync() const noexcept { return sync ? num_workers() : 1; }
   /// The first worker logs and writes checkpoints.
-  bool is_chief() const noexcept { return t_.rank() == t_.roles().workers.front(); }
+  bool is_chief() const noexcept { return !joined() && t_.rank() == t_.roles().workers.front(); }
+  /// A worker that joined the running job (admit_workers).
+  bool joined() const noexcept {
+    if constexpr (requires { t_.joined(); })
+      return t_.joined();
+    else
+      return false;
+  }
+  /// The epoch this worker's loop starts at: 0, or, for a worker that joined the running job,
+  /// the job's current epoch. A joiner's first call also takes the servers' current values.
+  /// A loop that may run on a joiner starts here:
+  ///   for (auto e = strategy.first_epoch(); e < epochs; ++e) for (auto& b : strategy.distribute(p)) ...
+  std::int64_t first_epoch() {
+    if (!joined()) return 0;
+    if (first_epoch_ < 0) {
+      NoGradGuard no_grad;
+      first_epoch_ = worker_->catch_up();
+    }
+    return first_epoch_;
+  }
   bool is_server() const { return t_.is_server(); }
   int num_workers() const noexcept { return static_cast<int>(t_.roles().workers.size()); }
   int num_servers() const noexcept { return static_cast<int>(t_.roles().servers.size()); }
@@ -419,6 +455,8 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
         s_->publish_values();
         return Iterator();
       }
+      STRATA_CHECK(!s_->joined() || s_->first_epoch_ >= 0, "ParameterServerStrategy: a worker that joined the running "
+                   "job starts its loop at strategy.first_epoch() (the job's epoch), which also gives it the current values");
       s_->in_epoch_ = true;
       if (s_->o_.remote_tables) s_->worker_->attach_remote_tables();
       if (dispatched_) return Iterator(s_, p_.begin_batches());
@@ -526,6 +564,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
   std::optional<ps::Server<T>> server_;
   std::optional<ps::Worker<T>> worker_;
   bool in_epoch_ = false;  ///< a worker between an epoch's begin() and its end (the servers are serving)
+  std::int64_t first_epoch_ = -1;  ///< a joiner's, once it caught up
 };
 
 template <class C, class M>

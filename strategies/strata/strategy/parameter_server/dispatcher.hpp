@@ -76,6 +76,15 @@ class Dispatcher {
     return serve();
   }
 
+  /// A worker that joined: a slot of its own, the next index; it takes batches from the same
+  /// queue as the others.
+  int admit() {
+    lost_.push_back(0);
+    held_.emplace_back();
+    waiting_.push_back(0);
+    return static_cast<int>(lost_.size()) - 1;
+  }
+
   std::int64_t batches() const noexcept { return batches_; }
   /// Batches finished (each once), and those finished again (a lost worker's last push).
   std::int64_t completed() const noexcept { return completed_; }

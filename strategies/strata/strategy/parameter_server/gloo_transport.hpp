@@ -92,9 +92,26 @@ class Transport<collective::Gloo> {
     double value = 0;
   };
 
+  /// A rank of the job (runtime::detect_process()): `requested_servers` serve (ps::Roles).
+  /// With STRATA_PS_JOIN=1, a worker that joins the running job instead (Joiner below).
   explicit Transport(int requested_servers, collective::Options o = collective::Options::from_env())
+      : Transport(joining(), requested_servers, o) {}
+  /// A worker that joins a running job whose servers admit joiners (admit_joiners()): it
+  /// takes the next free worker slot through the job's TCP store (STRATA_MASTER_ADDR/PORT)
+  /// and builds its link with each server. Its rank is past the job's first ranks; its
+  /// world() and group() are groups of one.
+  struct Joiner {};
+  explicit Transport(Joiner, collective::Options o = collective::Options::from_env()) : Transport(true, 0, o) {}
+
+ private:
+  Transport(bool join, int requested_servers, collective::Options o)
       : info_(runtime::detect_process()), prefix_("ps" + std::to_string(instances()++)),
-        world_(info_, prefix_ + ".world", o), roles_(Roles::of(world_.size(), requested_servers)), options_(o) {
+        world_(join ? alone(info_) : info_, prefix_ + ".world", o),
+        roles_(join ? Roles{} : Roles::of(world_.size(), requested_servers)), options_(o), joined_job_(join) {
+    if (join) {
+      join_job();
+      return;
+    }
     runtime::ProcessInfo mine = info_;
     mine.rank = roles_.index_of(info_.rank);
     mine.world_size = static_cast<int>((is_server() ? roles_.servers : roles_.workers).size());
@@ -115,14 +132,11 @@ class Transport<collective::Gloo> {
       }
     }
   }
-  /// A worker that joins a running job whose servers admit joiners (admit_joiners()): it
-  /// takes the next free worker slot through the job's TCP store (STRATA_MASTER_ADDR/PORT)
-  /// and builds its link with each server. Its rank is past the job's first ranks; its
-  /// world() and group() are groups of one.
-  struct Joiner {};
-  explicit Transport(Joiner, collective::Options o = collective::Options::from_env())
-      : info_(runtime::detect_process()), prefix_("ps" + std::to_string(instances()++)),
-        world_(alone(info_), prefix_ + ".world", o), options_(o) {
+  static bool joining() {
+    return runtime::detail::env_either("STRATA_PS_JOIN", "0", "1", "strata.ps");
+  }
+  void join_job() {
+    const collective::Options& o = options_;
     STRATA_REQUIRE(info_.rendezvous_dir.empty(), invalid_argument, "strata.ps",
                    "a worker joins through the job's TCP store, but STRATA_RENDEZVOUS_DIR is set");
     info_.launcher = "env";  // its links listen where the job's do (collective::Gloo::attr_for)
@@ -154,6 +168,8 @@ class Transport<collective::Gloo> {
       links_.push_back(std::move(link));
     }
   }
+
+ public:
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
   ~Transport() {
@@ -206,7 +222,17 @@ class Transport<collective::Gloo> {
   collective::Gloo& world() noexcept { return world_; }
   collective::Gloo& group() noexcept { return *group_; }
   std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
-  char peer_state(int r) const { return world_.peer_state(r); }
+  /// Rank r's process state where it runs on this host ('?' otherwise): through its link,
+  /// which knows a joiner too, else through the job's first communicator.
+  char peer_state(int r) const {
+    const auto& peers = is_server() ? roles_.workers : roles_.servers;
+    const auto at = std::find(peers.begin(), peers.end(), r);
+    if (at != peers.end() && static_cast<std::size_t>(at - peers.begin()) < links_.size())
+      return links_[static_cast<std::size_t>(at - peers.begin())]->pair->peer_state(is_server() ? kWorkerEnd : kServerEnd);
+    return world_.peer_state(r);
+  }
+  /// A worker that joined the running job (Transport(Joiner), or STRATA_PS_JOIN=1).
+  bool joined() const noexcept { return joined_job_; }
 
   /// To a server: the header, then (a push) the payload. To a worker: the payload (a reply).
   /// A peer whose connection has closed already fails the request, which wait_all reports.
@@ -419,6 +445,7 @@ class Transport<collective::Gloo> {
   std::vector<std::unique_ptr<Link>> joined_;  // a server's to joiners not admitted yet (mu_)
   std::mutex mu_;
   std::deque<Message> queue_;
+  bool joined_job_ = false;
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
 };

@@ -153,11 +153,16 @@ class Server {
   /// the first server hands out the epoch's batches (ps::Dispatcher; Async).
   void serve_epoch(std::int64_t dispatched_batches = -1) {
     if (lost_.empty()) lost_.assign(static_cast<std::size_t>(workers_), 0);
+    if (starts_at_.empty()) starts_at_.assign(static_cast<std::size_t>(workers_), 0);
+    stale_done_.resize(static_cast<std::size_t>(workers_), 0);
     if (dispatched_batches >= 0 && me_ == 0) dispatcher_.emplace(dispatched_batches, lost_);
-    std::vector<char> done = lost_;  // a worker lost in an earlier epoch takes no part
+    // A worker lost in an earlier epoch takes no part, nor one that joins at a later epoch.
+    // One that joined but has not said at which epoch (kCatchUpTag) holds the epoch's end.
+    std::vector<char> done(lost_.size());
+    for (std::size_t i = 0; i < done.size(); ++i) done[i] = lost_[i] || starts_at_[i] > epoch_;
     int finished = static_cast<int>(std::count(done.begin(), done.end(), 1));
     running_.assign(done.size(), 1);
-    for (std::size_t i = 0; i < done.size(); ++i) running_[i] = !done[i];
+    for (std::size_t i = 0; i < done.size(); ++i) running_[i] = !done[i] && starts_at_[i] >= 0;
     typename T::Message m;
     Backoff backoff(0, T::poll_window);
     auto last_check = std::chrono::steady_clock::now();
@@ -194,9 +199,19 @@ class Server {
       const int w = roles.index_of(m.source);
       if (m.tag == kWorkerLostTag) {
         finished += lose(m.source, done);
+      } else if (m.tag == kWorkerJoinedTag) {
+        admit(m.source);
+        done.push_back(0);  // until it says at which epoch it joins
+      } else if (m.tag == kCatchUpTag) {
+        finished += catch_up(w, m, done);
       } else if (m.tag == kDoneTag) {
         char byte = 0;
         t_.receive(m, &byte);
+        if (stale_done_[static_cast<std::size_t>(w)]) {  // the end of an epoch this server had ended: its values
+          stale_done_[static_cast<std::size_t>(w)] = 0;
+          send_values_to(m.source);
+          continue;
+        }
         if (!done[static_cast<std::size_t>(w)]) ++finished;
         done[static_cast<std::size_t>(w)] = 1;
         running_[static_cast<std::size_t>(w)] = 0;
@@ -255,12 +270,11 @@ class Server {
                      " waiting for ", workers_ - h.arrived, " more pushes (the workers ran different numbers of steps)");
     }
     running_.clear();
+    ++epoch_;
     if (dispatcher_) {
       dispatch_stats_ = {dispatcher_->batches(), dispatcher_->completed(), dispatcher_->repeated(),
                          dispatcher_->redispatched()};
-      t_.wait_all(batch_answers_, std::chrono::steady_clock::now() + t_.timeout(), [](const std::string&) {});
-      batch_answers_.clear();
-      answer_values_.clear();
+      complete_batch_answers();
       dispatcher_.reset();
     }
   }
@@ -270,7 +284,7 @@ class Server {
   void send_values() {
     for (Held& h : held_) {
       for (std::size_t i = 0; i < lost_.size(); ++i)
-        if (!lost_[i]) {
+        if (!lost_[i] && (starts_at_.empty() || (starts_at_[i] >= 0 && starts_at_[i] < epoch_))) {  // in the epoch ended
           h.replies.push_back(t_.isend(h.value.raw_data(), h.value.nbytes(), t_.roles().workers[i], static_cast<int>(h.id)));
           h.reply_to.push_back(t_.roles().workers[i]);
         }
@@ -297,11 +311,18 @@ class Server {
         continue;
       }
       backoff.active();
+      if (m.tag == kWorkerJoinedTag) {  // after the last epoch: it takes no part
+        admit(m.source);
+        have.push_back(1);
+        lost_.back() = 1;
+        continue;
+      }
       const std::size_t w = static_cast<std::size_t>(t_.roles().index_of(m.source));
       if (m.tag == kWorkerLostTag) {
         lose(m.source, have);
         continue;
       }
+      if (lost_[w]) continue;  // one that joined after the last epoch: nothing to serve it
       STRATA_REQUIRE(m.tag == kRateTag, invalid_argument, "strata.ps", "server rank ", t_.rank(), ": worker rank ",
                      m.source,
                      " sent tag ", m.tag, " while the job sums its rates (the workers ran different numbers of epochs?)");
@@ -316,6 +337,9 @@ class Server {
     t_.wait_all(out, std::chrono::steady_clock::now() + t_.timeout(), [&](const std::string&) {});
     return sum;
   }
+
+  /// Epochs served so far: the one being served, inside serve_epoch().
+  std::int64_t epoch() const noexcept { return epoch_; }
 
   /// Writes the values this server holds into its copies of the variables (the rest zero).
   void values_into_variables() {
@@ -419,6 +443,10 @@ class Server {
   }
   Held* find(std::size_t id) { return const_cast<Held*>(std::as_const(*this).find(id)); }
 
+  bool is_lost(int rank) const {
+    return !lost_.empty() && lost_[static_cast<std::size_t>(t_.roles().index_of(rank))];
+  }
+
   /// Tests the replies in flight; true while some are.
   bool progress_replies() {
     bool pending = false;
@@ -436,6 +464,7 @@ class Server {
 
   /// Completes the replies of `h` in flight to worker rank `to` (only).
   void complete_replies_to(Held& h, int to) {
+    if (is_lost(to)) return;
     std::size_t kept = 0;
     const auto deadline = std::chrono::steady_clock::now() + t_.timeout();
     for (std::size_t k = 0; k < h.replies.size(); ++k) {
@@ -461,6 +490,7 @@ class Server {
     const auto deadline = std::chrono::steady_clock::now() + t_.timeout();
     for (std::size_t k = 0; k < h.replies.size(); ++k) {
       const int to = h.reply_to[k];
+      if (is_lost(to)) continue;  // Async: dropped (a send to a dead peer may never complete)
       t_.wait_all(std::span(&h.replies[k], 1), deadline, [&](const std::string& why) {
         // Async: a reply to a worker that died is dropped (the loop hears of the loss).
         if (!s_.sync && runtime::is_gone(runtime::settled_state([&] { return t_.peer_state(to); }))) return;
@@ -494,6 +524,80 @@ class Server {
     h.reply_to.push_back(to_rank);
   }
 
+  /// A worker that joined (kWorkerJoinedTag): the transport's, this server's and the
+  /// dispatcher's state grow by one worker, which takes part from the epoch it names
+  /// (catch_up).
+  void admit(int r) {
+    STRATA_REQUIRE(!s_.sync, invalid_argument, "strata.ps", "server rank ", t_.rank(), ": worker rank ", r,
+                   " joined a Sync job, whose steps wait for a fixed set of workers");
+    if (lost_.empty()) lost_.assign(static_cast<std::size_t>(workers_), 0);
+    if (starts_at_.empty()) starts_at_.assign(static_cast<std::size_t>(workers_), 0);
+    if constexpr (requires { t_.admit(r); })
+      t_.admit(r);
+    else
+      t_.abort(strata::detail::error_text("strata.ps", "server rank ", t_.rank(), ": this transport admits no workers"));
+    ++workers_;
+    lost_.push_back(0);
+    starts_at_.push_back(-1);
+    stale_done_.resize(static_cast<std::size_t>(workers_), 0);
+    if (!running_.empty()) running_.push_back(0);
+    for (Held& h : held_) {
+      h.clock.push_back(0);
+      if (!h.rows) continue;
+      h.row_pushes.emplace_back();
+      if (s_.remote_tables) h.lookups.emplace_back();
+      h.worker_replies.emplace_back();
+      h.dirty.emplace_back();
+      h.dirty_rows.emplace_back();
+    }
+    if (dispatcher_) dispatcher_->admit();
+    std::fprintf(stderr, "[strata.ps] server rank %d: worker rank %d joined; %ld workers\n", t_.rank(), r,
+                 static_cast<long>(std::count(lost_.begin(), lost_.end(), 0)));
+    std::fflush(stderr);
+  }
+
+  /// Worker w, which joined, names the epoch it joins at (the first server's, which the
+  /// first server decides: its own), and takes the values held here. Returns 1 when w is
+  /// thereby counted as finished with this epoch (it joins at the next).
+  int catch_up(int w, typename T::Message& m, std::vector<char>& done) {
+    const auto i = static_cast<std::size_t>(w);
+    double named = -1;
+    t_.receive(m, &named);
+    STRATA_REQUIRE(starts_at_[i] == -1, invalid_argument, "strata.ps", "server rank ", t_.rank(), ": worker rank ",
+                   m.source, " caught up twice");
+    const std::int64_t e = me_ == 0 ? epoch_ : static_cast<std::int64_t>(named);
+    int counted = 0;
+    if (e == epoch_) {  // in this epoch
+      starts_at_[i] = e;
+    } else if (e == epoch_ + 1) {  // in the next: this one may end without it
+      starts_at_[i] = e;
+      done[i] = 1;
+      counted = 1;
+    } else if (e == epoch_ - 1) {  // in the one this server ended before it joined: its end is stale here
+      starts_at_[i] = epoch_;
+      stale_done_[i] = 1;
+    } else {
+      t_.abort(strata::detail::error_text("strata.ps", "server rank ", t_.rank(), ": worker rank ", m.source,
+                                          " joins at epoch ", e, ", this server serves epoch ", epoch_, "; aborting the job"));
+    }
+    if (!running_.empty()) running_[i] = !done[i];
+    std::int64_t& reply = catch_up_replies_.emplace_back(e);  // a deque: the bytes stay put
+    auto r = t_.isend(&reply, sizeof reply, m.source, kCatchUpReplyTag);
+    t_.wait_all(std::span(&r, 1), std::chrono::steady_clock::now() + t_.timeout(), [](const std::string&) {});
+    send_values_to(m.source);
+    return counted;
+  }
+
+  /// This server's values to worker rank `r` alone (a joiner's catch-up, or the end of an
+  /// epoch that this server had ended before the joiner named it).
+  void send_values_to(int r) {
+    for (Held& h : held_) {
+      complete_replies_to(h, r);
+      h.replies.push_back(t_.isend(h.value.raw_data(), h.value.nbytes(), r, static_cast<int>(h.id)));
+      h.reply_to.push_back(r);  // completed before the values change (push_async), or at the epoch's end
+    }
+  }
+
   /// Async: takes worker rank `r` out of the job (its replies are dropped, the others no longer
   /// wait for it); Sync cannot complete a step without it. Returns 1 if it was still counted.
   // Sends each answer of the Dispatcher to its worker (one lost meanwhile fails its send,
@@ -504,12 +608,20 @@ class Server {
       batch_answers_.push_back(
           t_.isend(&answer_values_.back(), sizeof(std::int64_t), t_.roles().workers[static_cast<std::size_t>(a.worker)],
                    kBatchReplyTag));
+      batch_answer_to_.push_back(a.worker);
     }
-    if (batch_answers_.size() > 64) {  // the workers posted their receives first: these complete at once
-      t_.wait_all(batch_answers_, std::chrono::steady_clock::now() + t_.timeout(), [](const std::string&) {});
-      batch_answers_.clear();
-      answer_values_.clear();
-    }
+    if (batch_answers_.size() > 64) complete_batch_answers();  // the workers posted their receives first
+  }
+  // Completes the batch answers in flight, but for those to workers lost meanwhile: a send
+  // to a peer that died before it said it was ready to receive may never complete.
+  void complete_batch_answers() {
+    for (std::size_t k = 0; k < batch_answers_.size(); ++k)
+      if (!lost_[static_cast<std::size_t>(batch_answer_to_[k])])
+        t_.wait_all(std::span(&batch_answers_[k], 1), std::chrono::steady_clock::now() + t_.timeout(),
+                    [](const std::string&) {});
+    batch_answers_.clear();
+    batch_answer_to_.clear();
+    answer_values_.clear();
   }
 
   int lose(int r, std::vector<char>& done) {
@@ -783,9 +895,14 @@ class Server {
   std::vector<int> slot_;        // partition id -> index in held_, or -1
   std::vector<char> running_;    // Async: workers not yet done with the epoch (empty: all)
   std::vector<char> lost_;       // Async: workers gone from the job
+  std::vector<std::int64_t> starts_at_;  // Async: the epoch each worker takes part from (-1: joined, not said yet)
+  std::vector<char> stale_done_;  // Async: a joiner's next kDoneTag ends an epoch this server had ended
+  std::deque<std::int64_t> catch_up_replies_;
+  std::int64_t epoch_ = 0;        // epochs served
   std::optional<Dispatcher> dispatcher_;  // the first server, an epoch with dispatched batches
   std::deque<std::int64_t> answer_values_;
   std::vector<typename T::Request> batch_answers_;
+  std::vector<int> batch_answer_to_;  // the worker of each
   DispatchStats dispatch_stats_;
   std::filesystem::path checkpoint_dir_;
   std::vector<std::int64_t> row_slot_, row_index_;  // combining a table block's rows (kernels/cpu/rows.hpp)

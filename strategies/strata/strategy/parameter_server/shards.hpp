@@ -20,13 +20,16 @@ namespace strata::ps {
 /// kWorkerLostTag is what a transport reports when a worker's connection dies, and
 /// kWorkerJoinedTag when a worker that joined after the start is connected; kLookupTag
 /// asks a server for rows of a remote table's block (a payload, as a push), answered on
-/// kLookupReplyTag. MPI guarantees tags up to 32767.
+/// kLookupReplyTag. A worker that joined asks each server for the epoch it joins at and the
+/// current values with kCatchUpTag, answered on kCatchUpReplyTag and on each partition's
+/// tag (Server::catch_up). MPI guarantees tags up to 32767.
 inline constexpr int kPushTag = 1 << 14;
 inline constexpr int kRateReplyTag = kPushTag - 1;
 inline constexpr int kSaveAckTag = kPushTag - 2;
 inline constexpr int kBatchReplyTag = kPushTag - 3;
 inline constexpr int kLookupTag = kPushTag - 4;
 inline constexpr int kLookupReplyTag = kPushTag - 5;
+inline constexpr int kCatchUpReplyTag = kPushTag - 6;
 inline constexpr int kLearningRateTag = 32700;
 inline constexpr int kDoneTag = 32701;
 inline constexpr int kRateTag = 32702;
@@ -34,7 +37,8 @@ inline constexpr int kWorkerLostTag = 32703;
 inline constexpr int kSaveTag = 32704;
 inline constexpr int kBatchTag = 32705;
 inline constexpr int kWorkerJoinedTag = 32706;
-inline constexpr std::size_t kMaxPartitions = kLookupReplyTag;
+inline constexpr int kCatchUpTag = 32707;
+inline constexpr std::size_t kMaxPartitions = kCatchUpReplyTag;
 
 struct Shards {
   std::vector<Tensor> variables;

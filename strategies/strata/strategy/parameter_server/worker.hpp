@@ -139,6 +139,26 @@ class Worker final : public RowSource {
     wait("the servers' values");
   }
 
+  /// A worker that joined the running job: asks the first server for the epoch it joins at,
+  /// names that epoch to the other servers, and receives every partition's current value
+  /// from its server (Server::catch_up). Returns the epoch.
+  std::int64_t catch_up() {
+    const auto& servers = t_.roles().servers;
+    std::int64_t epoch = -1;
+    double named = -1;  // the first server decides
+    post(t_.irecv(&epoch, sizeof epoch, servers.front(), kCatchUpReplyTag), servers.front());
+    post(t_.isend(&named, sizeof named, servers.front(), kCatchUpTag), servers.front());
+    wait("the epoch to join at");
+    named = static_cast<double>(epoch);
+    std::vector<std::int64_t> theirs(servers.size(), epoch);
+    for (std::size_t k = 1; k < servers.size(); ++k) {
+      post(t_.irecv(&theirs[k], sizeof(std::int64_t), servers[k], kCatchUpReplyTag), servers[k]);
+      post(t_.isend(&named, sizeof named, servers[k], kCatchUpTag), servers[k]);
+    }
+    receive_values();
+    return epoch;
+  }
+
   /// Asks every server to write its checkpoint shard at `step` (the chief, between steps: in
   /// Sync every server has then applied exactly `step` updates); returns their files' CRC-32Cs
   /// in server order once all are written.

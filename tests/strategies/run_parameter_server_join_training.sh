@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# A worker joins a running ParameterServerStrategy<Gloo, Async> job with dispatched batches
+# (parameter_server_join_training: S servers and 2 workers under strata-run --rendezvous tcp,
+# 2 epochs of 750 batches). The joiner is started outside strata-run, with STRATA_PS_JOIN=1 and
+# the job's store and token, once the job is training:
+#   ok    it takes part in a step within 2 s of its start; in each epoch every batch is
+#         completed exactly once, by the workers' steps together; every rank, the joiner
+#         included, ends with the same parameters
+#   kill  it SIGKILLs itself at its 20th step: the servers drop it, its batches go to the
+#         others, every batch of each epoch is completed, and the job's ranks end equal
+#   usage: run_parameter_server_join_training.sh STRATA_RUN EXE SERVERS ok|kill
+set -u
+run=$1 exe=$2 servers=$3 mode=$4
+fail() { echo "FAIL: $*"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export STRATA_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export STRATA_COLLECTIVE_TIMEOUT=20
+timeout 120 "$run" --rendezvous tcp --port "$port" -np $((servers + 2)) "$exe" "$servers" 2 >"$work/job.log" 2>&1 &
+job=$!
+for ((i = 0; i < 600; ++i)); do grep -q "first step" "$work/job.log" && break; sleep 0.05; done
+grep -q "first step" "$work/job.log" || { cat "$work/job.log"; fail "the job did not start training"; }
+sleep 0.3
+kill_at=; [[ $mode == kill ]] && kill_at=20
+KILL_AT_STEP=$kill_at STRATA_PS_JOIN=1 STRATA_MASTER_ADDR=127.0.0.1 STRATA_MASTER_PORT=$port \
+  timeout 60 "$exe" "$servers" 2 >"$work/joiner.log" 2>&1
+joiner_rc=$?
+wait $job; rc=$?
+cat "$work/job.log"
+sed 's/^/[joiner] /' "$work/joiner.log"
+echo "job exit status $rc, joiner $joiner_rc"
+((rc == 0)) || fail "the job failed"
+joiner=$(grep -o "^rank [0-9]*: joined at epoch" "$work/joiner.log" | cut -d' ' -f2 | tr -d :)
+[[ -n $joiner ]] || fail "the joiner did not join"
+for ((s = 0; s < servers; ++s))
+  do grep -q "^\[$s\] \[strata.ps\] server rank $s: worker rank $joiner joined" "$work/job.log" || fail "server $s did not admit it"; done
+ms=$(grep -o "^rank $joiner: first step [0-9]* ms" "$work/joiner.log" | grep -o "[0-9]* ms" | cut -d' ' -f1)
+[[ -n $ms ]] && ((ms < 2000)) || fail "the joiner's first step came ${ms:-never} ms after its start"
+for e in 0 1; do
+  if [[ $mode == ok ]]; then
+    grep -q "^\[0\] rank 0: epoch $e dispatched 750 batches: 750 completed, 0 again, 0 handed out again" "$work/job.log" ||
+      fail "epoch $e: not every batch completed exactly once"
+    total=$(cat "$work/job.log" "$work/joiner.log" | grep -o "rank [0-9]*: epoch $e: [0-9]* steps" | awk '{s += $5} END {print s + 0}')
+    ((total == 750)) || fail "epoch $e: the workers took $total steps, not 750"
+  else
+    grep -q "^\[0\] rank 0: epoch $e dispatched 750 batches: 750 completed, [01] again, [0-9]* handed out again" "$work/job.log" ||
+      fail "epoch $e: not every batch completed"
+  fi
+done
+crcs=$( (cat "$work/job.log"; [[ $mode == ok ]] && cat "$work/joiner.log") | grep -o "parameters crc32c [0-9a-f]*" | sort | uniq -c)
+echo "$crcs"
+(($(wc -l <<<"$crcs") == 1)) || fail "the ranks ended with different parameters"
+(($(awk '{print $1}' <<<"$crcs") == servers + 2 + ($([[ $mode == ok ]] && echo 1 || echo 0)))) || fail "not every rank reported its parameters"
+case $mode in
+ok)
+  ((joiner_rc == 0)) || fail "the joiner failed" ;;
+kill)
+  ((joiner_rc == 137)) || fail "the joiner's status is not 137"
+  grep -q "^rank $joiner: SIGKILL at its step 20" "$work/joiner.log" || fail "the joiner did not kill itself"
+  grep -q "\[strata.ps.peer_lost\] server rank 0: worker rank $joiner is gone; Async carries on with 2 workers" "$work/job.log" ||
+    fail "the first server did not drop the killed joiner" ;;
+*) fail "unknown mode $mode" ;;
+esac
+echo PASS
