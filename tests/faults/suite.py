@@ -343,6 +343,10 @@ def scenarios():
               ExistingTest("parameter_server_gloo_join_training_2servers_ok")))
     S.append(("B2/B3 PS: a joined worker killed, its batches trained by the rest", "gloo",
               ExistingTest("parameter_server_gloo_join_training_1servers_kill")))
+    S.append(("B3 PS: a joiner past max_workers refused, named on both sides", "gloo",
+              ExistingTest("parameter_server_gloo_join_training_1servers_full")))
+    S.append(("B2 PS: below min_workers the job ends, naming who is left", "gloo",
+              ExistingTest("parameter_server_gloo_join_training_1servers_below_min")))
     S.append(("B2 elastic: 1 of 4 workers killed, the rest go on", "gloo (elastic)", ElasticKill()))
     S.append(("B2 elastic: 2 of 4 killed in succession", "gloo (elastic)", ElasticKill("two")))
     S.append(("B2 elastic: a kill during a change", "gloo (elastic)", ElasticKill("during_change")))

@@ -6,7 +6,9 @@
 // the end every rank prints the CRC-32C of its parameters, which the servers' values set.
 //   strata-run --rendezvous tcp --port P -np S+W parameter_server_join_training S EPOCHS
 //   STRATA_PS_JOIN=1 STRATA_MASTER_PORT=P parameter_server_join_training S EPOCHS
-// A joiner with KILL_AT_STEP=k SIGKILLs itself at its k-th step: the others train its batches.
+// A joiner with KILL_AT_STEP=k SIGKILLs itself at its k-th step: the others train its batches
+// (KILL_RANK=r: worker rank r of the job's first ones instead). MIN_WORKERS and MAX_WORKERS set
+// the options of the same names.
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -28,8 +30,11 @@ int main(int argc, char** argv) {
   }
   const int servers = std::atoi(argv[1]), epochs = std::atoi(argv[2]);
   try {
+    const char* min = std::getenv("MIN_WORKERS");
+    const char* max = std::getenv("MAX_WORKERS");
     strata::ParameterServerStrategy<strata::collective::Gloo, strata::ps::Async> strategy(
-        {.servers = servers, .dispatch_batches = true, .admit_workers = true});
+        {.servers = servers, .dispatch_batches = true, .admit_workers = true, .min_workers = min ? std::atoi(min) : 1,
+         .max_workers = max ? std::atoi(max) : 0});
     auto net = strategy.scope([] {
       return strata::nn::Sequential(strata::nn::Linear(8, 16), strata::nn::ReLU(), strata::nn::Linear(16, 4));
     });
@@ -41,13 +46,15 @@ int main(int argc, char** argv) {
     const strata::data::TensorDataset ds(strata::uniform({n, 8}, -1, 1, g), strata::from_vector<std::int64_t>({n}, labels));
     const strata::data::Pipeline input = strata::data::Pipeline(ds).batch(8);
     const char* kill_at = std::getenv("KILL_AT_STEP");
+    const char* kill_rank = std::getenv("KILL_RANK");  // a first worker to kill instead of a joiner
     int steps_here = 0;
     bool first_step = true;
     for (auto epoch = strategy.first_epoch(); epoch < epochs; ++epoch) {
       if (strategy.joined() && first_step) std::printf("rank %d: joined at epoch %lld\n", strategy.rank(), static_cast<long long>(epoch));
       int steps = 0;
       for (auto& batch : strategy.distribute(input)) {
-        if (kill_at && strategy.joined() && ++steps_here == std::atoi(kill_at)) {
+        const bool victim = strategy.joined() || (kill_rank && std::atoi(kill_rank) == strategy.rank());
+        if (kill_at && victim && ++steps_here == std::atoi(kill_at)) {
           std::printf("rank %d: SIGKILL at its step %d\n", strategy.rank(), steps_here);
           std::fflush(stdout);
           std::raise(SIGKILL);

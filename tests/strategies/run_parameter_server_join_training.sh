@@ -8,7 +8,11 @@
 #         included, ends with the same parameters
 #   kill  it SIGKILLs itself at its 20th step: the servers drop it, its batches go to the
 #         others, every batch of each epoch is completed, and the job's ranks end equal
-#   usage: run_parameter_server_join_training.sh STRATA_RUN EXE SERVERS ok|kill
+#   full  the job has max_workers=2: the joiner is refused, named on both sides, and the job
+#         goes on unharmed
+#   below_min  no joiner; min_workers=2 and worker rank 2 SIGKILLs itself at its 20th step
+#         (strata-run --keep-going): the servers end the job, naming the worker left
+#   usage: run_parameter_server_join_training.sh STRATA_RUN EXE SERVERS ok|kill|full|below_min
 set -u
 run=$1 exe=$2 servers=$3 mode=$4
 fail() { echo "FAIL: $*"; exit 1; }
@@ -17,7 +21,24 @@ trap 'rm -rf "$work"' EXIT
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export STRATA_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export STRATA_COLLECTIVE_TIMEOUT=20
-timeout 120 "$run" --rendezvous tcp --port "$port" -np $((servers + 2)) "$exe" "$servers" 2 >"$work/job.log" 2>&1 &
+if [[ $mode == below_min ]]; then
+  start=$(date +%s%N)
+  MIN_WORKERS=2 KILL_RANK=2 KILL_AT_STEP=20 timeout 120 "$run" --keep-going --rendezvous tcp --port "$port" \
+    -np $((servers + 2)) "$exe" "$servers" 2 >"$work/job.log" 2>&1
+  rc=$?
+  elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+  cat "$work/job.log"
+  echo "job exit status $rc after $elapsed_ms ms"
+  ((rc != 0 && rc != 124)) || fail "the job exited $rc"
+  grep -q "^\[2\] rank 2: SIGKILL at its step 20" "$work/job.log" || fail "worker rank 2 did not kill itself"
+  grep -q "\[strata.ps.peer_lost\] server rank 0: worker rank 2 is gone; 1 worker left, below min_workers=2: left \[1\]; aborting the job" \
+    "$work/job.log" || fail "the first server did not end the job naming the worker left"
+  ((elapsed_ms < 30000)) || fail "took $elapsed_ms ms"
+  echo PASS
+  exit 0
+fi
+max=; [[ $mode == full ]] && max=2
+MAX_WORKERS=$max timeout 120 "$run" --rendezvous tcp --port "$port" -np $((servers + 2)) "$exe" "$servers" 2 >"$work/job.log" 2>&1 &
 job=$!
 for ((i = 0; i < 600; ++i)); do grep -q "first step" "$work/job.log" && break; sleep 0.05; done
 grep -q "first step" "$work/job.log" || { cat "$work/job.log"; fail "the job did not start training"; }
@@ -31,6 +52,21 @@ cat "$work/job.log"
 sed 's/^/[joiner] /' "$work/joiner.log"
 echo "job exit status $rc, joiner $joiner_rc"
 ((rc == 0)) || fail "the job failed"
+if [[ $mode == full ]]; then
+  ((joiner_rc != 0)) || fail "the joiner past max_workers was let in"
+  grep -q "server rank 0 refused this worker: the job has its max_workers already" "$work/joiner.log" ||
+    fail "the joiner was not told why"
+  grep -q "^\[0\] \[strata.ps\] server rank 0: worker rank $((servers + 2)) refused: the job has max_workers=2 workers" \
+    "$work/job.log" || fail "the first server did not name the refused joiner"
+  for e in 0 1; do
+    grep -q "^\[0\] rank 0: epoch $e dispatched 750 batches: 750 completed, 0 again, 0 handed out again" "$work/job.log" ||
+      fail "epoch $e: not every batch completed exactly once"
+  done
+  crcs=$(grep -o "parameters crc32c [0-9a-f]*" "$work/job.log" | sort | uniq -c)
+  (($(wc -l <<<"$crcs") == 1 && $(awk '{print $1}' <<<"$crcs") == servers + 2)) || fail "the job's ranks differ"
+  echo PASS
+  exit 0
+fi
 joiner=$(grep -o "^rank [0-9]*: joined at epoch" "$work/joiner.log" | cut -d' ' -f2 | tr -d :)
 [[ -n $joiner ]] || fail "the joiner did not join"
 for ((s = 0; s < servers; ++s))

@@ -77,6 +77,12 @@ struct ParameterServerOptions {
   /// the joiner takes the values and the epoch from the servers (first_epoch()) and batches
   /// from the same queue as the others (docs/parameter_server.md, "Workers that join").
   bool admit_workers = false;
+  /// Async: when losses leave fewer live workers than this, the servers end the job, naming
+  /// the workers left.
+  int min_workers = 1;
+  /// admit_workers: a joiner that would make more live workers than this is refused, by
+  /// name on both sides (0: no bound).
+  int max_workers = 0;
 };
 
 /// The strategy for a C without a transport, or a Mode that is not one: a compile-time error.
@@ -109,6 +115,12 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
                  "cannot update it)");
     STRATA_CHECK(!o.admit_workers || (!sync && o.dispatch_batches), "ParameterServerStrategy: admit_workers needs "
                  "Async with dispatch_batches (a worker that joins takes its batches from the same queue as the others)");
+    STRATA_CHECK(o.min_workers >= 1 && (o.max_workers == 0 || o.max_workers >= o.min_workers),
+                 "ParameterServerStrategy: min_workers (", o.min_workers, ") must be at least 1, and max_workers (",
+                 o.max_workers, ") 0 or at least min_workers");
+    STRATA_CHECK(joined() || (o.min_workers <= num_workers() && (o.max_workers == 0 || num_workers() <= o.max_workers)),
+                 "ParameterServerStrategy: the job starts with ", num_workers(), " workers, outside min_workers=",
+                 o.min_workers, " and max_workers=", o.max_workers);
     STRATA_CHECK(o.admit_workers || !joined(), "ParameterServerStrategy: this process joins a running job "
                  "(STRATA_PS_JOIN=1), but admit_workers is off: the job's servers admit no workers");
     if (o.admit_workers) {
@@ -120,7 +132,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     }
     if (t_.is_server())
       server_.emplace(t_, shards_, typename ps::Server<T>::Settings{sync, o.update_on_servers, o.staleness, o.sparse_tables,
-                                                                    o.remote_tables});
+                                                                    o.remote_tables, o.min_workers, o.max_workers});
     else
       worker_.emplace(t_, shards_, o.update_on_servers, o.sparse_tables);
   }

@@ -71,7 +71,11 @@ class Server {
     std::int64_t staleness = -1;
     bool sparse_tables = false;  ///< row-sparse tables' blocks go by rows
     bool remote_tables = false;  ///< and the workers look their rows up here (no rows in replies)
+    int min_workers = 1;         ///< Async: fewer live workers end the job
+    int max_workers = 0;         ///< Async: a joiner past this many is refused (0: no bound)
   };
+  /// The first server's answer to a joiner's kCatchUpTag when the job has max_workers already.
+  static constexpr std::int64_t kRefused = -2;
 
   Server(T& transport, const Shards& shards, Settings s)
       : t_(transport), shards_(shards), s_(s), me_(transport.roles().index_of(transport.rank())),
@@ -567,6 +571,18 @@ class Server {
                    m.source, " caught up twice");
     const std::int64_t e = me_ == 0 ? epoch_ : static_cast<std::int64_t>(named);
     int counted = 0;
+    const auto live = std::count(lost_.begin(), lost_.end(), 0);  // the joiner among them
+    if (me_ == 0 && s_.max_workers > 0 && live > s_.max_workers) {  // the first server decides
+      std::fprintf(stderr, "[strata.ps] server rank %d: worker rank %d refused: the job has max_workers=%d workers\n",
+                   t_.rank(), m.source, s_.max_workers);
+      std::fflush(stderr);
+      lost_[i] = 1;  // not counted, sent nothing more; its link closes as it ends
+      done[i] = 1;
+      std::int64_t& refusal = catch_up_replies_.emplace_back(kRefused);
+      auto r = t_.isend(&refusal, sizeof refusal, m.source, kCatchUpReplyTag);
+      t_.wait_all(std::span(&r, 1), std::chrono::steady_clock::now() + t_.timeout(), [](const std::string&) {});
+      return 1;
+    }
     if (e == epoch_) {  // in this epoch
       starts_at_[i] = e;
     } else if (e == epoch_ + 1) {  // in the next: this one may end without it
@@ -633,6 +649,14 @@ class Server {
     lost_[i] = 1;
     if (!running_.empty()) running_[i] = 0;
     const auto live = std::count(lost_.begin(), lost_.end(), 0);
+    if (live < s_.min_workers) {
+      std::string left;
+      for (std::size_t k = 0; k < lost_.size(); ++k)
+        if (!lost_[k]) left += (left.empty() ? "" : ", ") + std::to_string(t_.roles().workers[k]);
+      t_.abort(strata::detail::error_text("strata.ps.peer_lost", "server rank ", t_.rank(), ": worker rank ", r,
+                                          " is gone; ", live, " worker", live == 1 ? "" : "s", " left, below min_workers=",
+                                          s_.min_workers, ": left [", left, "]; aborting the job"));
+    }
     std::fprintf(stderr, "[strata.ps.peer_lost] server rank %d: worker rank %d is gone; Async carries on with %ld worker%s\n",
                  t_.rank(), r, static_cast<long>(live), live == 1 ? "" : "s");
     std::fflush(stderr);

@@ -149,6 +149,8 @@ class Worker final : public RowSource {
     post(t_.irecv(&epoch, sizeof epoch, servers.front(), kCatchUpReplyTag), servers.front());
     post(t_.isend(&named, sizeof named, servers.front(), kCatchUpTag), servers.front());
     wait("the epoch to join at");
+    STRATA_REQUIRE(epoch >= 0, invalid_argument, "strata.ps", "worker rank ", t_.rank(), ": server rank ",
+                   servers.front(), " refused this worker: the job has its max_workers already");
     named = static_cast<double>(epoch);
     std::vector<std::int64_t> theirs(servers.size(), epoch);
     for (std::size_t k = 1; k < servers.size(); ++k) {
