@@ -269,7 +269,9 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
   using detail::RejectsReplicaValues::gather;
 
   /// Adds `values` element-wise across every rank, servers included (they add what they hold,
-  /// nothing for a metric), in place: every rank then reads the workers' figures.
+  /// nothing for a metric), in place: every rank then reads the workers' figures. The job's
+  /// first ranks only: a worker that joined adds its own alone (job_examples_per_s goes
+  /// through the first server instead).
   void sum_across_processes(std::span<double> values) {
     detail::check_cross_replica("sum_across_processes()");
     if (!values.empty())
