@@ -13,7 +13,8 @@ configuration: examples/s, the ratio to DDP, the scaling efficiency (2-replica e
 (2 x the 1-replica examples/s of the same implementation)), the scaling over whole runs
 (warm-up steps included), and the gradient all-reduce time per step with the share of it
 hidden behind backward.
-DDP runs the OpenBLAS kernels strata runs (peer_env: OPENBLAS_CORETYPE for its linear layers).
+DDP runs the OpenBLAS kernels strata runs, or OpenBLAS's AVX-512 ones where strata runs its own
+AVX-512 GEMM (peer_env: OPENBLAS_CORETYPE for its linear layers).
 The host's own ceiling is measured beside them: two independent one-device runs at once (no
 communication at all), `ceiling_scaling` = their summed examples/s / (2 x one run alone).
 On a host whose two cores slow each other down (shared caches, memory bandwidth, a busy
@@ -60,24 +61,34 @@ def run_env():
                 OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
 
-def blas_kernels(build):
-    """The OpenBLAS kernels strata's GEMMs run in this build on this host (strata-info's
-    "blas kernels" line; strata re-selects them where OpenBLAS fell back to kernels older than
-    the CPU, kernels/strata/kernels/cpu/blas_core.hpp), or None without OpenBLAS."""
+def strata_info_line(build, key):
+    """The value of strata-info's line `key` in this build on this host (its first word), or
+    None where the line is absent (a build without OpenBLAS has no "blas kernels" line)."""
     info = os.path.join(build, "tools", "strata-info")
     if not os.path.exists(info):
         sys.exit(f"{info} is missing: meson compile -C {build} tools/strata-info")
     out = subprocess.run([info], check=True, capture_output=True, text=True).stdout
     for line in out.splitlines():
-        if line.strip().startswith("blas kernels "):
-            return line.split()[2]
+        if line.strip().startswith(key + " "):
+            return line.strip()[len(key):].split()[0]
     return None
+
+
+def blas_kernels(build):
+    """The OpenBLAS kernels strata's GEMMs run in this build on this host (strata-info's
+    "blas kernels" line; strata re-selects them where OpenBLAS fell back to kernels older than
+    the CPU, kernels/strata/kernels/cpu/blas_core.hpp), or None without OpenBLAS."""
+    return strata_info_line(build, "blas kernels")
 
 
 def peer_env(env, build):
     """The peers' environment: OPENBLAS_CORETYPE names the kernels strata runs, so that PyTorch's
     BLAS calls (Debian's torch takes its linear layers' GEMMs from the same OpenBLAS) run the
-    same kernels; a peer left on a fallback OpenBLAS chose would flatter the ratio."""
+    same kernels; a peer left on a fallback OpenBLAS chose would flatter the ratio. Where strata
+    runs its own AVX-512 GEMM (strata-info's "gemm kernel"), the peer gets OpenBLAS's AVX-512
+    kernels, SkylakeX: the nearest it has, whatever OPENBLAS_CORETYPE the host pins."""
+    if strata_info_line(build, "gemm kernel") == "strata-avx512":
+        return dict(env, OPENBLAS_CORETYPE="SkylakeX")
     kernels = blas_kernels(build)
     return dict(env, OPENBLAS_CORETYPE=kernels) if kernels else dict(env)
 

@@ -29,6 +29,7 @@
 #include <strata/collective/nccl.hpp>
 #endif
 #include <strata/kernels/cpu/blas_core.hpp>
+#include <strata/kernels/cpu/gemm.hpp>  // gemm_kernel
 #include <strata/runtime/process.hpp>
 #include <strata/version.hpp>
 #if STRATA_HAS_MPI
@@ -153,6 +154,10 @@ void report_build() {
 #else
   std::printf("  blas        no (the built-in blocked GEMM; configure with -Dblas=enabled for OpenBLAS)\n");
 #endif
+  {
+    const strata::kernels::cpu::GemmKernel& gemm = strata::kernels::cpu::gemm_kernel();
+    std::printf("  gemm kernel %s (%s)\n", gemm.name.c_str(), gemm.reason.c_str());
+  }
 #if STRATA_HAS_ZLIB
   std::printf("  zlib        yes (%s)\n", ZLIB_VERSION);
 #else
@@ -198,8 +203,9 @@ void report_launch(const strata::runtime::ProcessInfo& p) {
                                "STRATA_LOCAL_SIZE",         "STRATA_NUM_SERVERS",      "STRATA_SERVER_RANKS",
                                "STRATA_FASHION_MNIST_DIR",  "STRATA_SHM",              "STRATA_BUCKET_BYTES",
                                "STRATA_COMM_THREAD",        "STRATA_SPLIT_UPDATE",     "STRATA_SPIN_US",
-                               "STRATA_BLAS_CORE",          "OMP_NUM_THREADS",         "OPENBLAS_NUM_THREADS",
-                               "OPENBLAS_CORETYPE",         "OMPI_COMM_WORLD_RANK",    "OMPI_COMM_WORLD_SIZE"};
+                               "STRATA_BLAS_CORE",          "STRATA_GEMM",             "OMP_NUM_THREADS",
+                               "OPENBLAS_NUM_THREADS",      "OPENBLAS_CORETYPE",       "OMPI_COMM_WORLD_RANK",
+                               "OMPI_COMM_WORLD_SIZE"};
   for (const char* v : vars) {
     const char* value = std::getenv(v);
     std::printf("  %-26s %s\n", v, value ? value : "(unset)");

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <strata/kernels/cpu/blas_core.hpp>
+#include <strata/kernels/cpu/gemm.hpp>  // gemm_kernel
 #include <strata/observe/metrics.hpp>
 #include <strata/observe/progress.hpp>
 #include <strata/observe/timeline.hpp>
@@ -121,7 +122,7 @@ class RunReport {
         {"steps", steps_}, {"final_loss", figure(last_loss_, 6)}, {"test_accuracy", figure(accuracy_, 4)},
         {"examples_per_s", figure(rate, 1)}, {"steady_examples_per_s", figure(steady, 1)},
         {"allreduce_ms_per_step", figure(allreduce_ms, 4)}, {"allreduce_hidden", figure(hidden, 3)},
-        {"blas_kernels", strata::kernels::cpu::blas_core().used}};
+        {"blas_kernels", strata::kernels::cpu::blas_core().used}, {"gemm_kernel", strata::kernels::cpu::gemm_kernel().name}};
     std::printf("%s\n", line.dump().c_str());
   }
 

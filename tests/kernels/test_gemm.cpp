@@ -1,6 +1,10 @@
 #include "doctest.hpp"
 #include "support/reference.hpp"
 
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
 #include <strata/kernels/cpu/gemm.hpp>
 
 namespace {
@@ -52,3 +56,115 @@ TEST_CASE("Kernels.Gemm.BlasMatchesFloat64Reference") {
   check_against_reference<double>(&strata::kernels::cpu::gemm_blas<double>, 1e-12);
 }
 #endif
+
+TEST_CASE("Kernels.Gemm.DispatchMatchesFloat64Reference") {
+  // gemm() itself, through whichever kernel gemm_kernel() chose for this process.
+  check_against_reference<float>(&strata::kernels::cpu::gemm<float>, 1e-4);
+  check_against_reference<double>(&strata::kernels::cpu::gemm<double>, 1e-12);
+}
+
+#ifdef STRATA_GEMM_AVX512
+namespace {
+
+// Every edge of the AVX-512 kernel's blocking: rows around its 12-row tiles, columns around its
+// 32-column panels and its 1024-column blocks, depths around its 256-deep blocks; operands with
+// row strides past their widths, and C's columns past n left untouched.
+void check_avx512_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha, float beta) {
+  const std::int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+  const auto a = ref::random_vector(static_cast<std::size_t>((ta ? k : m) * lda), 11);
+  const auto b = ref::random_vector(static_cast<std::size_t>((tb ? n : k) * ldb), 12);
+  const auto c0 = ref::random_vector(static_cast<std::size_t>(m * ldc), 13);
+  std::vector<float> A(a.begin(), a.end()), B(b.begin(), b.end()), C(c0.begin(), c0.end());
+  if (beta == 0.0f)  // never read: NaN there must not survive
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) C[static_cast<std::size_t>(i * ldc + j)] = NAN;
+  strata::kernels::cpu::GemmArgs<float> g{ta, tb, m, n, k, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc};
+  strata::kernels::cpu::gemm_avx512(g);
+  double worst = 0;
+  bool pad_kept = true;
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double s = 0, scale = 0;
+      for (std::int64_t p = 0; p < k; ++p) {
+        const double x = A[static_cast<std::size_t>(ta ? p * lda + i : i * lda + p)];
+        const double y = B[static_cast<std::size_t>(tb ? j * ldb + p : p * ldb + j)];
+        s += x * y;
+        scale += std::abs(x * y);
+      }
+      const double old = beta == 0.0f ? 0.0 : c0[static_cast<std::size_t>(i * ldc + j)];
+      const double want = alpha * s + beta * old;
+      const double got = C[static_cast<std::size_t>(i * ldc + j)];
+      worst = std::max(worst, std::abs(got - want) / (std::abs(alpha) * scale + std::abs(beta * old) + 1e-6));
+      if (std::isnan(got)) worst = INFINITY;
+    }
+    for (std::int64_t j = n; j < ldc; ++j)
+      pad_kept &= C[static_cast<std::size_t>(i * ldc + j)] == static_cast<float>(c0[static_cast<std::size_t>(i * ldc + j)]);
+  }
+  INFO("m=", m, " n=", n, " k=", k, " ta=", ta, " tb=", tb, " alpha=", alpha, " beta=", beta);
+  CHECK(worst < 1e-5);
+  CHECK(pad_kept);
+}
+
+}  // namespace
+
+TEST_CASE("Kernels.Gemm.Avx512MatchesFloat64Reference") {
+  if (!strata::kernels::cpu::has_avx512f()) {
+    MESSAGE("this CPU has no AVX-512: strata's AVX-512 GEMM cannot run here");
+    return;
+  }
+  check_against_reference<float>(&strata::kernels::cpu::gemm_avx512, 1e-4);
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    for (std::int64_t m : {1, 11, 12, 13, 25})
+      for (std::int64_t n : {1, 15, 16, 17, 31, 32, 33, 70})
+        for (std::int64_t k : {1, 255, 256, 257}) check_avx512_shape(m, n, k, ta, tb, 1.0f, 0.0f);
+    check_avx512_shape(14, 1100, 20, ta, tb, -0.5f, 1.0f);  // past one block of 1024 columns
+    check_avx512_shape(40, 40, 600, ta, tb, 1.5f, 0.5f);    // three blocks deep, beta on the first only
+  }
+  // k == 0 or alpha == 0: C = beta C, without reading C when beta == 0.
+  std::vector<float> C{NAN, 2.0f}, A{1.0f}, B{1.0f};
+  strata::kernels::cpu::GemmArgs<float> g{false, false, 1, 2, 0, 1.0f, A.data(), 1, B.data(), 2, 0.0f, C.data(), 2};
+  strata::kernels::cpu::gemm_avx512(g);
+  CHECK(C == std::vector<float>{0.0f, 0.0f});
+  C = {3.0f, 2.0f};
+  g.k = 1;
+  g.alpha = 0.0f;
+  g.beta = 0.5f;
+  g.ldb = 2;
+  B = {1.0f, 1.0f};
+  g.b = B.data();
+  strata::kernels::cpu::gemm_avx512(g);
+  CHECK(C == std::vector<float>{1.5f, 1.0f});
+}
+#endif
+
+TEST_CASE("Kernels.GemmKernel.FollowsTheCpuTheBlasAndStrataGemm") {
+  namespace kc = strata::kernels::cpu;
+  const kc::GemmKernel& kernel = kc::gemm_kernel();
+  CHECK(&kernel == &kc::gemm_kernel());  // chosen once per process
+  INFO("name=", kernel.name, " reason=", kernel.reason);
+  REQUIRE(!kernel.reason.empty());
+  const char* env = std::getenv("STRATA_GEMM");
+  const std::string mode = env && *env ? env : "auto";
+  const std::string fallback = STRATA_HAS_BLAS ? "openblas" : "builtin";
+  if (!kc::has_avx512f()) {
+    CHECK(kernel.name == fallback);  // never the AVX-512 kernel on a CPU without AVX-512
+  } else if (mode == "strata") {
+    CHECK(kernel.name == "strata-avx512");
+  } else if (mode == "blas") {
+    CHECK(kernel.name == fallback);
+  } else {
+#if STRATA_HAS_BLAS
+    // auto: OpenBLAS's own AVX-512 kernels stay; narrower ones give way to strata's.
+    CHECK(kernel.avx512() == !kc::detail::is_avx512_core(kc::blas_core().used));
+#else
+    CHECK(kernel.avx512());
+#endif
+  }
+  if (mode != "auto" && mode != "strata" && mode != "blas")  // a value it does not know is named
+    CHECK(kernel.reason.find("STRATA_GEMM='" + mode + "' is none of auto, strata, blas") != std::string::npos);
+  CHECK(kc::detail::is_avx512_core("SkylakeX"));
+  CHECK(kc::detail::is_avx512_core("cooperlake"));
+  CHECK(!kc::detail::is_avx512_core("Haswell"));
+  CHECK(!kc::detail::is_avx512_core("Zen"));
+}

@@ -31,6 +31,12 @@ using i32x4 = std::int32_t __attribute__((vector_size(16)));
 using f32x8 = float __attribute__((vector_size(32)));
 using i32x8 = std::int32_t __attribute__((vector_size(32)));
 #endif
+#if defined(__x86_64__) && !defined(__AVX512F__)
+// Packs of 16 for the loops compiled for AVX-512 F and picked at run time (avx512f_runs).
+#define STRATA_AVX512_PACKS 1
+using f32x16 = float __attribute__((vector_size(64)));
+using i32x16 = std::int32_t __attribute__((vector_size(64)));
+#endif
 #endif
 
 /// The integer type of the same shape as V (float or a pack of four).
@@ -52,6 +58,17 @@ struct int_of<f32x8> {
 /// Whether this CPU runs AVX2 and FMA (asked once).
 inline bool avx2_with_fma() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+#endif
+#ifdef STRATA_AVX512_PACKS
+template <>
+struct int_of<f32x16> {
+  using type = i32x16;
+};
+/// Whether this CPU runs AVX-512 F (asked once).
+inline bool avx512f_runs() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
   return yes;
 }
 #endif
@@ -224,6 +241,20 @@ __attribute__((target("avx2,fma"))) inline std::int64_t gelu_backward_avx2(std::
 }
 #endif
 
+#ifdef STRATA_AVX512_PACKS
+__attribute__((target("avx512f"))) inline std::int64_t exp_shifted_avx512(std::int64_t n, const float* x, float s,
+                                                                         float m, float* y, float& sum) {
+  return exp_shifted_packs<f32x16>(0, n, x, s, m, y, sum);
+}
+__attribute__((target("avx512f"))) inline std::int64_t gelu_forward_avx512(std::int64_t n, const float* x, float* y) {
+  return gelu_forward_packs<f32x16>(0, n, x, y);
+}
+__attribute__((target("avx512f"))) inline std::int64_t gelu_backward_avx512(std::int64_t n, const float* x,
+                                                                           const float* dy, float* dx, bool accumulate) {
+  return gelu_backward_packs<f32x16>(0, n, x, dy, dx, accumulate);
+}
+#endif
+
 }  // namespace detail
 
 /// e^x (float: detail::exp_of's range and accuracy; double: std::exp).
@@ -244,8 +275,11 @@ T exp_shifted_sum(std::int64_t n, const T* STRATA_RESTRICT x, T s, T m, T* STRAT
   T sum = 0;
   if constexpr (std::is_same_v<T, float>) {
     std::int64_t i = 0;
+#ifdef STRATA_AVX512_PACKS
+    if (detail::avx512f_runs()) i = detail::exp_shifted_avx512(n, x, s, m, y, sum);
+#endif
 #ifdef STRATA_AVX2_PACKS
-    if (detail::avx2_with_fma()) i = detail::exp_shifted_avx2(n, x, s, m, y, sum);
+    if (i == 0 && detail::avx2_with_fma()) i = detail::exp_shifted_avx2(n, x, s, m, y, sum);
 #endif
 #ifdef STRATA_FLOAT_PACKS
     i = detail::exp_shifted_packs<detail::f32x4>(i, n, x, s, m, y, sum);
@@ -257,13 +291,16 @@ T exp_shifted_sum(std::int64_t n, const T* STRATA_RESTRICT x, T s, T m, T* STRAT
   return sum;
 }
 
-/// y = x Φ(x): GELU, its exact (erf) form. float: packs of 8 on AVX2 + FMA, else of 4.
+/// y = x Φ(x): GELU, its exact (erf) form. float: packs of 16 on AVX-512, 8 on AVX2 + FMA, else 4.
 template <class T>
 void gelu_forward(std::int64_t n, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT y) {
   if constexpr (std::is_same_v<T, float>) {
     std::int64_t i = 0;
+#ifdef STRATA_AVX512_PACKS
+    if (detail::avx512f_runs()) i = detail::gelu_forward_avx512(n, x, y);
+#endif
 #ifdef STRATA_AVX2_PACKS
-    if (detail::avx2_with_fma()) i = detail::gelu_forward_avx2(n, x, y);
+    if (i == 0 && detail::avx2_with_fma()) i = detail::gelu_forward_avx2(n, x, y);
 #endif
 #ifdef STRATA_FLOAT_PACKS
     i = detail::gelu_forward_packs<detail::f32x4>(i, n, x, y);
@@ -280,8 +317,11 @@ void gelu_backward(std::int64_t n, const T* STRATA_RESTRICT x, const T* STRATA_R
                    bool accumulate) {
   if constexpr (std::is_same_v<T, float>) {
     std::int64_t i = 0;
+#ifdef STRATA_AVX512_PACKS
+    if (detail::avx512f_runs()) i = detail::gelu_backward_avx512(n, x, dy, dx, accumulate);
+#endif
 #ifdef STRATA_AVX2_PACKS
-    if (detail::avx2_with_fma()) i = detail::gelu_backward_avx2(n, x, dy, dx, accumulate);
+    if (i == 0 && detail::avx2_with_fma()) i = detail::gelu_backward_avx2(n, x, dy, dx, accumulate);
 #endif
 #ifdef STRATA_FLOAT_PACKS
     i = detail::gelu_backward_packs<detail::f32x4>(i, n, x, dy, dx, accumulate);

@@ -1,17 +1,24 @@
 /// \file
 /// Row-major GEMM: C = alpha * op(A) * op(B) + beta * C, where op(X) is X or X^T.
-/// gemm() uses CBLAS (OpenBLAS) when the build has it and the built-in blocked kernel
-/// otherwise; both are callable directly so tests can hold them against each other. Including
-/// it has OpenBLAS run the kernels of this CPU's vector width (blas_core.hpp).
+/// gemm() runs the kernel gemm_kernel() chose for this process: CBLAS (OpenBLAS) when the
+/// build has it, strata's AVX-512 kernel for float where the CPU has AVX-512 and OpenBLAS runs
+/// narrower kernels (gemm_avx512.hpp), and the built-in blocked kernel otherwise; each is
+/// callable directly so tests can hold them against each other. Including it has OpenBLAS run
+/// the kernels of this CPU's vector width (blas_core.hpp).
 #pragma once
 
 #include <algorithm>  // std::min
 #include <cstdint>
+#include <cstdio>   // std::fprintf
+#include <cstdlib>  // std::getenv
+#include <string>
+#include <string_view>
 #include <type_traits>  // std::is_same_v
 #include <vector>
 
 #include <strata/config.hpp>  // STRATA_HAS_BLAS, STRATA_RESTRICT
 #include <strata/kernels/cpu/blas_core.hpp>
+#include <strata/kernels/cpu/gemm_avx512.hpp>
 #include <strata/kernels/math/gemm_args.hpp>
 
 #if STRATA_HAS_BLAS
@@ -119,9 +126,73 @@ void gemm_blas(const GemmArgs<T>& g) {
 }
 #endif
 
-/// GEMM through the fastest implementation this build has.
+/// The kernel that runs float GEMMs in this process, and why (gemm_kernel()).
+struct GemmKernel {
+  std::string name;    ///< "strata-avx512", "openblas" or "builtin"
+  std::string reason;  ///< why this one
+  bool avx512() const noexcept { return name == "strata-avx512"; }
+};
+
+namespace detail {
+
+/// True for OpenBLAS's kernels that use AVX-512.
+inline bool is_avx512_core(std::string_view name) {
+  const std::string n = lowercase(name);
+  return n == "skylakex" || n == "cooperlake" || n == "sapphirerapids";
+}
+
+/// The float GEMM kernel for this process: STRATA_GEMM=auto (the default), strata (strata's
+/// AVX-512 kernel wherever the CPU has AVX-512) or blas (OpenBLAS, or the built-in kernel in a
+/// build without it). auto takes strata's AVX-512 kernel on a CPU with AVX-512 unless
+/// OpenBLAS runs AVX-512 kernels of its own (docs/performance.md, "GEMM kernels").
+inline GemmKernel select_gemm_kernel() {
+  const char* env = std::getenv("STRATA_GEMM");
+  std::string_view mode = env ? env : "";
+  std::string note;
+  if (!mode.empty() && mode != "auto" && mode != "strata" && mode != "blas") {
+    note = "; STRATA_GEMM='" + std::string(mode) + "' is none of auto, strata, blas";
+    std::fprintf(stderr, "[strata.kernels] STRATA_GEMM='%s' is none of auto, strata, blas: auto\n", env);
+    mode = "auto";
+  }
+  const std::string fallback = STRATA_HAS_BLAS ? "openblas" : "builtin";
+  if (!has_avx512f())
+    return {fallback, (mode == "strata" ? "STRATA_GEMM=strata, but this CPU has no AVX-512" : "this CPU has no AVX-512") + note};
+  if (mode == "strata") return {"strata-avx512", "STRATA_GEMM=strata"};
+  if (mode == "blas") return {fallback, "STRATA_GEMM=blas"};
+#if STRATA_HAS_BLAS
+  const std::string& core = blas_core().used;
+  if (is_avx512_core(core)) return {"openblas", "OpenBLAS runs its AVX-512 kernels (" + core + ")" + note};
+  return {"strata-avx512", "OpenBLAS runs its " + core + " kernels, narrower than this CPU's AVX-512" + note};
+#else
+  return {"strata-avx512", "this CPU has AVX-512 and the build has no OpenBLAS" + note};
+#endif
+}
+
+}  // namespace detail
+
+/// The kernel that runs float GEMMs, chosen once per process (double GEMMs run OpenBLAS, or the
+/// built-in kernel without it).
+inline const GemmKernel& gemm_kernel() {
+  static const GemmKernel kernel = detail::select_gemm_kernel();
+  return kernel;
+}
+
+/// GEMM through the fastest implementation this build has on this CPU.
 template <class T>
 void gemm(const GemmArgs<T>& g) {
+#ifdef STRATA_GEMM_AVX512
+  if constexpr (std::is_same_v<T, float>) {
+    // strata's kernel is single-threaded: OpenBLAS keeps the GEMMs it was given threads for.
+    if (gemm_kernel().avx512()
+#if STRATA_HAS_BLAS
+        && openblas_get_num_threads() == 1
+#endif
+    ) {
+      gemm_avx512(g);
+      return;
+    }
+  }
+#endif
 #if STRATA_HAS_BLAS
   gemm_blas(g);
 #else

@@ -1,0 +1,196 @@
+/// \file
+/// strata's own single-precision GEMM for x86-64 CPUs with AVX-512, for when OpenBLAS runs
+/// narrower kernels than the CPU has (an OPENBLAS_CORETYPE that pins AVX2 kernels, or a release
+/// that does not know the CPU): on a Zen 5 core pinned to OpenBLAS's Haswell kernels it runs
+/// the Transformer's and the ResNet's shapes about twice as fast (docs/performance.md, "GEMM
+/// kernels"). gemm.hpp decides when it runs.
+///
+/// The layout is Goto's, with one change for the tall-and-narrow products of training
+/// (thousands of rows, N and K of 128 to 512): A is not packed. Packing A costs a pass over
+/// it for every block of columns, as much as the products themselves when N is 128; instead
+/// the 12 x 32 micro-kernel broadcasts A's elements from where they lie (12 rows a step, or
+/// 12 consecutive elements of a row when A is transposed). B is packed once per block into
+/// 32-column panels, zero-padded (read in place, its rows' power-of-two strides map a panel
+/// onto a few L1 sets: 15-25 % slower on the weight gradients' shapes from a cold cache), so
+/// edge tiles run the same kernel under store masks.
+#pragma once
+
+#include <algorithm>  // std::min
+#include <array>
+#include <cstdint>
+#include <utility>  // std::integer_sequence
+#include <vector>
+
+#include <strata/kernels/math/gemm_args.hpp>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define STRATA_GEMM_AVX512 1
+#include <immintrin.h>
+#endif
+
+namespace strata::kernels::cpu {
+
+/// Whether this CPU runs AVX-512 F (asked once; false off x86-64).
+inline bool has_avx512f() {
+#ifdef STRATA_GEMM_AVX512
+  static const bool yes = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
+  return yes;
+#else
+  return false;
+#endif
+}
+
+#ifdef STRATA_GEMM_AVX512
+namespace avx512 {
+
+inline constexpr int kMR = 12;                  // rows of a micro-tile: 24 of the 32 vector registers hold C
+inline constexpr int kNR = 32;                  // columns: two vectors of 16 floats
+inline constexpr std::int64_t kKC = 256;        // a B panel, kKC x kNR, is 32 KiB: it stays in L1
+inline constexpr std::int64_t kMC = 16 * kMR;   // rows of A swept over one packed block of B (L2)
+inline constexpr std::int64_t kNC = 1024;       // columns of B packed at once (1 MiB)
+inline constexpr std::int64_t kGatherMaxLd = (std::int64_t{1} << 31) / 4 / kNR;  // 32-bit gather offsets
+
+/// The load/store masks of a 32-column tile that is w columns wide (0 < w <= 32).
+[[gnu::target("avx512f")]] inline void column_masks(int w, __mmask16& lo, __mmask16& hi) {
+  lo = static_cast<__mmask16>(w >= 16 ? 0xffff : (1u << w) - 1);
+  hi = static_cast<__mmask16>(w <= 16 ? 0 : w >= 32 ? 0xffff : (1u << (w - 16)) - 1);
+}
+
+/// C[0:R, 0:32] (masked by m0, m1) = alpha * sum_p A(i, p) B(p, :) + (load_c ? beta * C : 0).
+/// A(i, p) is a[i * lda + p], or a[p * lda + i] when kTransA; bp is a packed B panel.
+template <int R, bool kTransA>
+[[gnu::target("avx512f")]] inline void micro_tile(std::int64_t kc, const float* a, std::int64_t lda,
+                                                  const float* bp, float* c, std::int64_t ldc, float alpha,
+                                                  float beta, bool load_c, __mmask16 m0, __mmask16 m1) {
+  __m512 lo[R], hi[R];
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
+  if constexpr (kTransA) {
+    for (std::int64_t p = 0; p < kc; ++p, a += lda, bp += kNR) {
+      const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#pragma GCC unroll 12
+      for (int i = 0; i < R; ++i) {
+        const __m512 ai = _mm512_set1_ps(a[i]);
+        lo[i] = _mm512_fmadd_ps(ai, b0, lo[i]);
+        hi[i] = _mm512_fmadd_ps(ai, b1, hi[i]);
+      }
+    }
+  } else {
+    // Rows i, i + 1 and i + 2 off one pointer: [r], [r + lda * 4] and [r + lda * 8] are single
+    // addressing modes, so four pointers and lda cover the 12 rows.
+    const float* r[(R + 2) / 3];
+#pragma GCC unroll 4
+    for (int q = 0; q < (R + 2) / 3; ++q) r[q] = a + 3 * q * lda;
+    for (std::int64_t p = 0; p < kc; ++p, bp += kNR) {
+      const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#pragma GCC unroll 12
+      for (int i = 0; i < R; ++i) {
+        const __m512 ai = _mm512_set1_ps(r[i / 3][(i % 3) * lda + p]);
+        lo[i] = _mm512_fmadd_ps(ai, b0, lo[i]);
+        hi[i] = _mm512_fmadd_ps(ai, b1, hi[i]);
+      }
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) {
+    float* ci = c + i * ldc;
+    __m512 x0 = _mm512_mul_ps(lo[i], va), x1 = _mm512_mul_ps(hi[i], va);
+    if (load_c) {
+      x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, ci), vb, x0);
+      x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, ci + 16), vb, x1);
+    }
+    _mm512_mask_storeu_ps(ci, m0, x0);
+    _mm512_mask_storeu_ps(ci + 16, m1, x1);
+  }
+}
+
+using TileFn = void (*)(std::int64_t, const float*, std::int64_t, const float*, float*, std::int64_t, float, float,
+                        bool, __mmask16, __mmask16);
+
+template <bool kTransA, int... R>
+constexpr auto tile_table(std::integer_sequence<int, R...>) {
+  return std::array<TileFn, sizeof...(R)>{&micro_tile<R + 1, kTransA>...};
+}
+
+/// Packs B[p0:p0+kc, j0:j0+nc] into panels of kNR columns (zero-padded): panel j at dst + j * kc.
+[[gnu::target("avx512f")]] inline void pack_b(const math::GemmArgs<float>& g, std::int64_t p0, std::int64_t kc,
+                                              std::int64_t j0, std::int64_t nc, float* dst) {
+  for (std::int64_t jr = 0; jr < nc; jr += kNR, dst += kc * kNR) {
+    const auto w = static_cast<int>(std::min<std::int64_t>(kNR, nc - jr));
+    if (!g.trans_b) {
+      __mmask16 m0, m1;
+      column_masks(w, m0, m1);
+      const float* src = g.b + p0 * g.ldb + j0 + jr;
+      for (std::int64_t p = 0; p < kc; ++p, src += g.ldb) {
+        _mm512_storeu_ps(dst + p * kNR, _mm512_maskz_loadu_ps(m0, src));
+        _mm512_storeu_ps(dst + p * kNR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+      }
+    } else if (g.ldb <= kGatherMaxLd) {  // B(p, j) = b[j * ldb + p]: a panel row gathers a column of b's rows
+      __mmask16 m0, m1;
+      column_masks(w, m0, m1);
+      const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(static_cast<int>(g.ldb)));
+      const float* src = g.b + (j0 + jr) * g.ldb + p0;
+      const float* src_hi = m1 ? src + 16 * g.ldb : src;  // not formed past b when no lane reads it
+      for (std::int64_t p = 0; p < kc; ++p) {
+        _mm512_storeu_ps(dst + p * kNR, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, rows, src + p, 4));
+        _mm512_storeu_ps(dst + p * kNR + 16, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, rows, src_hi + p, 4));
+      }
+    } else {  // rows too far apart for 32-bit gather offsets
+      for (int j = 0; j < kNR; ++j) {
+        const float* src = g.b + (j0 + jr + j) * g.ldb + p0;
+        for (std::int64_t p = 0; p < kc; ++p) dst[p * kNR + j] = j < w ? src[p] : 0.0f;
+      }
+    }
+  }
+}
+
+}  // namespace avx512
+
+/// C = alpha * op(A) * op(B) + beta * C in float with strata's AVX-512 kernel (see the file
+/// comment). Call only where has_avx512f(); beta == 0 overwrites C without reading it.
+[[gnu::target("avx512f")]] inline void gemm_avx512(const math::GemmArgs<float>& g) {
+  using namespace avx512;
+  if (g.m == 0 || g.n == 0) return;
+  if (g.k == 0 || g.alpha == 0.0f) {
+    for (std::int64_t i = 0; i < g.m; ++i)
+      for (std::int64_t j = 0; j < g.n; ++j) g.c[i * g.ldc + j] = g.beta == 0.0f ? 0.0f : g.beta * g.c[i * g.ldc + j];
+    return;
+  }
+  static constexpr auto plain = tile_table<false>(std::make_integer_sequence<int, kMR>{});
+  static constexpr auto transposed = tile_table<true>(std::make_integer_sequence<int, kMR>{});
+  const auto& tiles = g.trans_a ? transposed : plain;
+  thread_local std::vector<float> packed;  // B's panels
+  packed.resize(static_cast<std::size_t>(kKC * (kNC + kNR)));
+  for (std::int64_t jc = 0; jc < g.n; jc += kNC) {
+    const std::int64_t nc = std::min(kNC, g.n - jc);
+    for (std::int64_t pc = 0; pc < g.k; pc += kKC) {
+      const std::int64_t kc = std::min(kKC, g.k - pc);
+      pack_b(g, pc, kc, jc, nc, packed.data());
+      const bool first = pc == 0;
+      const float beta = first ? g.beta : 1.0f;
+      const bool load_c = !first || g.beta != 0.0f;
+      for (std::int64_t ic = 0; ic < g.m; ic += kMC) {
+        const std::int64_t mc = std::min(kMC, g.m - ic);
+        for (std::int64_t jr = 0; jr < nc; jr += kNR) {
+          const auto w = static_cast<int>(std::min<std::int64_t>(kNR, nc - jr));
+          __mmask16 m0, m1;
+          column_masks(w, m0, m1);
+          const float* bp = packed.data() + jr * kc;
+          float* cj = g.c + jc + jr;
+          for (std::int64_t ir = 0; ir < mc; ir += kMR) {
+            const std::int64_t i = ic + ir;
+            const auto rows = static_cast<int>(std::min<std::int64_t>(kMR, mc - ir));
+            const float* a = g.trans_a ? g.a + pc * g.lda + i : g.a + i * g.lda + pc;
+            tiles[static_cast<std::size_t>(rows - 1)](kc, a, g.lda, bp, cj + i * g.ldc, g.ldc, g.alpha, beta, load_c,
+                                                      m0, m1);
+          }
+        }
+      }
+    }
+  }
+}
+#endif
+
+}  // namespace strata::kernels::cpu
