@@ -230,6 +230,12 @@ TEST_CASE("Autograd.Gradcheck.EmbeddingPoolingAttention") {
                          {var({1, 2, 4, 2}, 58), var({1, 2, 4, 2}, 59), var({1, 2, 4, 3}, 60)});
   expect_gradients_match("causal attention, fewer queries than keys", attn(true),
                          {var({1, 2, 3}, 61), var({1, 4, 3}, 62), var({1, 4, 2}, 63)});
+  // Self-attention of heads packed in one projection, in one operation: more tokens than a
+  // causal block (16), and not a multiple of it.
+  for (bool causal : {false, true})
+    expect_gradients_match(causal ? "self_attention, causal" : "self_attention", [causal](const Inputs& v) {
+      return weigh(strata::ops::detail::self_attention(v[0], 2, causal));
+    }, {var({2, 19, 12}, causal ? 73 : 72)});
   // The module: q, k and v as strided views of one projection, heads merged, projected.
   strata::Generator gen(70);
   strata::nn::MultiheadAttention mha(6, 3, true, true, gen, strata::DType::f64);

@@ -144,6 +144,37 @@ TEST_CASE("Layers.MultiheadAttention: heads split, attended and merged as their 
   CHECK_THROWS_WITH_AS(mha(rand64({2, 4, 5}, 1)), doctest::Contains("must be [B, T, 6]"), strata::invalid_argument);
 }
 
+TEST_CASE("Layers.SelfAttention: packed heads in one operation equal the heads attended one by one") {
+  // The reference: each head's q, k and v sliced out of the projection and made contiguous,
+  // scaled_dot_product_attention on them, the outputs concatenated; values and the gradients
+  // of a weighted sum, in float64 (to 1e-12) and in float32 (to float rounding). 37 tokens
+  // span three causal blocks and part of a fourth.
+  const std::int64_t B = 2, Tn = 37, H = 3, D = 5, W = H * D;
+  for (DType dtype : {DType::f64, DType::f32})
+    for (bool causal : {false, true}) {
+      const Tensor qkv0 = strata::to_dtype(rand64({B, Tn, 3 * W}, causal ? 21 : 22), dtype);
+      const Tensor weights = strata::to_dtype(rand64({B, Tn, W}, 23), dtype);
+      Tensor fused_in = qkv0.clone().requires_grad_(), ref_in = qkv0.clone().requires_grad_();
+      // (each forward pass followed by its own backward: a backward pass consumes the tape)
+      const Tensor fused = strata::ops::detail::self_attention(fused_in, H, causal);
+      const std::vector<Tensor> fused_params{fused_in}, ref_params{ref_in};
+      const auto gf = strata::grad(strata::sum(fused * weights), fused_params);
+      std::vector<Tensor> heads;
+      for (std::int64_t h = 0; h < H; ++h) {
+        const auto part = [&](std::int64_t k) { return strata::slice(ref_in, -1, k * W + h * D, k * W + (h + 1) * D).contiguous(); };
+        heads.push_back(strata::scaled_dot_product_attention(part(0), part(1), part(2), causal));
+      }
+      const Tensor ref = strata::concat(heads, -1);
+      const auto gr = strata::grad(strata::sum(ref * weights), ref_params);
+      INFO("dtype=", dtype, " causal=", causal);
+      const double tol = dtype == DType::f64 ? 1e-12 : 2e-5;
+      check_close(fused.to_vector<double>(), ref.to_vector<double>(), tol);
+      check_close(gf[0].template to_vector<double>(), gr[0].template to_vector<double>(), tol);
+    }
+  CHECK_THROWS_WITH_AS(strata::ops::detail::self_attention(rand64({1, 4, 10}, 1), 2, true),
+                       doctest::Contains("not 3 x 2 heads"), strata::invalid_argument);
+}
+
 TEST_CASE("Layers.LayerNorm: mean 0, variance 1 per row, then scale and shift") {
   nn::LayerNorm ln(5, 1e-5, true, DType::f64);
   CHECK(names(ln.named_parameters()) == std::vector<std::string>{"weight", "bias"});

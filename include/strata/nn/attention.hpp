@@ -42,8 +42,10 @@ class MultiheadAttention : public Module {
   Tensor forward(const Tensor& x) override {
     check(x, "x");
     const Tensor qkv = linear(x, in_w_, in_b_);  // [B, T, 3 width]
-    // [B, 3 heads, T, D], a view; q, k and v are its thirds along axis 1, strided views read in
-    // place by the batched matmuls (no copies of the projections).
+    // On the host, one operation reads the heads in place and writes them merged.
+    if (!on_device(qkv)) return out_->forward(ops::detail::self_attention(qkv, heads_, causal_));
+    // On a device: [B, 3 heads, T, D], a view; q, k and v are its thirds along axis 1, strided
+    // views read in place by the batched matmuls (no copies of the projections).
     const std::int64_t H = heads_;
     const Tensor all = permute(reshape(qkv, {x.dim(0), x.dim(1), 3 * H, width_ / H}), {0, 2, 1, 3});
     return attend_heads(ops::detail::slice_node(all, 1, 0, H, false), ops::detail::slice_node(all, 1, H, 2 * H, false),

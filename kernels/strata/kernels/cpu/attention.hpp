@@ -1,0 +1,134 @@
+/// \file
+/// Self-attention of heads packed in one projection, forward and backward, on the CPU: each
+/// head's q, k and v are read in place from qkv [B, T, 3W] (row stride 3W), its output is
+/// written merged into [B, T, W] (row stride W), and its gradients straight into the three
+/// parts of dqkv, so neither the heads' split nor their merge costs a copy. Under a causal mask
+/// the products are taken in blocks of kAttentionRows query rows, each over only the keys its
+/// last row sees: the blocks the mask zeroes (about 40 % of the scores at T = 64) are never
+/// computed, and never read.
+#pragma once
+
+#include <algorithm>  // std::min
+#include <cstdint>
+
+#include <strata/kernels/cpu/gemm.hpp>
+#include <strata/kernels/cpu/softmax.hpp>  // softmax_forward, softmax_backward
+
+namespace strata::kernels::cpu {
+
+/// The shape of a packed self-attention: `batch` sequences of `tokens`, `heads` heads of
+/// `head_width` columns each (W = heads * head_width).
+struct AttentionShape {
+  std::int64_t batch = 0, tokens = 0, heads = 0, head_width = 0;
+  bool causal = false;
+  std::int64_t width() const noexcept { return heads * head_width; }
+};
+
+/// Query rows per block of the causal products.
+inline constexpr std::int64_t kAttentionRows = 16;
+
+namespace detail {
+
+template <class T>
+void gemm_into(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
+               const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  gemm(math::GemmArgs<T>{ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc});
+}
+
+/// dst [cols, rows] = src [rows, cols] (row stride ld): a head's keys or values turned so that
+/// the products read them as an untransposed operand (the GEMM packs a transposed one on every
+/// call, which costs more than these small products themselves).
+template <class T>
+void transpose_into(std::int64_t rows, std::int64_t cols, const T* src, std::int64_t ld, T* dst) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
+}
+
+/// Calls f(r0, r1, keys) for the blocks of query rows [r0, r1) and the keys [0, keys) they see.
+template <class F>
+void for_each_row_block(const AttentionShape& s, F&& f) {
+  const std::int64_t T = s.tokens, rows = s.causal ? kAttentionRows : T;
+  for (std::int64_t r0 = 0; r0 < T; r0 += rows) {
+    const std::int64_t r1 = std::min(T, r0 + rows);
+    f(r0, r1, s.causal ? r1 : T);
+  }
+}
+
+}  // namespace detail
+
+/// Elements of the scratch attention_forward and attention_backward take.
+inline std::int64_t attention_scratch(const AttentionShape& s) {
+  return 2 * s.tokens * s.tokens + s.head_width * s.tokens;
+}
+
+/// out [B, T, W] = the heads' softmax(scale q kᵀ, masked) v, merged; probs [B, H, T, T]
+/// receives the attention weights (0 where masked) for the backward pass; scratch holds
+/// attention_scratch(s) elements.
+template <class T>
+void attention_forward(const AttentionShape& s, const T* qkv, T scale, T* probs, T* scratch, T* out) {
+  const std::int64_t Tn = s.tokens, D = s.head_width, W = s.width(), ld = 3 * W;
+  T *scores = scratch, *kt = scratch + 2 * Tn * Tn;
+  for (std::int64_t b = 0; b < s.batch; ++b)
+    for (std::int64_t h = 0; h < s.heads; ++h) {
+      const T* q = qkv + b * Tn * ld + h * D;
+      const T *k = q + W, *v = q + 2 * W;
+      T* p = probs + (b * s.heads + h) * Tn * Tn;
+      T* o = out + b * Tn * W + h * D;
+      detail::transpose_into<T>(Tn, D, k, ld, kt);
+      detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
+        detail::gemm_into<T>(false, false, r1 - r0, keys, D, q + r0 * ld, ld, kt, Tn, T(0), scores + r0 * Tn, Tn);
+      });
+      for (std::int64_t r = 0; r < Tn; ++r) {
+        const std::int64_t seen = s.causal ? r + 1 : Tn;
+        softmax_forward<T>(1, seen, scores + r * Tn, p + r * Tn, scale, 0);
+        std::fill(p + r * Tn + seen, p + (r + 1) * Tn, T(0));
+      }
+      detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
+        detail::gemm_into<T>(false, false, r1 - r0, D, keys, p + r0 * Tn, Tn, v, ld, T(0), o + r0 * W, W);
+      });
+    }
+}
+
+/// dqkv [B, T, 3W] (+)= the gradient of attention_forward's out through dout [B, T, W], from
+/// qkv and the forward's probs; scratch holds attention_scratch(s) elements.
+template <class T>
+void attention_backward(const AttentionShape& s, const T* qkv, const T* probs, const T* dout, T scale, T* scratch,
+                        T* dqkv, bool accumulate) {
+  const std::int64_t Tn = s.tokens, D = s.head_width, W = s.width(), ld = 3 * W;
+  T *dprobs = scratch, *dscores = scratch + Tn * Tn, *vt = scratch + 2 * Tn * Tn;
+  const T beta = accumulate ? T(1) : T(0);
+  for (std::int64_t b = 0; b < s.batch; ++b)
+    for (std::int64_t h = 0; h < s.heads; ++h) {
+      const T* q = qkv + b * Tn * ld + h * D;
+      const T *k = q + W, *v = q + 2 * W;
+      const T* p = probs + (b * s.heads + h) * Tn * Tn;
+      const T* dO = dout + b * Tn * W + h * D;
+      T* dq = dqkv + b * Tn * ld + h * D;
+      T *dk = dq + W, *dv = dq + 2 * W;
+      // dP = dO vᵀ over the seen keys; dS = the softmax's backward of it, 0 where masked.
+      detail::transpose_into<T>(Tn, D, v, ld, vt);
+      detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
+        detail::gemm_into<T>(false, false, r1 - r0, keys, D, dO + r0 * W, W, vt, Tn, T(0), dprobs + r0 * Tn, Tn);
+      });
+      for (std::int64_t r = 0; r < Tn; ++r) {
+        const std::int64_t seen = s.causal ? r + 1 : Tn;
+        softmax_backward<T>(1, seen, p + r * Tn, dprobs + r * Tn, scale, dscores + r * Tn, false);
+        std::fill(dscores + r * Tn + seen, dscores + (r + 1) * Tn, T(0));
+      }
+      // dq = dS k, over the keys each block of queries saw.
+      detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
+        detail::gemm_into<T>(false, false, r1 - r0, D, keys, dscores + r0 * Tn, Tn, k, ld, beta, dq + r0 * ld, ld);
+      });
+      // dk = dSᵀ q and dv = Pᵀ dO: key j is seen by the queries from j on (all of them without
+      // the mask), so a block of keys [j0, j1) sums over the queries [j0, T).
+      detail::for_each_row_block(s, [&](std::int64_t j0, std::int64_t j1, std::int64_t) {
+        const std::int64_t i0 = s.causal ? j0 : 0;
+        detail::gemm_into<T>(true, false, j1 - j0, D, Tn - i0, dscores + i0 * Tn + j0, Tn, q + i0 * ld, ld, beta,
+                             dk + j0 * ld, ld);
+        detail::gemm_into<T>(true, false, j1 - j0, D, Tn - i0, p + i0 * Tn + j0, Tn, dO + i0 * W, W, beta,
+                             dv + j0 * ld, ld);
+      });
+    }
+}
+
+}  // namespace strata::kernels::cpu
