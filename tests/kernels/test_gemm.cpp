@@ -68,7 +68,9 @@ namespace {
 
 // Every edge of the AVX-512 kernel's blocking: rows around its 12-row tiles, columns around its
 // 32-column panels and its 1024-column blocks, depths around its 256-deep blocks; operands with
-// row strides past their widths, and C's columns past n left untouched.
+// row strides past their widths, and C's columns past n left untouched. Wide shapes with few
+// rows take its transposed route (Cᵀ = op(B)ᵀ op(A)ᵀ, with B transposed or deep), the others
+// its direct one.
 void check_avx512_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha, float beta) {
   const std::int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
   const auto a = ref::random_vector(static_cast<std::size_t>((ta ? k : m) * lda), 11);

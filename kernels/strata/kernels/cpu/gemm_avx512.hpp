@@ -158,6 +158,24 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
       for (std::int64_t j = 0; j < g.n; ++j) g.c[i * g.ldc + j] = g.beta == 0.0f ? 0.0f : g.beta * g.c[i * g.ldc + j];
     return;
   }
+  // Few rows against many columns: packing B (K x N) costs more than the products of the M
+  // rows it feeds, by gathers when B is transposed (a convolution's weight gradient,
+  // dW [OC, R] = G colsᵀ), by copies of a deep B otherwise (its forward pass, W cols).
+  // Cᵀ = op(B)ᵀ op(A)ᵀ packs op(A)ᵀ instead, K x M; Cᵀ lands in a scratch that is then turned
+  // into C (N x M moves against N x M x K products, hence a deep product for the copies' case).
+  if (g.n > g.m && (g.trans_b || g.k >= std::max<std::int64_t>(128, 4 * g.m))) {
+    thread_local std::vector<float> flipped;
+    flipped.resize(static_cast<std::size_t>(g.n * g.m));
+    gemm_avx512({!g.trans_b, !g.trans_a, g.n, g.m, g.k, g.alpha, g.b, g.ldb, g.a, g.lda, 0.0f, flipped.data(), g.m});
+    for (std::int64_t i = 0; i < g.m; ++i) {
+      float* ci = g.c + i * g.ldc;
+      if (g.beta == 0.0f)
+        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = flipped[static_cast<std::size_t>(j * g.m + i)];
+      else
+        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = flipped[static_cast<std::size_t>(j * g.m + i)] + g.beta * ci[j];
+    }
+    return;
+  }
   static constexpr auto plain = tile_table<false>(std::make_integer_sequence<int, kMR>{});
   static constexpr auto transposed = tile_table<true>(std::make_integer_sequence<int, kMR>{});
   const auto& tiles = g.trans_a ? transposed : plain;

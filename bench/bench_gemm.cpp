@@ -1,0 +1,106 @@
+// Float GEMM throughput, one thread: strata's AVX-512 kernel against OpenBLAS (whatever kernels
+// it runs in this process: OPENBLAS_CORETYPE names them), or against the built-in blocked kernel
+// in a build without OpenBLAS, on the shapes of the reference models' layers. The two run in
+// alternating rounds of the same process; one JSON line per shape with the median GFLOP/s of
+// each and their ratio (docs/performance.md, "GEMM kernels").
+//
+//   OPENBLAS_NUM_THREADS=1 build/bench/bench_gemm [--rounds 9]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <strata/kernels/cpu/gemm.hpp>
+
+namespace kc = strata::kernels::cpu;
+
+namespace {
+
+struct Shape {
+  const char* what;
+  std::int64_t m, n, k;
+  bool ta, tb;
+};
+
+using GemmFn = void (*)(const kc::GemmArgs<float>&);
+
+// Seconds per call: as many calls as fill about 50 ms, timed together.
+double seconds_per_call(GemmFn f, const kc::GemmArgs<float>& g) {
+  const double flops = 2.0 * static_cast<double>(g.m * g.n * g.k);
+  const int calls = std::max(3, static_cast<int>(5e9 / flops));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) f(g);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 9;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::max(1, std::atoi(argv[i + 1]));
+#ifndef STRATA_GEMM_AVX512
+  (void)rounds;
+  std::printf("{\"bench\": \"gemm\", \"skipped\": \"strata's AVX-512 GEMM is built for x86-64 with GCC or clang only\"}\n");
+}
+#else
+  if (!kc::has_avx512f()) {
+    std::printf("{\"bench\": \"gemm\", \"skipped\": \"this CPU has no AVX-512: strata's AVX-512 GEMM cannot run\"}\n");
+    return 0;
+  }
+#if STRATA_HAS_BLAS
+  kc::set_blas_threads(1);
+  const GemmFn peer = &kc::gemm_blas<float>;
+  const std::string peer_name = "openblas-" + kc::blas_core().used;
+#else
+  const GemmFn peer = &kc::gemm_builtin<float>;
+  const std::string peer_name = "builtin";
+#endif
+  // The character Transformer's (batch 32 x context 64 tokens, width 128) and the ResNet's
+  // (batch 64, a 64-channel 3 x 3 layer on 7 x 7 planes) products, forward and backward.
+  const Shape shapes[] = {
+      {"transformer qkv: x W^T", 2048, 384, 128, false, true},
+      {"transformer mlp down: x W^T", 2048, 128, 512, false, true},
+      {"transformer mlp up: dY W", 2048, 128, 512, false, false},
+      {"transformer dW: G^T X", 512, 128, 2048, true, false},
+      {"transformer dW: G^T X", 128, 128, 2048, true, false},
+      {"attention: P V", 64, 32, 64, false, false},
+      {"resnet conv: W cols", 64, 3136, 576, false, false},
+      {"resnet conv dW: G cols^T", 64, 576, 3136, false, true},
+      {"resnet conv dx: W^T G", 576, 3136, 64, true, false},
+      {"square", 512, 512, 512, false, false},
+  };
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const Shape& s : shapes) {
+    std::vector<float> a(static_cast<std::size_t>(s.m * s.k)), b(static_cast<std::size_t>(s.k * s.n)),
+        c(static_cast<std::size_t>(s.m * s.n));
+    for (float& x : a) x = u(rng);
+    for (float& x : b) x = u(rng);
+    const kc::GemmArgs<float> g{s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), s.ta ? s.m : s.k,
+                                b.data(), s.tb ? s.k : s.n, 0.0f, c.data(), s.n};
+    std::vector<double> mine, theirs;
+    for (int r = 0; r < rounds; ++r) {
+      mine.push_back(seconds_per_call(&kc::gemm_avx512, g));
+      theirs.push_back(seconds_per_call(peer, g));
+    }
+    const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
+    const double ours = flops / median(mine) / 1e9, peers = flops / median(theirs) / 1e9;
+    std::printf(
+        "{\"bench\": \"gemm\", \"shape\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"trans_a\": %d, "
+        "\"trans_b\": %d, \"rounds\": %d, \"strata_avx512_gflops\": %.1f, \"peer\": \"%s\", \"peer_gflops\": %.1f, "
+        "\"ratio\": %.3f}\n",
+        s.what, static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), s.ta, s.tb,
+        rounds, ours, peer_name.c_str(), peers, ours / peers);
+  }
+}
+#endif
