@@ -8,6 +8,10 @@
 //                waited on by the NCCL stream): what strata's blocking call promises;
 //   strata       Nccl::allreduce_raw.
 //
+// First, the host cost of each call a blocking strata call makes besides NCCL's own (median
+// of 2000 calls each): the host-or-device check of the buffer, the communicator's error poll,
+// a query of an idle stream, and a clock read.
+//
 // One process drives every visible GPU (one thread per GPU, bootstrapped in process), so
 // the world size is the number of GPUs; on one GPU NCCL's all-reduce is a copy (out of
 // place) or nothing (in place), and what is measured is the cost of the call itself.
@@ -94,6 +98,24 @@ int main(int argc, char** argv) try {
       cuda_ok(cudaMalloc(&out, max_bytes), "cudaMalloc");
       cuda_ok(cudaMemset(in, 0x3f, max_bytes), "cudaMemset");  // 0x3f3f3f3f: 0.747..., not zeros
       cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      if (r == 0) {
+        auto cost = [](auto&& call) {
+          std::vector<double> us;
+          for (int i = 0; i < 2000; ++i) {
+            const auto t0 = std::chrono::steady_clock::now();
+            call();
+            us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+          }
+          return median(us);
+        };
+        ncclComm_t c0 = raw[0];
+        std::printf("# host cost per call, us: cudaPointerGetAttributes %.3f, ncclCommGetAsyncError %.3f, "
+                    "cudaStreamQuery (idle) %.3f, steady_clock::now %.3f\n",
+                    cost([&] { (void)strata::collective::detail::is_device_memory(in); }),
+                    cost([&] { ncclResult_t st; (void)ncclCommGetAsyncError(c0, &st); }),
+                    cost([&] { (void)cudaStreamQuery(compute); }),
+                    cost([] { (void)std::chrono::steady_clock::now(); }));
+      }
       int k = 0;
       for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4, ++k) {
         const std::size_t n = bytes / sizeof(float);

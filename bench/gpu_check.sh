@@ -66,6 +66,10 @@ for seed in 0 1 2; do
   step "mlp_seed$seed" 90 "$BIN/fashion_mnist_cuda" --device cuda:0 --model mlp --epochs 3 --seed "$seed" --quiet
 done
 step cnn_seed0 90 "$BIN/fashion_mnist_cuda" --device cuda:0 --model cnn --epochs 1 --seed 0 --quiet
+# The same CNN under MirroredStrategy<Nccl>, one replica per GPU of this machine.
+GPUS=$(nvidia-smi --list-gpus | wc -l)
+step mirrored_nccl_cnn_seed0 90 "$BIN/fashion_mnist_cuda" --strategy mirrored --collective nccl --replicas "$GPUS" \
+  --model cnn --epochs 1 --seed 0 --quiet
 python3 - "$LOG" <<'EOF'
 import json, sys, glob, os
 acc = {}
@@ -95,6 +99,15 @@ step transformer_vs_pytorch 200 python3 "$HERE/transformer_vs_pytorch.py" --buil
   --steps 300 --pairs 2
 cat "$LOG/transformer_vs_pytorch.log"
 rm -rf "$LOG/build"
+
+# 4b. Where the Transformer's step goes on the device: each kernel's time (Nsight Compute, the
+# clocks left as they are), over launches past the first steps' warm-up.
+NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if [ -n "$NCU" ]; then
+  step ncu_transformer 150 "$NCU" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+    --launch-skip 3000 --launch-count 1500 "$BIN/char_transformer_cuda" --device cuda:0 --steps 40 --eval-every 1000 --quiet
+  cp "$LOG/ncu_transformer.log" "$REPORT/ncu_transformer.log"
+fi
 
 # 5. compute-sanitizer: memory errors and shared-memory races.
 if [ -n "$CS" ]; then

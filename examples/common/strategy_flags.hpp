@@ -26,7 +26,7 @@ namespace trainer {
 struct StrategyFlags {
   std::string strategy = "one_device";
   int replicas = 2;
-  std::string collective;  ///< mpi, gloo or nccl (multi_worker_mirrored, parameter_server)
+  std::string collective;  ///< mpi, gloo or nccl (multi_worker_mirrored, parameter_server); nccl (mirrored on GPUs)
   std::string compression = "none", device = "cpu";
   std::string gradients, rows;  ///< mirrored; empty: STRATA_GRADIENTS / STRATA_ROW_SPLIT or the defaults
   int servers = 0;
@@ -48,7 +48,8 @@ inline void add_strategy_flags(CLI::App& app, StrategyFlags& f, const std::strin
       ->capture_default_str();
   app.add_option("--replicas", f.replicas, "replica threads (mirrored, central_storage)")
       ->check(CLI::Range(1, 16))->capture_default_str();
-  app.add_option("--collective", f.collective, "multi_worker_mirrored: mpi, gloo or nccl; parameter_server: mpi or gloo")
+  app.add_option("--collective", f.collective, "multi_worker_mirrored: mpi, gloo or nccl; parameter_server: mpi or gloo; "
+                 "mirrored: nccl puts its replicas on the GPUs cuda:0 .. cuda:replicas-1")
       ->check(CLI::IsMember({"mpi", "gloo", "nccl"}));
   app.add_option("--compression", f.compression, "16-bit gradients on the wire (multi_worker_mirrored)")
       ->check(CLI::IsMember({"none", "fp16", "bf16"}));
@@ -83,8 +84,10 @@ inline void check_strategy_flags(const CLI::App& app, const StrategyFlags& f) {
     if (app.count(flag) > 0 && !applies) throw CLI::ValidationError(flag, std::string("applies to ") + where + " only");
   };
   only("--replicas", f.strategy == "mirrored" || f.strategy == "central_storage", "--strategy mirrored|central_storage");
-  only("--collective", f.strategy == "multi_worker_mirrored" || f.strategy == "parameter_server",
-       "--strategy multi_worker_mirrored|parameter_server");
+  only("--collective", f.strategy == "multi_worker_mirrored" || f.strategy == "parameter_server" || f.strategy == "mirrored",
+       "--strategy multi_worker_mirrored|parameter_server|mirrored");
+  if (f.strategy == "mirrored" && !f.collective.empty() && f.collective != "nccl")
+    throw CLI::ValidationError("--collective", "mirrored takes nccl (replicas on GPUs) or none (replicas on CPU threads)");
   only("--compression", f.strategy == "multi_worker_mirrored", "--strategy multi_worker_mirrored");
   for (const char* flag : {"--gradients", "--rows"}) only(flag, f.strategy == "mirrored", "--strategy mirrored");
   for (const char* flag : {"--servers", "--mode", "--staleness", "--update-on", "--tables"})
@@ -129,8 +132,18 @@ void with_strategy(const StrategyFlags& o, F&& f) {
     strata::MirroredOptions mo;
     if (!o.gradients.empty()) mo.gradients = o.gradients == "sharded" ? strata::GradientLayout::sharded : strata::GradientLayout::whole;
     if (!o.rows.empty()) mo.rows = o.rows == "measured" ? strata::RowSplit::measured : strata::RowSplit::even;
-    strata::MirroredStrategy s(o.replicas, mo);
-    f(s);
+    if (o.collective == "nccl") {
+#if STRATA_HAS_NCCL
+      strata::MirroredStrategy<strata::collective::Nccl> s(o.replicas, mo);  // replica r on cuda:r
+      f(s);
+#else
+      STRATA_THROW(strata::invalid_argument, "strata.example", "this build has no nccl: configure with -Dcuda=enabled "
+                   "-Dnccl=enabled, and run a CUDA build of the trainer");
+#endif
+    } else {
+      strata::MirroredStrategy s(o.replicas, mo);
+      f(s);
+    }
   } else if (o.strategy == "central_storage") {
     strata::CentralStorageStrategy s(o.replicas);
     f(s);

@@ -13,6 +13,7 @@
 //       --checkpoint-dir ckpt --checkpoint-every 200     (a failed rank restarts the job from its checkpoint)
 //   fashion_mnist_cuda --device cuda:0                              (with the kernels of cuda_kernels.cu)
 //   mpirun -np 2 fashion_mnist_cuda --strategy multi_worker_mirrored --collective nccl   (one GPU per rank)
+//   fashion_mnist_cuda --strategy mirrored --collective nccl --replicas 2     (one replica thread per GPU)
 #include <cstdio>
 #include <optional>
 #include <string>

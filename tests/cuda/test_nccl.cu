@@ -1,6 +1,8 @@
 // collective::Nccl on one GPU: a group of one rank (bootstrapped by InProcess) runs every
 // collective on device memory, the asynchronous form ordered on a stream, the fingerprint
-// check, and abort. Groups of several GPUs are in test_nccl_multi_gpu.cu.
+// check, and abort; MultiWorkerMirroredStrategy<Nccl> and MirroredStrategy<Nccl> (one replica
+// per GPU this machine has) train as OneDeviceStrategy on the CPU. Groups of several GPUs are
+// in test_nccl_multi_gpu.cu.
 #include "doctest.hpp"
 
 #include <strata/collective/in_process.hpp>
@@ -112,4 +114,54 @@ TEST_CASE("MultiWorkerMirroredStrategy<Nccl> trains on the GPU and follows OneDe
   MultiWorkerMirroredStrategy<Nccl> gpu(MultiWorkerOptions{}, boot[0], 0);
   const auto got = train(gpu);
   for (std::size_t s = 0; s < want.size(); ++s) CHECK(got[s] == doctest::Approx(want[s]).epsilon(1e-9));
+}
+
+TEST_CASE("MirroredStrategy<Nccl> puts a replica on each GPU and follows OneDeviceStrategy on the CPU") {
+  // Every GPU of this machine (one on a machine with one): the replicas' copies, rows and
+  // gradient buckets on their GPUs, NCCL between them, a global batch of 15 (uneven over two
+  // or more), and the loss's reduce back on the host.
+  const int gpus = kernels::cuda::device_count();
+  auto make = [] {
+    Generator gen(5);
+    nn::Sequential m;
+    m.add(nn::Linear(20, 32, true, gen, DType::f64));
+    m.add(nn::ReLU());
+    m.add(nn::Linear(32, 4, true, gen, DType::f64));
+    return m;
+  };
+  Generator gen(6);
+  const Tensor x = normal({45, 20}, 0, 1, gen, DType::f64);
+  Tensor y = Tensor::empty({45}, DType::i64);
+  for (int i = 0; i < 45; ++i) y.data<std::int64_t>()[i] = (i * 7) % 4;
+  auto train = [&](auto& strategy, std::vector<std::vector<double>>& params) {
+    auto model = strategy.scope(make);
+    auto opt = strategy.scope([&] { return optim::Adam(model.parameters(), 0.01); });
+    std::vector<double> losses;
+    for (int epoch = 0; epoch < 2; ++epoch)
+      for (auto& batch : strategy.distribute(data::Pipeline(data::TensorDataset(x, y)).batch(15))) {
+        auto per = strategy.run(
+            [&](ReplicaContext& ctx, const data::Batch& b) {
+              Tensor loss = nn::cross_entropy(model(b.x), b.y, nn::Reduction::sum_over_global_batch, b.global_size);
+              opt.apply_gradients(ctx, grad(loss, model.parameters()));
+              return loss;
+            },
+            batch);
+        losses.push_back(strategy.reduce(ReduceOp::Sum, per).item());
+      }
+    for (const Tensor& p : model.parameters()) params.push_back(p.to(Device::cpu()).template to_vector<double>());
+    return losses;
+  };
+  OneDeviceStrategy cpu;
+  std::vector<std::vector<double>> want_params, got_params;
+  const auto want = train(cpu, want_params);
+  MirroredStrategy<Nccl> gpu;  // every GPU
+  REQUIRE(gpu.num_replicas_in_sync() == gpus);
+  const auto got = train(gpu, got_params);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t s = 0; s < want.size(); ++s) CHECK(got[s] == doctest::Approx(want[s]).epsilon(1e-9));
+  REQUIRE(got_params.size() == want_params.size());
+  for (std::size_t k = 0; k < want_params.size(); ++k)
+    for (std::size_t i = 0; i < want_params[k].size(); ++i)
+      REQUIRE(got_params[k][i] == doctest::Approx(want_params[k][i]).epsilon(1e-9));
+  CHECK_THROWS_WITH_AS(MirroredStrategy<Nccl>(gpus + 1), doctest::Contains("does not exist"), std::exception);
 }

@@ -1,6 +1,6 @@
-// A stand-in for a CUDA device in CPU-only test programs: install_host_device() registers a
-// DeviceBackend and DeviceKernels for cuda:0 whose memory is host memory and whose kernels
-// are plain loops. A tensor on it is a device tensor to the ops (data<T>() of it throws, as on
+// A stand-in for CUDA devices in CPU-only test programs: install_host_device() registers a
+// DeviceBackend and DeviceKernels for cuda:0 and cuda:1 whose memory is host memory and whose
+// kernels are plain loops (two devices: a strategy's replicas on GPUs of their own). A tensor on it is a device tensor to the ops (data<T>() of it throws, as on
 // a GPU), so every op must take its device path: a backward pass or an op that reads device
 // memory from host code fails here, on the CPU, before a GPU ever runs it. Convolutions stay
 // null, as in a build without cuDNN. One program only: it takes the place of backend.cuh.
@@ -44,7 +44,7 @@ void put(T& d, T v, bool accumulate) { d = accumulate ? d + v : v; }
 
 inline const strata::DeviceBackend backend{
     "host stand-in for cuda",
-    []() noexcept { return 1; },
+    []() noexcept { return 2; },
     [](int, std::size_t bytes) -> void* { return ::operator new(std::max<std::size_t>(bytes, 1)); },
     [](int, void* p, std::size_t) noexcept { ::operator delete(p); },
     [](void* dst, strata::Device, const void* src, strata::Device, std::size_t bytes) {

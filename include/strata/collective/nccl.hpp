@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -90,6 +91,7 @@ struct Bootstrap {
   std::function<void(const void*, void*, std::size_t, DType)> allgather;
   std::function<void(const void*, void*, std::size_t, DType, ReduceOp)> reduce_scatter;
   std::function<void()> barrier;
+  std::function<bool()> aborted;  ///< whether the bootstrap group was aborted (null: never known)
 
   template <class B>
   static Bootstrap of(B& b) {
@@ -101,7 +103,15 @@ struct Bootstrap {
             [&b](const void* in, void* out, std::size_t n, DType t, ReduceOp op) {
               b.reduce_scatter_raw(in, out, n, t, op);
             },
-            [&b] { b.barrier(); }};
+            [&b] { b.barrier(); },
+            aborted_of(b)};
+  }
+  template <class B>
+  static std::function<bool()> aborted_of(B& b) {
+    if constexpr (requires { { b.aborted() } -> std::convertible_to<bool>; })
+      return [&b] { return static_cast<bool>(b.aborted()); };
+    else
+      return {};
   }
 };
 
@@ -353,6 +363,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
   void enqueue(const Fingerprint& fp, Call&& call) {
     check_usable(fp);  // (the caller has made this rank's device current)
     const ncclResult_t rc = call();
+    if (rc == ncclSuccess) return;  // enqueued: nothing to wait for before the next call
     if (rc != ncclInProgress) check(rc, name_of(fp.kind));
     wait_ready(fp.str().c_str(), deadline());
   }
@@ -385,6 +396,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
       if (st == ncclSuccess) return;
       if (st != ncclInProgress) fail(st, what);
       if (std::chrono::steady_clock::now() > until) expire(what);
+      if ((spins & 63) == 63 && bootstrap_aborted()) abandon(what);
       if (spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
@@ -406,6 +418,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
       if (done()) return;
       if ((spins & 63) == 63) {
         poll_error(fp);
+        if (bootstrap_aborted()) abandon(fp.str().c_str());
         if (std::chrono::steady_clock::now() > until) expire(fp.str().c_str());
       }
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -430,6 +443,17 @@ class Nccl : public TypedFrontEnd<Nccl> {
     abort(std::string("NCCL reported ") + ncclGetErrorString(st));
     STRATA_THROW(collective_error, "strata.collective.nccl", "rank ", boot_.rank, ": ", what, " failed: ",
                  ncclGetErrorString(st), (detail.empty() ? "" : " (" + detail + ")"), (st == ncclRemoteError ? "; a peer failed or left the job" : ""));
+  }
+
+  bool bootstrap_aborted() const { return boot_.aborted && boot_.aborted(); }
+
+  /// The bootstrap group was aborted (a peer replica failed): stop waiting for the peers,
+  /// abort NCCL here, and fail with the group's reason (its barrier throws it).
+  [[noreturn]] void abandon(const char* what) {
+    abort(std::string(what) + " abandoned: the bootstrap group was aborted");
+    boot_.barrier();
+    STRATA_THROW(collective_error, "strata.collective.aborted", "rank ", boot_.rank, ": ", what,
+                 " abandoned: the bootstrap group was aborted");
   }
 
   /// The deadline passed: abort NCCL, then let the bootstrap's barrier name who is missing.

@@ -50,6 +50,12 @@ inline bool has_cuda_backend() noexcept {
   return detail::cuda_backend_slot.load(std::memory_order_acquire) != nullptr;
 }
 
+/// How many CUDA devices this program sees: 0 without CUDA kernels.
+inline int cuda_device_count() noexcept {
+  const DeviceBackend* b = detail::cuda_backend_slot.load(std::memory_order_acquire);
+  return b == nullptr ? 0 : b->device_count();
+}
+
 /// The backend of `device`'s kind; throws, naming what to do, when this program has none.
 inline const DeviceBackend& backend_of(Device device) {
   const DeviceBackend* b = detail::cuda_backend_slot.load(std::memory_order_acquire);

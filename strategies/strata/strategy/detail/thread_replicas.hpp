@@ -2,7 +2,9 @@
 /// ThreadReplicas<Derived>: what the strategies with all replicas as threads of one process
 /// (MirroredStrategy, CentralStorageStrategy) share — the InProcess group and the replica
 /// threads, distribute, run, reduce and gather. A strategy supplies its replica context:
-/// `with_context(r, f)` builds replica r's context on the stack and calls f(ctx).
+/// `with_context(r, f)` builds replica r's context on the stack and calls f(ctx). Replicas on
+/// devices (set_devices) get their rows there in run(), and their values back on the host in
+/// reduce() and gather().
 #pragma once
 
 #include <chrono>
@@ -26,6 +28,7 @@
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/detail/replica_pool.hpp>
 #include <strata/strategy/detail/row_balance.hpp>
+#include <strata/tensor/device.hpp>
 
 namespace strata::detail {
 
@@ -62,7 +65,8 @@ class ThreadReplicas : RejectsReplicaValues, public TakesArithmeticValues<Thread
     requires std::invocable<F&, ReplicaContext&, const data::Batch&>
   auto run(F&& fn, const data::Batch& batch) {
     using R = std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>;
-    if (!balance_) return run_replicas<R>([&](ReplicaContext& ctx, int r) { return run_on_rows(fn, ctx, replica_rows(batch, r, n_)); });
+    if (!balance_)
+      return run_replicas<R>([&](ReplicaContext& ctx, int r) { return run_on_rows(fn, ctx, placed(r, replica_rows(batch, r, n_))); });
     balance_->bounds(batch.size, bounds_);
     auto timed = [&](ReplicaContext& ctx, int r) {
       const auto ur = static_cast<std::size_t>(r);
@@ -77,7 +81,7 @@ class ThreadReplicas : RejectsReplicaValues, public TakesArithmeticValues<Thread
                 (collective::detail::thread_wait_seconds() - waited);
         }
       } busy{busy_[ur], waited, from};
-      return run_on_rows(fn, ctx, batch_rows(batch, bounds_[ur], bounds_[ur + 1]));
+      return run_on_rows(fn, ctx, placed(r, batch_rows(batch, bounds_[ur], bounds_[ur + 1])));
     };
     if constexpr (std::is_void_v<R>) {
       run_replicas<R>(timed);
@@ -99,13 +103,14 @@ class ThreadReplicas : RejectsReplicaValues, public TakesArithmeticValues<Thread
   Tensor gather(const PerReplica<Tensor>& v) const {
     check_cross_replica("gather()");
     check_size(v.size(), "gather");
-    return concat_rows(v);
+    return devices_.empty() ? concat_rows(v) : concat_rows(on_host(v));
   }
   /// The reduction across all replicas (Mean: over num_replicas_in_sync values).
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) const {
     check_cross_replica("reduce()");
     check_size(v.size(), "reduce");
-    return reduce_local(op, v, static_cast<std::size_t>(n_));
+    const auto n = static_cast<std::size_t>(n_);
+    return devices_.empty() ? reduce_local(op, v, n) : reduce_local(op, on_host(v), n);
   }
   using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
   using detail::RejectsReplicaValues::reduce;
@@ -128,6 +133,22 @@ class ThreadReplicas : RejectsReplicaValues, public TakesArithmeticValues<Thread
   ~ThreadReplicas() = default;
 
   collective::InProcess& comm(int r) noexcept { return comms_[static_cast<std::size_t>(r)]; }
+  /// Places replica r on devices[r] (one per replica): run() moves its rows there.
+  void set_devices(std::vector<Device> devices) {
+    STRATA_CHECK_EQ(devices.size(), static_cast<std::size_t>(n_), "set_devices: one device per replica");
+    devices_ = std::move(devices);
+  }
+  /// Each replica's device; empty while the replicas compute on the host.
+  const std::vector<Device>& devices() const noexcept { return devices_; }
+  /// Runs fn(r) on every replica's own thread at once (what a replica must make there, like a
+  /// communicator bound to its device); the first failure aborts the group and is rethrown.
+  template <class F>
+  void on_replica_threads(F&& fn) {
+    auto error = [this](int r, const char* what) {
+      comm(r).abort("replica " + std::to_string(r) + " failed: " + what);
+    };
+    pool_->run(fn, error);
+  }
   /// Divides each batch's rows by the replicas' measured speed (RowSplit::measured) or evenly.
   void set_row_split(RowSplit how) {
     balance_.reset();
@@ -171,12 +192,24 @@ class ThreadReplicas : RejectsReplicaValues, public TakesArithmeticValues<Thread
     }
   }
 
+  data::Batch placed(int r, data::Batch rows) const {
+    return devices_.empty() ? rows : rows.to(devices_[static_cast<std::size_t>(r)]);
+  }
+  /// The replicas' values, each on the host (a copy of those on a device).
+  static PerReplica<Tensor> on_host(const PerReplica<Tensor>& v) {
+    PerReplica<Tensor> out(v.size());
+    for (std::size_t r = 0; r < v.size(); ++r)
+      out[r] = v[r].defined() && v[r].device().kind != DeviceKind::cpu ? v[r].to(Device::cpu()) : v[r];
+    return out;
+  }
+
   void observe_rows() {
     for (std::size_t r = 0; r < rows_.size(); ++r) rows_[r] = bounds_[r + 1] - bounds_[r];
     balance_->observe(rows_, busy_);
   }
 
   std::vector<collective::InProcess> comms_;
+  std::vector<Device> devices_;  // each replica's device; empty: the host
   std::shared_ptr<ReplicaPool> pool_;
   std::optional<RowBalance> balance_;
   std::vector<std::int64_t> bounds_, rows_;  // this step's row boundaries, and each replica's count
