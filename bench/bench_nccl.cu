@@ -4,9 +4,14 @@
 // blocks until the result is on the device:
 //   raw          ncclAllReduce, then cudaStreamSynchronize, on a communicator of the default
 //                (blocking) configuration;
-//   raw_ordered  the same, first ordered after the compute stream (an event recorded there,
+//   raw_compute  the same on the compute stream (where strata's blocking call runs);
+//   raw_nb       the same as raw on a non-blocking communicator (ncclConfig_t::blocking = 0,
+//                as strata's);
+//   raw_ordered  raw, first ordered after the compute stream (an event recorded there,
 //                waited on by the NCCL stream): what strata's blocking call promises;
 //   strata       Nccl::allreduce_raw.
+// The three raw variants between them show where a difference between raw and strata comes
+// from (the stream, the communicator's configuration, or strata's own work).
 //
 // First, the host cost of each call a blocking strata call makes besides NCCL's own (median
 // of 2000 calls each): the host-or-device check of the buffer, the communicator's error poll,
@@ -75,14 +80,35 @@ int main(int argc, char** argv) try {
   for (int d = 0; d < gpus; ++d) devs[static_cast<std::size_t>(d)] = d;
   std::vector<ncclComm_t> raw(static_cast<std::size_t>(gpus));
   nccl_ok(ncclCommInitAll(raw.data(), gpus, devs.data()), "ncclCommInitAll");
+  // The same communicators, non-blocking (as strata makes its own).
+  std::vector<ncclComm_t> nonblocking(static_cast<std::size_t>(gpus));
+  {
+    ncclUniqueId id;
+    nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    nccl_ok(ncclGroupStart(), "ncclGroupStart");
+    for (int d = 0; d < gpus; ++d) {
+      cuda_ok(cudaSetDevice(d), "cudaSetDevice");
+      const ncclResult_t rc = ncclCommInitRankConfig(&nonblocking[static_cast<std::size_t>(d)], gpus, id, d, &config);
+      if (rc != ncclInProgress) nccl_ok(rc, "ncclCommInitRankConfig");
+    }
+    const ncclResult_t rc = ncclGroupEnd();
+    if (rc != ncclInProgress) nccl_ok(rc, "ncclGroupEnd");
+    for (ncclComm_t c : nonblocking) {
+      ncclResult_t st = ncclInProgress;
+      while (st == ncclInProgress) nccl_ok(ncclCommGetAsyncError(c, &st), "ncclCommGetAsyncError");
+      nccl_ok(st, "non-blocking communicator set-up");
+    }
+  }
   auto boot = strata::collective::InProcess::make_group(gpus);
   std::barrier sync(gpus);
 
   std::printf("# world size %d (one thread per GPU), %s, float32 sum, %d calls per side per size\n", gpus,
               inplace ? "in place" : "out of place", iters);
-  std::printf("%12s %10s %14s %10s %11s %19s\n", "bytes", "raw_us", "raw_ordered_us", "strata_us", "raw/strata",
-              "raw_ordered/strata");
-  std::vector<std::vector<double>> raw_us(64), ordered_us(64), strata_us(64);
+  std::printf("%12s %10s %14s %9s %14s %10s %11s %19s\n", "bytes", "raw_us", "raw_compute_us", "raw_nb_us",
+              "raw_ordered_us", "strata_us", "raw/strata", "raw_ordered/strata");
+  std::vector<std::vector<double>> raw_us(64), compute_us(64), nb_us(64), ordered_us(64), strata_us(64);
   std::vector<std::thread> threads;
   for (int r = 0; r < gpus; ++r) {
     threads.emplace_back([&, r] {
@@ -136,12 +162,35 @@ int main(int argc, char** argv) try {
           const double c = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
           sync.arrive_and_wait();
           t0 = Clock::now();
+          nccl_ok(ncclAllReduce(in, dst, n, ncclFloat32, ncclSum, raw[static_cast<std::size_t>(r)], compute), "ncclAllReduce");
+          cuda_ok(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+          const double d = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+          sync.arrive_and_wait();
+          t0 = Clock::now();
+          {
+            ncclComm_t nb = nonblocking[static_cast<std::size_t>(r)];
+            const ncclResult_t rc = ncclAllReduce(in, dst, n, ncclFloat32, ncclSum, nb, s);
+            if (rc == ncclInProgress) {
+              ncclResult_t st = ncclInProgress;
+              while (st == ncclInProgress) nccl_ok(ncclCommGetAsyncError(nb, &st), "ncclCommGetAsyncError");
+              nccl_ok(st, "ncclAllReduce (non-blocking)");
+            } else {
+              nccl_ok(rc, "ncclAllReduce (non-blocking)");
+            }
+          }
+          cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+          const double e = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+          sync.arrive_and_wait();
+          t0 = Clock::now();
           nccl.allreduce_raw(in, dst, n, strata::DType::f32, strata::ReduceOp::Sum);
           const double b = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
           if (r == 0 && it >= 0) {
-            raw_us[static_cast<std::size_t>(k)].push_back(a);
-            ordered_us[static_cast<std::size_t>(k)].push_back(c);
-            strata_us[static_cast<std::size_t>(k)].push_back(b);
+            const auto i = static_cast<std::size_t>(k);
+            raw_us[i].push_back(a);
+            ordered_us[i].push_back(c);
+            compute_us[i].push_back(d);
+            nb_us[i].push_back(e);
+            strata_us[i].push_back(b);
           }
         }
       }
@@ -156,9 +205,11 @@ int main(int argc, char** argv) try {
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4, ++k) {
     const auto i = static_cast<std::size_t>(k);
     const double a = median(raw_us[i]), c = median(ordered_us[i]), b = median(strata_us[i]);
-    std::printf("%12zu %10.2f %14.2f %10.2f %11.3f %19.3f\n", bytes, a, c, b, b > 0 ? a / b : 0.0, b > 0 ? c / b : 0.0);
+    std::printf("%12zu %10.2f %14.2f %9.2f %14.2f %10.2f %11.3f %19.3f\n", bytes, a, median(compute_us[i]),
+                median(nb_us[i]), c, b, b > 0 ? a / b : 0.0, b > 0 ? c / b : 0.0);
   }
   for (auto c : raw) ncclCommDestroy(c);
+  for (auto c : nonblocking) ncclCommAbort(c);  // (a non-blocking destroy would need polling)
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_nccl: %s\n", e.what());

@@ -5,6 +5,9 @@
 // in test_nccl_multi_gpu.cu.
 #include "doctest.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <strata/collective/in_process.hpp>
 #include <strata/collective/nccl.hpp>
 
@@ -65,6 +68,60 @@ TEST_CASE("debug fingerprints agree on a well-formed program; an aborted communi
   nccl.abort("the test stopped it");
   CHECK_THROWS_WITH_AS(nccl.allreduce(std::span<double>(x.device_data<double>(), 10), ReduceOp::Sum),
                        doctest::Contains("the test stopped it"), collective_error);
+}
+
+namespace {
+
+/// Keeps the compute stream of cuda:0 busy for `ms` milliseconds (the device's own clock).
+__global__ void busy_for(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
+}
+void occupy_compute_stream(int ms) {
+  busy_for<<<1, 1, 0, kernels::cuda::compute_stream(0)>>>(static_cast<unsigned long long>(ms) * 1'000'000ull);
+  kernels::cuda::check(cudaGetLastError(), "busy_for");
+}
+
+}  // namespace
+
+TEST_CASE("a blocking call held past its deadline fails naming it, and the communicator stays aborted") {
+  // The call waits in cudaStreamSynchronize behind 3 s of other work; the watchdog aborts the
+  // communicator at the 500 ms deadline, and the call reports the timeout once the stream is
+  // free, after the census (one rank: every rank reached it, so no peer is gone).
+  auto boot = InProcess::make_group(1);
+  collective::Options o;
+  o.timeout = std::chrono::milliseconds(500);
+  Nccl nccl(boot[0], 0, o);
+  Tensor x = upload(random_vector<float>(256, 3), {256});
+  nccl.allreduce(std::span<float>(x.device_data<float>(), 256), ReduceOp::Sum);  // well within it
+  occupy_compute_stream(3000);
+  CHECK_THROWS_WITH_AS(nccl.allreduce(std::span<float>(x.device_data<float>(), 256), ReduceOp::Sum),
+                       doctest::Contains("did not complete within 500 ms"), timeout_error);
+  CHECK_THROWS_WITH_AS(nccl.allreduce(std::span<float>(x.device_data<float>(), 256), ReduceOp::Sum),
+                       doctest::Contains("aborted NCCL communicator"), collective_error);
+}
+
+TEST_CASE("collectives ordered on the device: their values, and their deadline without a host thread waiting") {
+  auto boot = InProcess::make_group(1);
+  collective::Options o;
+  o.timeout = std::chrono::milliseconds(400);
+  Nccl nccl(boot[0], 0, o);
+  const auto v = random_vector<float>(4096, 4);
+  Tensor x = upload(v, {4096});
+  nccl.start_allreduce_raw(x.device_data<float>(), 4096, DType::f32, ReduceOp::Sum);
+  nccl.join_compute();
+  nccl.join_compute();  // nothing new to join: a no-op
+  CHECK(download<float>(x) == v);  // a one-rank sum, read on the compute stream after the join
+  // Started behind 2 s of other work and joined: no thread of this rank waits, the watchdog
+  // aborts at the deadline, and the next call names the collective that overran it.
+  occupy_compute_stream(2000);
+  nccl.start_allreduce_raw(x.device_data<float>(), 4096, DType::f32, ReduceOp::Sum);
+  nccl.join_compute();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  CHECK_THROWS_WITH_AS(nccl.start_allreduce_raw(x.device_data<float>(), 4096, DType::f32, ReduceOp::Sum),
+                       doctest::Contains("allreduce #1"), timeout_error);
+  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 TEST_CASE("Nccl on a device that does not exist is an error naming it") {

@@ -2,8 +2,8 @@
 // programs: a rank of an InProcess group (the bootstrap it is built from, as Nccl is) whose
 // buffers are the stand-in's device memory, which is host memory, so InProcess reduces them.
 // A strategy over it takes its device-collective path on the CPU: replicas placed on cuda:r,
-// their rows moved there, the gradient buckets on the device and reduced on a communication
-// thread — the path MirroredStrategy<Nccl> runs on GPUs.
+// their rows moved there, the gradient buckets on the device, each started as backward
+// completes it and joined before the update — the path MirroredStrategy<Nccl> runs on GPUs.
 #pragma once
 
 #include <span>
@@ -49,6 +49,12 @@ class HostDeviceCollective {
   void reduce_scatter_raw(const void* in, void* out, std::size_t n, strata::DType t, strata::ReduceOp op) {
     boot_.reduce_scatter_raw(in, out, n, t, op);
   }
+  // The stand-in's kernels run at once on the calling thread, so "ordered behind the compute
+  // stream" is "now", and there is nothing left to join.
+  void start_allreduce_raw(void* x, std::size_t n, strata::DType t, strata::ReduceOp op) {
+    boot_.allreduce_raw(x, x, n, t, op);
+  }
+  void join_compute() {}
 
  private:
   strata::collective::InProcess& boot_;

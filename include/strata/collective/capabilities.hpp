@@ -9,7 +9,9 @@
 ///                          added in float32 (Mpi, Gloo, Nccl)
 ///   HostSharedMemory       shared_buffer, shared_peer, shared_sync: buffers the ranks of one
 ///                          host share, a peer's view of one, and a barrier through them (Mpi, Gloo)
-///   DeviceCollective       device(): the CUDA device the rank's buffers live on (Nccl)
+///   DeviceCollective       device(): the CUDA device the rank's buffers live on;
+///                          start_allreduce_raw, join_compute: collectives ordered on the
+///                          device behind its compute stream, no host thread waiting (Nccl)
 ///   ThreadGroupCollective  the ranks are threads of one process: allreduce_or_share_raw (the
 ///                          reduction left in each rank's share), aborted(), options() (InProcess)
 #pragma once
@@ -66,10 +68,16 @@ concept HostSharedMemory = RawCollective<C> && enable_host_shared_memory<C> &&
                            };
 
 /// Buffers on a CUDA device: device() is its index; a strategy places the replica there.
+/// start_allreduce_raw(x, n, dtype, op) queues an in-place all-reduce of device memory after
+/// the work queued on the device's compute stream and returns at once; join_compute() makes
+/// the compute stream wait (on the device) for every one started, under the deadline.
 template <class C>
-concept DeviceCollective = RawCollective<C> && enable_device_collective<C> && requires(const C& c) {
-  { c.device() } -> std::convertible_to<int>;
-};
+concept DeviceCollective = RawCollective<C> && enable_device_collective<C> &&
+                           requires(C& c, const C& cc, void* x, std::size_t n, DType t, ReduceOp op) {
+                             { cc.device() } -> std::convertible_to<int>;
+                             c.start_allreduce_raw(x, n, t, op);
+                             c.join_compute();
+                           };
 
 /// Ranks that are threads of one process: a replica reduces its buckets itself, and may leave
 /// the reduction in each rank's share of a buffer (allreduce_or_share_raw).

@@ -4,10 +4,13 @@
 /// from a unique id that rank 0 makes and broadcasts through a *bootstrap*, any other policy
 /// (Mpi under mpirun, Gloo under strata-run, InProcess for one process's GPUs on threads).
 ///
-/// Nothing waits forever. Communicators are non-blocking (ncclConfig_t::blocking = 0), and
-/// every wait polls the device and NCCL's asynchronous error. A failed peer is NCCL's
-/// ncclRemoteError or a system error: the communicator is aborted and the error names the
-/// collective. At the deadline the communicator is aborted (ncclCommAbort) and the rank runs
+/// Nothing waits forever. Communicators are non-blocking (ncclConfig_t::blocking = 0); the
+/// set-up and iallreduce's Work poll the device and NCCL's asynchronous error themselves, and
+/// what the host does not poll — a blocking call's wait in cudaStreamSynchronize, collectives
+/// ordered on the device behind the compute stream (start_allreduce_raw, join_compute) — has
+/// a watchdog thread (detail::NcclWatchdog). A failed peer is NCCL's ncclRemoteError or a
+/// system error: the communicator is aborted and the error names the collective. At the
+/// deadline the communicator is aborted (ncclCommAbort: NCCL's kernels exit) and the rank runs
 /// a barrier on the bootstrap, whose own deadline and census name the ranks that did not
 /// arrive. STRATA_COLLECTIVE_DEBUG=1 compares fingerprints over the bootstrap before each call.
 ///
@@ -16,7 +19,8 @@
 ///
 /// Blocking calls return with the result in device memory (their stream synchronised);
 /// iallreduce returns a Work that either waits on the host (wait()) or orders a stream after
-/// the collective without blocking the host (then(stream)) — the gradient engine's overlap.
+/// the collective without blocking the host (then(stream)); start_allreduce_raw and
+/// join_compute leave the host out altogether (the gradient engine's device buckets).
 #pragma once
 
 #include <strata/config.hpp>
@@ -28,12 +32,15 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -42,6 +49,7 @@
 
 #include <strata/collective/capabilities.hpp>
 #include <strata/collective/collective.hpp>
+#include <strata/collective/detail/nccl_watchdog.hpp>
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
 #include <strata/kernels/cuda/runtime.hpp>
@@ -160,8 +168,11 @@ class Nccl : public TypedFrontEnd<Nccl> {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // every call returns at once; wait_ready() polls with the deadline
     const ncclResult_t rc = ncclCommInitRankConfig(&comm_, boot_.size, id, boot_.rank, &config);
-    if (rc != ncclInProgress) check(rc, "ncclCommInitRankConfig");
+    if (rc != ncclInProgress) check(rc, "ncclCommInitRankConfig", comm_ != nullptr ? ncclGetLastError(comm_) : "");
     wait_ready("communicator set-up", setup_deadline());
+    watchdog_ = std::make_unique<detail::NcclWatchdog>(
+        device_, [this](std::string& why) { return health(why); },
+        [this](detail::NcclWatchdog::Failure f, const std::string& why) { fail_from_watchdog(f, why); });
   }
 
 #if STRATA_HAS_MPI || STRATA_HAS_GLOO
@@ -193,6 +204,7 @@ class Nccl : public TypedFrontEnd<Nccl> {
   Nccl(const Nccl&) = delete;
   Nccl& operator=(const Nccl&) = delete;
   ~Nccl() {
+    watchdog_.reset();  // its thread reads the communicator
     if (comm_ != nullptr) {
       if (aborted_) {
         (void)ncclCommAbort(comm_);
@@ -264,10 +276,11 @@ class Nccl : public TypedFrontEnd<Nccl> {
   /// `after` (the stream that produced x; by default the device's compute stream).
   template <class T>
   Work iallreduce(std::span<T> x, ReduceOp op, cudaStream_t after = nullptr) {
-    STRATA_CHECK(x.empty() || detail::is_device_memory(x.data()), "Nccl::iallreduce needs device memory (the "
+    STRATA_CHECK(x.empty() || device_memory(x.data()), "Nccl::iallreduce needs device memory (the "
                  "blocking allreduce also takes host memory, through the bootstrap)");
     Fingerprint fp{OpKind::allreduce, op, dtype_v<T>, x.size(), 0, seq_++};
     if (options_.check_fingerprints) check_fingerprint(fp);
+    throw_if_failed(fp);
     kernels::cuda::DeviceGuard on(device_);  // Work's event belongs to the device current when it is made
     order_after(after);
     Work w(this, fp);
@@ -280,18 +293,42 @@ class Nccl : public TypedFrontEnd<Nccl> {
     return w;
   }
 
-  /// Aborts the communicator: NCCL's kernels on this rank stop, later calls fail with `reason`.
-  void abort(const std::string& reason) {
-    if (!aborted_) {
-      abort_reason_ = reason;
-      aborted_ = true;
-      (void)ncclCommAbort(comm_);
-      comm_ = nullptr;
-    }
+  /// Starts an in-place all-reduce of `count` elements of device memory on the NCCL stream,
+  /// after the work queued on the compute stream so far, and returns at once: no host thread
+  /// waits for it. The compute stream sees the result after join_compute().
+  void start_allreduce_raw(void* x, std::size_t count, DType dtype, ReduceOp op) {
+    STRATA_CHECK(count == 0 || device_memory(x), "Nccl::start_allreduce_raw needs device memory");
+    Fingerprint fp{OpKind::allreduce, op, dtype, count, 0, seq_++};
+    if (options_.check_fingerprints) check_fingerprint(fp);
+    throw_if_failed(fp);
+    kernels::cuda::DeviceGuard on(device_);
+    order_after(nullptr);
+    enqueue(fp, [&] {
+      return ncclAllReduce(x, x, count, detail::nccl_type(dtype), detail::nccl_op(op), comm_, stream_);
+    });
+    async_in_flight_ = true;
+    unjoined_ = true;
+    last_started_ = fp;
+  }
+  /// Makes the compute stream wait, on the device, for every collective started so far; the
+  /// watchdog holds them to the deadline.
+  void join_compute() {
+    if (!unjoined_) return;
+    throw_if_failed(last_started_);
+    kernels::cuda::DeviceGuard on(device_);
+    kernels::cuda::Event done = watchdog_->take_event();
+    done.record(stream_);
+    done.block(kernels::cuda::compute_stream(device_));
+    watchdog_->watch(std::move(done), deadline(), last_started_);
+    unjoined_ = false;
   }
 
+  /// Aborts the communicator: NCCL's kernels on this rank stop, later calls fail with `reason`.
+  void abort(const std::string& reason) { abort_as(Failure::error, reason); }
+
   void allreduce_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
-    if (!detail::is_device_memory(out)) return boot_.allreduce(in, out, count, dtype, op);
+    throw_if_failed({OpKind::allreduce, op, dtype, count, 0, seq_});
+    if (!device_memory(out)) return boot_.allreduce(in, out, count, dtype, op);
     run({OpKind::allreduce, op, dtype, count, 0, 0}, [&](cudaStream_t s) {
       return ncclAllReduce(in, out, count, detail::nccl_type(dtype), detail::nccl_op(op), comm_, s);
     });
@@ -303,17 +340,20 @@ class Nccl : public TypedFrontEnd<Nccl> {
     allreduce_raw(x, x, count, dtype, ReduceOp::Sum);
   }
   void broadcast_raw(void* x, std::size_t count, DType dtype, int root) {
-    if (!detail::is_device_memory(x)) return boot_.broadcast(x, count, dtype, root);
+    throw_if_failed({OpKind::broadcast, ReduceOp::Sum, dtype, count, root, seq_});
+    if (!device_memory(x)) return boot_.broadcast(x, count, dtype, root);
     run({OpKind::broadcast, ReduceOp::Sum, dtype, count, root, 0},
         [&](cudaStream_t s) { return ncclBroadcast(x, x, count, detail::nccl_type(dtype), root, comm_, s); });
   }
   void allgather_raw(const void* in, void* out, std::size_t count, DType dtype) {
-    if (!detail::is_device_memory(out)) return boot_.allgather(in, out, count, dtype);
+    throw_if_failed({OpKind::allgather, ReduceOp::Sum, dtype, count, 0, seq_});
+    if (!device_memory(out)) return boot_.allgather(in, out, count, dtype);
     run({OpKind::allgather, ReduceOp::Sum, dtype, count, 0, 0},
         [&](cudaStream_t s) { return ncclAllGather(in, out, count, detail::nccl_type(dtype), comm_, s); });
   }
   void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
-    if (!detail::is_device_memory(out)) return boot_.reduce_scatter(in, out, count, dtype, op);
+    throw_if_failed({OpKind::reduce_scatter, op, dtype, count, 0, seq_});
+    if (!device_memory(out)) return boot_.reduce_scatter(in, out, count, dtype, op);
     run({OpKind::reduce_scatter, op, dtype, count, 0, 0}, [&](cudaStream_t s) {
       return ncclReduceScatter(in, out, count, detail::nccl_type(dtype), detail::nccl_op(op), comm_, s);
     });
@@ -336,17 +376,65 @@ class Nccl : public TypedFrontEnd<Nccl> {
     return std::chrono::steady_clock::now() + budget_;
   }
 
-  void check(ncclResult_t rc, const char* call) const {
+  /// Throws when `rc` is an error; `detail` is NCCL's last error text, read where the
+  /// communicator is known to be alive.
+  void check(ncclResult_t rc, const char* call, const std::string& detail = {}) const {
     if (rc == ncclSuccess) return;
-    std::string detail = comm_ != nullptr ? ncclGetLastError(comm_) : "";
     STRATA_THROW(collective_error, "strata.collective.nccl", "rank ", boot_.rank, ": ", call, " failed: ",
                  ncclGetErrorString(rc), (detail.empty() ? "" : " (" + detail + ")"));
   }
 
-  void check_usable(const Fingerprint& fp) const {
-    if (aborted_)
-      STRATA_THROW(collective_error, "strata.collective.aborted", "rank ", boot_.rank, ": ", fp.str(),
-                   " on an aborted NCCL communicator: ", abort_reason_);
+  using Failure = detail::NcclWatchdog::Failure;
+
+  /// Aborts the communicator once (from the rank's thread or the watchdog's): NCCL's kernels
+  /// exit, and every later call throws.
+  void abort_as(Failure kind, const std::string& reason) {
+    std::lock_guard lock(comm_mu_);
+    if (aborted_.load(std::memory_order_relaxed)) return;
+    failure_ = kind;
+    abort_reason_ = reason;
+    // Known before ncclCommAbort, which may wait for the device: a call whose wait ends
+    // meanwhile throws instead of returning what the abort cut short.
+    aborted_.store(true, std::memory_order_release);
+    if (comm_ != nullptr) (void)ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  /// What the watchdog polls while work is in flight.
+  Failure health(std::string& why) {
+    {
+      std::lock_guard lock(comm_mu_);
+      if (comm_ == nullptr) return Failure::none;  // aborted already: the rank's next call throws
+      ncclResult_t st = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress) {
+        why = std::string("NCCL reported ") + ncclGetErrorString(st) + " (" + ncclGetLastError(comm_) + ")" +
+              (st == ncclRemoteError ? "; a peer failed or left the job" : "");
+        return Failure::error;
+      }
+    }
+    if (bootstrap_aborted()) return Failure::bootstrap;
+    return Failure::none;
+  }
+  void fail_from_watchdog(Failure f, const std::string& why) {
+    if (f == Failure::expired)
+      abort_as(f, strata::detail::error_text("strata.collective.timeout", "rank ", boot_.rank, ": ", why,
+                                             " did not complete within ", options_.timeout.count(), " ms"));
+    else
+      abort_as(f, why);
+  }
+
+  /// Throws when the communicator was aborted: at a deadline the watchdog saw, after a census
+  /// over the bootstrap that names the ranks missing (once: the ranks take part in it once);
+  /// when the bootstrap group was aborted, its reason; else the reason given.
+  void throw_if_failed(const Fingerprint& fp) {
+    if (!aborted_.load(std::memory_order_acquire)) return;
+    if (failure_ == Failure::expired && !census_done_) {
+      census_done_ = true;
+      census(abort_reason_);
+    }
+    if (failure_ == Failure::bootstrap) boot_.barrier();  // throws the group's reason
+    STRATA_THROW(collective_error, "strata.collective.aborted", "rank ", boot_.rank, ": ", fp.str(),
+                 " on an aborted NCCL communicator: ", abort_reason_);
   }
 
   /// Queues the compute stream's work (or `after`'s) before the next NCCL call.
@@ -361,18 +449,24 @@ class Nccl : public TypedFrontEnd<Nccl> {
   /// enqueues, so poll until it has).
   template <class Call>
   void enqueue(const Fingerprint& fp, Call&& call) {
-    check_usable(fp);  // (the caller has made this rank's device current)
-    const ncclResult_t rc = call();
-    if (rc == ncclSuccess) return;  // enqueued: nothing to wait for before the next call
-    if (rc != ncclInProgress) check(rc, name_of(fp.kind));
+    {
+      std::lock_guard lock(comm_mu_);  // the watchdog may abort the communicator meanwhile
+      if (comm_ != nullptr) {
+        const ncclResult_t rc = call();  // (the caller has made this rank's device current)
+        if (rc == ncclSuccess) return;   // enqueued: nothing to wait for before the next call
+        if (rc != ncclInProgress) check(rc, name_of(fp.kind), ncclGetLastError(comm_));
+      }
+    }
+    throw_if_failed(fp);  // aborted before the call
     wait_ready(fp.str().c_str(), deadline());
   }
 
-  /// A blocking collective: queued after the compute stream's work, then waited for. With no
-  /// iallreduce in flight it goes on the compute stream itself, which orders it after that
-  /// work for free (no event, no second stream: raw NCCL's cost), and "the stream is idle" is
-  /// "it finished". Behind an iallreduce it goes on the NCCL stream, after the compute stream,
-  /// so that this rank's collectives keep their order.
+  /// A blocking collective: queued after the compute stream's work, then waited for in
+  /// cudaStreamSynchronize, as raw NCCL is, under the watchdog's deadline. With nothing of its
+  /// own in flight on the NCCL stream it goes on the compute stream itself, which orders it
+  /// after that work for free (no event, no second stream); behind an iallreduce or a
+  /// start_allreduce_raw it goes on the NCCL stream, after the compute stream, so that this
+  /// rank's collectives keep their order.
   template <class Call>
   void run(Fingerprint fp, Call&& call) {
     fp.seq = seq_++;
@@ -384,15 +478,25 @@ class Nccl : public TypedFrontEnd<Nccl> {
       s = stream_;
     }
     enqueue(fp, [&] { return call(s); });
-    wait_stream(s, fp);
+    cudaError_t rc;
+    {
+      // The CUDA runtime's own wait (raw NCCL's cost); the watchdog aborts NCCL at the
+      // deadline or a failure, which ends it.
+      const detail::NcclWatchdog::Blocking watched(*watchdog_, fp, deadline());
+      rc = cudaStreamSynchronize(s);
+    }
+    throw_if_failed(fp);
+    kernels::cuda::check(rc, "cudaStreamSynchronize");
     if (s == stream_) async_in_flight_ = false;  // the NCCL stream has run everything queued on it
   }
 
   /// Polls the communicator until it is no longer busy with its last call.
   void wait_ready(const char* what, std::chrono::steady_clock::time_point until) {
     for (int spins = 0;; ++spins) {
-      ncclResult_t st = ncclSuccess;
-      check(ncclCommGetAsyncError(comm_, &st), "ncclCommGetAsyncError");
+      if (aborted_.load(std::memory_order_acquire))
+        STRATA_THROW(collective_error, "strata.collective.aborted", "rank ", boot_.rank, ": ", what,
+                     " on an aborted NCCL communicator: ", abort_reason_);
+      const ncclResult_t st = async_error();
       if (st == ncclSuccess) return;
       if (st != ncclInProgress) fail(st, what);
       if (std::chrono::steady_clock::now() > until) expire(what);
@@ -402,10 +506,18 @@ class Nccl : public TypedFrontEnd<Nccl> {
   }
 
   void poll_error(const Fingerprint& fp) {
-    check_usable(fp);
-    ncclResult_t st = ncclSuccess;
-    check(ncclCommGetAsyncError(comm_, &st), "ncclCommGetAsyncError");
+    throw_if_failed(fp);
+    const ncclResult_t st = async_error();
     if (st != ncclSuccess && st != ncclInProgress) fail(st, fp.str().c_str());
+  }
+  /// The communicator's asynchronous state (ncclInvalidUsage once aborted).
+  ncclResult_t async_error() {
+    std::lock_guard lock(comm_mu_);
+    if (comm_ == nullptr) return ncclInvalidUsage;
+    ncclResult_t st = ncclSuccess;
+    const ncclResult_t rc = ncclCommGetAsyncError(comm_, &st);
+    if (rc != ncclSuccess) check(rc, "ncclCommGetAsyncError", ncclGetLastError(comm_));
+    return st;
   }
 
   /// Waits on the host until `done()` says the collective finished, with the deadline. NCCL's
@@ -428,10 +540,6 @@ class Nccl : public TypedFrontEnd<Nccl> {
   void wait_event(cudaEvent_t event, const Fingerprint& fp) {
     wait_until([&] { return query(cudaEventQuery(event), "cudaEventQuery"); }, fp);
   }
-  /// Waits on the host until `s` has run everything queued on it.
-  void wait_stream(cudaStream_t s, const Fingerprint& fp) {
-    wait_until([&] { return query(cudaStreamQuery(s), "cudaStreamQuery"); }, fp);
-  }
   static bool query(cudaError_t rc, const char* call) {
     if (rc == cudaSuccess) return true;
     if (rc != cudaErrorNotReady) kernels::cuda::check(rc, call);
@@ -439,13 +547,30 @@ class Nccl : public TypedFrontEnd<Nccl> {
   }
 
   [[noreturn]] void fail(ncclResult_t st, const char* what) {
-    const std::string detail = ncclGetLastError(comm_);
+    std::string detail;
+    {
+      std::lock_guard lock(comm_mu_);
+      if (comm_ != nullptr) detail = ncclGetLastError(comm_);
+    }
     abort(std::string("NCCL reported ") + ncclGetErrorString(st));
     STRATA_THROW(collective_error, "strata.collective.nccl", "rank ", boot_.rank, ": ", what, " failed: ",
                  ncclGetErrorString(st), (detail.empty() ? "" : " (" + detail + ")"), (st == ncclRemoteError ? "; a peer failed or left the job" : ""));
   }
 
   bool bootstrap_aborted() const { return boot_.aborted && boot_.aborted(); }
+
+  /// Whether `p` is device memory, remembering the device addresses seen (a gradient bucket's
+  /// every step): the runtime's answer costs ~0.2 us a call. An address the runtime once
+  /// reported as device memory lies in the range CUDA reserves for device allocations under
+  /// unified addressing, so it never becomes host memory; host addresses are asked each time.
+  bool device_memory(const void* p) {
+    const auto key = reinterpret_cast<std::uintptr_t>(p);
+    std::atomic<std::uintptr_t>& slot = known_device_[(key >> 8) % known_device_.size()];
+    if (key != 0 && slot.load(std::memory_order_relaxed) == key) return true;
+    if (!detail::is_device_memory(p)) return false;
+    slot.store(key, std::memory_order_relaxed);
+    return true;
+  }
 
   /// The bootstrap group was aborted (a peer replica failed): stop waiting for the peers,
   /// abort NCCL here, and fail with the group's reason (its barrier throws it).
@@ -461,7 +586,11 @@ class Nccl : public TypedFrontEnd<Nccl> {
     const std::string head = strata::detail::error_text("strata.collective.timeout", "rank ", boot_.rank, ": ", what,
                                                         " did not complete within ",
                                                         budget_.count(), " ms");
-    abort(head);
+    abort_as(Failure::expired, head);
+    census_done_ = true;
+    census(head);
+  }
+  [[noreturn]] void census(const std::string& head) {
     try {
       boot_.barrier();
     } catch (const std::exception& e) {
@@ -489,8 +618,15 @@ class Nccl : public TypedFrontEnd<Nccl> {
   void* scratch_ = nullptr;  ///< the barrier's one device word
   std::uint64_t seq_ = 0;
   bool async_in_flight_ = false;  ///< an iallreduce was queued on the NCCL stream since it was last idle
-  bool aborted_ = false;
+  bool unjoined_ = false;          ///< started collectives the compute stream does not wait for yet
+  Fingerprint last_started_{};
+  std::mutex comm_mu_;  ///< comm_ between this rank's calls and the watchdog's abort
+  std::atomic<bool> aborted_{false};
+  Failure failure_ = Failure::none;  ///< why it was aborted (written before aborted_)
   std::string abort_reason_;
+  bool census_done_ = false;
+  std::array<std::atomic<std::uintptr_t>, 16> known_device_{};  ///< device addresses seen (device_memory)
+  std::unique_ptr<detail::NcclWatchdog> watchdog_;  ///< last: it calls into the members above
 };
 
 }  // namespace strata::collective

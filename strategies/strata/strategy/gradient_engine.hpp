@@ -250,6 +250,9 @@ class GradientEngine final : public autograd::GradientCompletion {
     } else {
       STRATA_CHECK(!sharded_, "GradientLayout::sharded needs replicas that are threads of one process; ", C::name,
                    " ranks are processes");
+      if constexpr (collective::DeviceCollective<C>)
+        if (buckets_.size() > 0 && buckets_[0].buffer.device().kind != DeviceKind::cpu)
+          return std::make_unique<detail::DeviceStreamReduction<C>>(comm_);
       if (buckets_.all_shared() && detail::shared_buckets_reduce_on_replica_thread(comm_.size()))
         return std::make_unique<detail::ReplicaThreadReduction<C>>(comm_);
       std::vector<std::size_t> counts;
@@ -281,6 +284,7 @@ class GradientEngine final : public autograd::GradientCompletion {
     // communication thread is idle now, so the collectives keep one order on every rank.
     for (std::size_t b = 0; b < buckets_.size(); ++b)
       if (rows_path_ && buckets_[b].table) aggregate_table(b);
+    path_->settled();
     stats_.exposed_seconds += seconds_since(t0);
   }
 

@@ -84,15 +84,17 @@ class DeviceGuard {
     if (previous_ >= 0) STRATA_CUDA_CHECK(cudaGetDevice(&previous_));  // the thread may have moved since
     if (device != previous_) STRATA_CUDA_CHECK(cudaSetDevice(device));
     if (previous_ < 0) detail::thread_device() = device;
+    restore_ = previous_ >= 0 && previous_ != device;  // on its device already: nothing to undo
   }
   ~DeviceGuard() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+    if (restore_) (void)cudaSetDevice(previous_);
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
   int previous_;
+  bool restore_ = false;
 };
 
 /// An owned, non-blocking stream on the current device.

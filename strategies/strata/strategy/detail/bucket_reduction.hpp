@@ -77,6 +77,8 @@ class BucketReduction {
   /// After a step whose sums were left in shares, waits for the peers' shares and copies
   /// them in: every gradient whole.
   virtual void gather(GradientBuckets&) {}
+  /// Every bucket of the step has started and `done`: what reads the sums next may go on.
+  virtual void settled() {}
 };
 
 template <class C>
@@ -90,6 +92,26 @@ class ReplicaThreadReduction final : public BucketReduction<C> {
     });
     return false;
   }
+
+ private:
+  C& comm_;
+};
+
+/// Buckets on a device (a DeviceCollective): each all-reduce is queued on the device behind
+/// the backward kernels that filled its bucket, from the replica's thread, which goes on at
+/// once; settled() makes the compute stream wait for them, so the optimizer's kernels read the
+/// sums and no host thread waits for the device in the step (the collective's watchdog holds
+/// the queued work to the deadline). The seconds counted are the queueing's.
+template <class C>
+  requires collective::DeviceCollective<C>
+class DeviceStreamReduction final : public BucketReduction<C> {
+ public:
+  explicit DeviceStreamReduction(C& comm) : comm_(comm) {}
+  bool start(GradientBucket& bk, std::size_t b) override {
+    timed_reduction(bk, b, [&] { comm_.start_allreduce_raw(bk.buffer.raw_data(), bk.count, bk.dtype, ReduceOp::Sum); });
+    return false;
+  }
+  void settled() override { comm_.join_compute(); }
 
  private:
   C& comm_;
