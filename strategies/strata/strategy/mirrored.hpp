@@ -95,7 +95,7 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
   /// CPU replicas, or every GPU this process sees).
   explicit MirroredStrategy(int replicas = default_replicas(), MirroredOptions o = {})
       : MirroredStrategy(replicas, o, kOnDevices ? first_gpus(replicas) : std::vector<Device>{}) {}
-  /// One replica per device: CPU devices for MirroredStrategy<>, distinct GPUs for <Nccl>.
+  /// One replica per device: CPU devices for `MirroredStrategy<>`, distinct GPUs for `MirroredStrategy<Nccl>`.
   explicit MirroredStrategy(const std::vector<Device>& devices, MirroredOptions o = {})
       : MirroredStrategy(checked_devices(devices), o, kOnDevices ? devices : std::vector<Device>{}) {}
 
