@@ -82,6 +82,21 @@ inline strata::DeviceKernels make_kernels() {
         }
     });
   };
+  k.gemm_batched = [](int, DType t, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t kk, const void* a,
+                      std::int64_t lda, std::int64_t sa, const void* b, std::int64_t ldb, std::int64_t sb, void* c,
+                      std::int64_t ldc, std::int64_t sc, std::int64_t batch, bool acc) {
+    floating(t, [&](auto tag) {
+      using T = decltype(tag);
+      for (std::int64_t q = 0; q < batch; ++q)
+        for (std::int64_t i = 0; i < m; ++i)
+          for (std::int64_t j = 0; j < n; ++j) {
+            T s = 0;
+            for (std::int64_t p = 0; p < kk; ++p)
+              s += at<T>(a)[q * sa + (ta ? p * lda + i : i * lda + p)] * at<T>(b)[q * sb + (tb ? j * ldb + p : p * ldb + j)];
+            put(at<T>(c)[q * sc + i * ldc + j], s, acc);
+          }
+    });
+  };
   k.bias_act = [](int, DType t, std::int64_t rows, std::int64_t cols, const void* src, const void* bias, bool relu,
                   void* dst) {
     floating(t, [&](auto tag) {

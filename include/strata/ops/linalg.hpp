@@ -113,6 +113,38 @@ void for_each_batch(const Shape& batch, const Shape& a_st, const Shape& b_st, co
   });
 }
 
+/// The element stride that walks an operand's batch entries in order, when its offsets over
+/// the batch axes are i·stride (contiguous batch axes, or 0s for a shared operand); else none.
+inline std::optional<std::int64_t> flat_batch_stride(const Shape& batch, const Shape& st) {
+  std::optional<std::int64_t> base;
+  std::int64_t next = 0;  // the stride the next outer axis must have
+  for (int i = batch.ndim() - 1; i >= 0; --i) {
+    if (batch[i] == 1) continue;
+    if (base && st[i] != next) return std::nullopt;
+    if (!base) base = st[i];
+    next = st[i] * batch[i];
+  }
+  return base.value_or(0);
+}
+
+/// Every batch entry's C (+)= op(A) op(B) in one batched device GEMM, when the operands are on
+/// a device with one, their batch offsets are i·stride, and no two entries share C; false:
+/// the caller runs them one by one.
+inline bool device_gemm_batched(const Shape& batch, const Shape& a_st, const Shape& b_st, const Shape& c_st, bool ta,
+                                bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const Tensor& a,
+                                std::int64_t lda, const Tensor& b, std::int64_t ldb, const Tensor& c, std::int64_t ldc,
+                                bool accumulate) {
+  if (!on_device(c) || batch.numel() <= 1) return false;
+  const auto& dk = device_kernels("matmul", c, a, b);
+  if (dk.gemm_batched == nullptr) return false;
+  const auto sa = flat_batch_stride(batch, a_st), sb = flat_batch_stride(batch, b_st),
+             sc = flat_batch_stride(batch, c_st);
+  if (!sa || !sb || !sc || *sc == 0) return false;
+  dk.gemm_batched(c.device().index, c.dtype(), ta, tb, m, n, k, a.raw_data(), lda, *sa, b.raw_data(), ldb, *sb,
+                  c.raw_data(), ldc, *sc, batch.numel(), accumulate);
+  return true;
+}
+
 inline void matmul_backward(autograd::Node& n, std::uint64_t epoch) {
   const Tensor& g = autograd::grad_output(n);
   const Tensor &a = n.saved[0], &b = n.saved[1];
@@ -123,20 +155,24 @@ inline void matmul_backward(autograd::Node& n, std::uint64_t epoch) {
   if (auto s = autograd::grad_slot(n.in[0], epoch)) {  // dA = G op(B)^T; summed over the batch when A is shared
     const bool shared = a.ndim() == 2 && batch.ndim() > 0;
     if (shared && batch.numel() == 0 && !s.accumulate) s.dst.fill_(0.0);
-    for_each_batch(batch, gst, batch_strides(b, batch), batch_strides(s.dst, batch),
-                   [&](std::int64_t g_at, std::int64_t b_at, std::int64_t d_at, bool first) {
-                     gemm_at(false, !lb.transposed, M, K, N, g, g_at, N, b, b_at, lb.ld, s.dst, d_at, K,
-                             s.accumulate || (shared && !first));
-                   });
+    if (shared || !device_gemm_batched(batch, gst, batch_strides(b, batch), batch_strides(s.dst, batch), false,
+                                       !lb.transposed, M, K, N, g, N, b, lb.ld, s.dst, K, s.accumulate))
+      for_each_batch(batch, gst, batch_strides(b, batch), batch_strides(s.dst, batch),
+                     [&](std::int64_t g_at, std::int64_t b_at, std::int64_t d_at, bool first) {
+                       gemm_at(false, !lb.transposed, M, K, N, g, g_at, N, b, b_at, lb.ld, s.dst, d_at, K,
+                               s.accumulate || (shared && !first));
+                     });
   }
   if (auto s = autograd::grad_slot(n.in[1], epoch)) {  // dB = op(A)^T G
     const bool shared = b.ndim() == 2 && batch.ndim() > 0;
     if (shared && batch.numel() == 0 && !s.accumulate) s.dst.fill_(0.0);
-    for_each_batch(batch, batch_strides(a, batch), gst, batch_strides(s.dst, batch),
-                   [&](std::int64_t a_at, std::int64_t g_at, std::int64_t d_at, bool first) {
-                     gemm_at(!la.transposed, false, K, N, M, a, a_at, la.ld, g, g_at, N, s.dst, d_at, N,
-                             s.accumulate || (shared && !first));
-                   });
+    if (shared || !device_gemm_batched(batch, batch_strides(a, batch), gst, batch_strides(s.dst, batch),
+                                       !la.transposed, false, K, N, M, a, la.ld, g, N, s.dst, N, s.accumulate))
+      for_each_batch(batch, batch_strides(a, batch), gst, batch_strides(s.dst, batch),
+                     [&](std::int64_t a_at, std::int64_t g_at, std::int64_t d_at, bool first) {
+                       gemm_at(!la.transposed, false, K, N, M, a, a_at, la.ld, g, g_at, N, s.dst, d_at, N,
+                               s.accumulate || (shared && !first));
+                     });
   }
 }
 
@@ -193,12 +229,15 @@ inline Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::empty(os, a.dtype(), a.device());
   if (on_device(a)) (void)device_kernels("matmul", a, b);
   else require_host("matmul", b);
-  ops::detail::for_each_batch(batch, ops::detail::batch_strides(ac, batch), ops::detail::batch_strides(bc, batch),
-                              ops::detail::batch_strides(out, batch),
-                              [&](std::int64_t a_at, std::int64_t b_at, std::int64_t c_at, bool) {
-                                ops::detail::gemm_at(la.transposed, lb.transposed, M, N, K, ac, a_at, la.ld, bc, b_at,
-                                                     lb.ld, out, c_at, N, false);
-                              });
+  const Shape a_st = ops::detail::batch_strides(ac, batch), b_st = ops::detail::batch_strides(bc, batch),
+              c_st = ops::detail::batch_strides(out, batch);
+  if (!ops::detail::device_gemm_batched(batch, a_st, b_st, c_st, la.transposed, lb.transposed, M, N, K, ac, la.ld, bc,
+                                        lb.ld, out, N, false))
+    ops::detail::for_each_batch(batch, a_st, b_st, c_st,
+                                [&](std::int64_t a_at, std::int64_t b_at, std::int64_t c_at, bool) {
+                                  ops::detail::gemm_at(la.transposed, lb.transposed, M, N, K, ac, a_at, la.ld, bc, b_at,
+                                                       lb.ld, out, c_at, N, false);
+                                });
   if (auto* n = autograd::record("matmul", &ops::detail::matmul_backward, out, a, b)) {
     n->saved = {ac, bc};
     n->i[0] = la.transposed;

@@ -118,6 +118,12 @@ struct DeviceKernels {
                              const void* w, const void* dy, void* dx, bool accumulate);
   void (*conv_backward_filter)(int device, DType, const kernels::cpu::ConvGeometry&, std::int64_t out_channels,
                                const void* x, const void* dy, void* dw, bool accumulate);
+  /// `batch` products C_i (+)= op(A_i) op(B_i) in one call, operand i `stride_*` elements after
+  /// operand i - 1 (a stride of 0 repeats the operand; C's is never 0). Null: a gemm per product.
+  void (*gemm_batched)(int device, DType, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                       const void* a, std::int64_t lda, std::int64_t stride_a, const void* b, std::int64_t ldb,
+                       std::int64_t stride_b, void* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch,
+                       bool accumulate);
 };
 
 namespace detail {

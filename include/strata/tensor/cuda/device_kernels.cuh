@@ -41,6 +41,20 @@ inline void gemm(int device, DType dt, bool ta, bool tb, std::int64_t m, std::in
   });
 }
 
+inline void gemm_batched(int device, DType dt, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                         const void* a, std::int64_t lda, std::int64_t stride_a, const void* b, std::int64_t ldb,
+                         std::int64_t stride_b, void* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch,
+                         bool accumulate) {
+  floating(device, dt, "matmul", [&](auto tag) {
+    using T = decltype(tag);
+    cuda::gemm_strided_batched<T>(device,
+                                  math::GemmArgs<T>{ta, tb, m, n, k, T(1), static_cast<const T*>(a), lda,
+                                                    static_cast<const T*>(b), ldb, accumulate ? T(1) : T(0),
+                                                    static_cast<T*>(c), ldc},
+                                  stride_a, stride_b, stride_c, batch);
+  });
+}
+
 inline void bias_act(int device, DType dt, std::int64_t rows, std::int64_t cols, const void* src, const void* bias,
                      bool relu, void* dst) {
   floating(device, dt, "bias_act", [&](auto tag) {
@@ -401,6 +415,7 @@ inline constexpr DeviceKernels kKernels{
     nullptr,        nullptr,
     nullptr,
 #endif
+    &gemm_batched,
 };
 
 }  // namespace strata::kernels::cuda::table

@@ -79,6 +79,36 @@ void gemm(int device, const math::GemmArgs<T>& g) {
   }
 }
 
+/// `batch` GEMMs as gemm() does one, operand i `stride_*` elements after operand i - 1, in
+/// one cuBLAS call (the attention's products of every sequence and head: thousands of tiny
+/// launches otherwise).
+template <class T>
+void gemm_strided_batched(int device, const math::GemmArgs<T>& g, std::int64_t stride_a, std::int64_t stride_b,
+                          std::int64_t stride_c, std::int64_t batch) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "cuBLAS GEMM: float or double");
+  if (g.m == 0 || g.n == 0 || batch == 0) return;
+  const std::array<std::int64_t, 7> dims{g.m, g.n, g.k, g.lda, g.ldb, g.ldc, batch};
+  for (std::int64_t v : dims)
+    if (v > INT_MAX) STRATA_THROW(invalid_argument, "strata.cuda", "GEMM dimension ", v, " exceeds cuBLAS's int");
+  cublasHandle_t h = blas_handle(device);
+  DeviceGuard on(device);
+  const auto ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
+  const int lda = std::max(1, static_cast<int>(g.lda)), ldb = std::max(1, static_cast<int>(g.ldb));
+  const int count = static_cast<int>(batch);
+  if constexpr (std::is_same_v<T, float>) {
+    check(cublasSetMathMode(h, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+          "cublasSetMathMode");
+    check(cublasSgemmStridedBatched(h, tb, ta, n, m, k, &g.alpha, g.b, ldb, stride_b, g.a, lda, stride_a, &g.beta,
+                                    g.c, static_cast<int>(g.ldc), stride_c, count),
+          "cublasSgemmStridedBatched");
+  } else {
+    check(cublasDgemmStridedBatched(h, tb, ta, n, m, k, &g.alpha, g.b, ldb, stride_b, g.a, lda, stride_a, &g.beta,
+                                    g.c, static_cast<int>(g.ldc), stride_c, count),
+          "cublasDgemmStridedBatched");
+  }
+}
+
 }  // namespace strata::kernels::cuda
 
 #endif  // STRATA_HAS_CUDA

@@ -44,12 +44,25 @@ __global__ void finish_sum(int parts, const Acc* partial, T* out, Acc scale, boo
   if (threadIdx.x == 0) *out = static_cast<T>(v * scale) + (accumulate ? *out : T(0));
 }
 
+/// A block of kColumnLanes x kColumnLanes threads per kColumnLanes columns: thread (c, l) sums
+/// rows l, l + kColumnLanes, ... of its column (neighbouring threads read neighbouring
+/// columns of a row), then lane 0 adds the lanes' sums in lane order: deterministic, and
+/// kColumnLanes times the threads of one per column, which left a layer norm's weight
+/// gradient over thousands of rows at one block of mostly idle threads.
+inline constexpr int kColumnLanes = 32;
 template <class T>
 __global__ void sum_columns(std::int64_t rows, std::int64_t cols, const T* x, T* out, bool accumulate) {
-  STRATA_GRID_STRIDE_LOOP(c, cols) {
-    T v = 0;
-    for (std::int64_t r = 0; r < rows; ++r) v += x[r * cols + c];
-    out[c] = accumulate ? out[c] + v : v;
+  __shared__ T part[kColumnLanes][kColumnLanes + 1];
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kColumnLanes + threadIdx.x;
+  T v = 0;
+  if (c < cols)
+    for (std::int64_t r = threadIdx.y; r < rows; r += kColumnLanes) v += x[r * cols + c];
+  part[threadIdx.y][threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    T sum = 0;
+    for (int l = 0; l < kColumnLanes; ++l) sum += part[l][threadIdx.x];
+    out[c] = accumulate ? out[c] + sum : sum;
   }
 }
 
@@ -98,7 +111,9 @@ void sum(int device, std::int64_t n, const T* x, T* out, double scale, bool accu
 template <class T>
 void sum_columns(std::int64_t rows, std::int64_t cols, const T* x, T* out, bool accumulate, cudaStream_t s) {
   if (cols == 0) return;
-  kernel::sum_columns<T><<<blocks_for(cols), kThreads, 0, s>>>(rows, cols, x, out, accumulate);
+  const auto tiles = static_cast<unsigned>((cols + kernel::kColumnLanes - 1) / kernel::kColumnLanes);
+  kernel::sum_columns<T><<<tiles, dim3(kernel::kColumnLanes, kernel::kColumnLanes), 0, s>>>(rows, cols, x, out,
+                                                                                            accumulate);
   STRATA_CUDA_CHECK_LAUNCH("sum_columns");
 }
 
