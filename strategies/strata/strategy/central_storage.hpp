@@ -14,6 +14,12 @@
 /// A row-sparse table whose gradient every replica holds in rows is summed by rows instead:
 /// each replica combines all replicas' rows in replica order (the same bits on each), and
 /// the table's gradient stays rows (docs/sparse_design.md).
+///
+/// Replicas on GPUs (a list of CUDA devices) compute on a device copy of the variables: at the
+/// start of run() each replica copies the central values to its GPU and points its parameter
+/// headers there; apply_gradients copies its gradients back to the host and points the
+/// headers back at the central storage, and from there it is the CPU's data flow, the
+/// optimizer and its state on the host (docs/gpu.md).
 #pragma once
 
 #include <algorithm>
@@ -34,6 +40,8 @@
 #include <strata/strategy/detail/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/strategy/detail/thread_replicas.hpp>
+#include <strata/tensor/device_backend.hpp>  // cuda_device_count
+#include <strata/tensor/placement.hpp>       // move_in_place
 
 namespace strata {
 
@@ -57,6 +65,25 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
       : detail::ThreadReplicas<CentralStorageStrategy>(replicas, "CentralStorageStrategy", o),
         pending_(static_cast<std::size_t>(this->n_)),
         rows_(static_cast<std::size_t>(this->n_)) {}
+  /// One replica per device: CPU devices (threads), or distinct GPUs, which compute on copies
+  /// of the host's variables (docs/gpu.md).
+  explicit CentralStorageStrategy(const std::vector<Device>& devices,
+                                  collective::Options o = collective::Options::from_env())
+      : CentralStorageStrategy(static_cast<int>(devices.size()), o) {
+    bool gpus = false;
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      const Device& d = devices[i];
+      STRATA_CHECK(d.kind == devices[0].kind, "CentralStorageStrategy: replicas on ", devices[0], " and ", d,
+                   "; all on the CPU or all on GPUs");
+      gpus = d.kind == DeviceKind::cuda;
+      if (!gpus) continue;
+      STRATA_CHECK(d.index >= 0 && d.index < cuda_device_count(), "CentralStorageStrategy: ", d,
+                   " does not exist (this process sees ", cuda_device_count(), " CUDA devices)");
+      for (std::size_t j = 0; j < i; ++j)
+        STRATA_CHECK(devices[j] != d, "CentralStorageStrategy: ", d, " is named twice; each replica needs a GPU of its own");
+    }
+    if (gpus) this->set_devices(devices);
+  }
 
   /// One object per replica over one set of variables: replica r's parameters are views of
   /// replica 0's storage, and replica r updates share r of each of them.
@@ -83,6 +110,21 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
         splits_.push_back(std::make_unique<detail::SplitUpdate>(std::move(views), std::move(shares),
                                                                 detail::local_state_home()));
       }
+      if (!this->devices().empty()) {  // a device copy of the variables per replica; buffers to the GPUs
+        OnDevices& m = on_devices_.emplace_back();
+        for (const Tensor& p : central) m.central.push_back(p.detach());
+        for (int r = 0; r < this->n_; ++r) {
+          const auto ur = static_cast<std::size_t>(r);
+          const Device d = this->devices()[ur];
+          T& copy = *copies[ur];
+          m.headers.push_back(copy.parameters());
+          auto& mine = m.copies.emplace_back();
+          for (const Tensor& p : central) mine.push_back(Tensor::empty(p.shape(), p.dtype(), d));
+          auto& staging = m.staging.emplace_back();
+          for (const Tensor& p : central) staging.push_back(Tensor::empty(p.shape(), p.dtype()));
+          if constexpr (detail::HasBuffers<T>) move_in_place(copy.buffers(), d);
+        }
+      }
     }
     return Replicated<T>(std::move(copies));
   }
@@ -104,6 +146,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     // gradient in rows on every replica is summed by rows, by each replica for itself.
     bool aggregate(Gradients g, double) override {
       STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica");
+      s_.to_host(r_);  // replicas on GPUs: their gradients come down, their headers back to the host
       const auto me = static_cast<std::size_t>(r_);
       s_.pending_[me] = g;
       RowScratch& mine = s_.rows_[me];
@@ -202,7 +245,59 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
   template <class F>
   void with_context(int r, F&& f) {
     Context ctx(*this, r);
+    if (on_devices_.empty()) return f(ctx);
+    struct Back {  // a run without an update (an evaluation) leaves the headers on the host too
+      CentralStorageStrategy& s;
+      int r;
+      ~Back() { s.to_host(r); }
+    } back{*this, r};
+    to_device(r);
     f(ctx);
+  }
+
+  // A model's variables for replicas on GPUs: the host's (central), each replica's parameter
+  // headers, its device copy of the values and its host staging for the gradients.
+  struct OnDevices {
+    std::vector<Tensor> central;                   // views of the central storage
+    std::vector<std::vector<Tensor>> headers;      // [replica][parameter]: what the model holds
+    std::vector<std::vector<Tensor>> copies;       // [replica][parameter], on the replica's GPU
+    std::vector<std::vector<Tensor>> staging;      // [replica][parameter], host
+    std::vector<char> on_device;                   // [replica]: headers at the device copies
+  };
+
+  // Replica r's headers at its device copies, holding the central values of now (which the
+  // last update, or the user between steps, wrote), with no gradient yet.
+  void to_device(int r) {
+    const auto ur = static_cast<std::size_t>(r);
+    for (OnDevices& m : on_devices_) {
+      if (m.on_device.empty()) m.on_device.assign(static_cast<std::size_t>(this->n_), 0);
+      for (std::size_t k = 0; k < m.central.size(); ++k) {
+        Tensor dst = m.copies[ur][k];
+        dst.copy_(m.central[k]);
+        m.headers[ur][k].impl()->share_storage_of(*dst.impl());
+        m.headers[ur][k].impl()->ag.grad = Tensor();
+      }
+      m.on_device[ur] = 1;
+    }
+  }
+  // Replica r's headers back at the central storage, their device gradients copied to the
+  // host staging, which becomes their gradient (what the CPU strategy's sums read).
+  void to_host(int r) {
+    const auto ur = static_cast<std::size_t>(r);
+    for (OnDevices& m : on_devices_) {
+      if (m.on_device.empty() || !m.on_device[ur]) continue;
+      for (std::size_t k = 0; k < m.central.size(); ++k) {
+        const Tensor& h = m.headers[ur][k];
+        Tensor g = h.impl()->ag.grad;
+        h.impl()->share_storage_of(*m.central[k].impl());
+        if (g.defined()) {
+          Tensor stage = m.staging[ur][k];
+          stage.copy_(g);
+          h.impl()->ag.grad = stage;
+        }
+      }
+      m.on_device[ur] = 0;
+    }
   }
 
   std::vector<Gradients> pending_;  // each replica's gradients in the step being applied
@@ -215,6 +310,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
   };
   std::vector<RowScratch> rows_;
   std::vector<std::unique_ptr<detail::SplitUpdate>> splits_;  // one per model made under scope()
+  std::vector<OnDevices> on_devices_;  // one per model made under scope(), replicas on GPUs only
 };
 
 template <class C>
