@@ -5,9 +5,10 @@
 // run() are the host's, and misuse is named.
 #include "doctest.hpp"
 
+#include <memory>
 #include <vector>
 
-#include "strategies/equivalence.hpp"
+#include "strategies/on_two_devices.hpp"
 #include "support/host_device.hpp"
 
 using namespace strata;
@@ -18,26 +19,8 @@ const bool installed = (support::host_device::install(), true);
 
 TEST_CASE("Strategy.CentralStorageOnDevices.EquivalentToOneDevice") {
   REQUIRE(installed);
-  for (int k : {1, 2})
-    for (bool clip : {false, true}) {
-      equivalence::Setup s;
-      s.global_batch = 25;  // 13 + 12 rows, the last batch 3 + 2
-      s.examples = 20 * 25 + 5;
-      s.accumulation = k;
-      s.clip_norm = clip ? 0.5 : 0.0;
-      std::vector<double> want_losses, got_losses;
-      OneDeviceStrategy one;
-      equivalence::Setup plain = s;
-      plain.accumulation = 1;
-      const auto want = equivalence::train_steps(one, plain, &want_losses);
-      CAPTURE(k);
-      CAPTURE(clip);
-      CentralStorageStrategy<> strategy(std::vector{Device::cuda(0), Device::cuda(1)});
-      const auto got = equivalence::train_steps(strategy, s, &got_losses);
-      CHECK(equivalence::max_relative_difference(got, want) < 1e-5);
-      REQUIRE(got_losses.size() == want_losses.size());
-      for (std::size_t i = 0; i < got_losses.size(); ++i) CHECK(got_losses[i] == doctest::Approx(want_losses[i]).epsilon(1e-5));
-    }
+  equivalence::check_uneven_batches_on_two_devices(
+      [] { return std::make_unique<CentralStorageStrategy<>>(std::vector{Device::cuda(0), Device::cuda(1)}); });
 }
 
 TEST_CASE("Strategy.CentralStorageOnDevices.HostVariablesAndDeviceReplicas") {

@@ -6,11 +6,12 @@
 // named. The same strategy over real GPUs and NCCL is in tests/cuda/test_nccl*.cu.
 #include "doctest.hpp"
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "strategies/equivalence.hpp"
+#include "strategies/on_two_devices.hpp"
 #include "support/host_device.hpp"
 #include "support/host_device_collective.hpp"
 
@@ -25,35 +26,13 @@ namespace {
 
 const bool installed = (support::host_device::install(), true);
 
-std::vector<std::vector<float>> one_device(const equivalence::Setup& s, std::vector<double>* losses) {
-  OneDeviceStrategy one;
-  equivalence::Setup plain = s;
-  plain.accumulation = 1;
-  return equivalence::train_steps(one, plain, losses);
-}
-
 }  // namespace
 
 TEST_CASE("Strategy.MirroredOnDevices.EquivalentToOneDevice") {
   REQUIRE(installed);
   REQUIRE(cuda_device_count() == 2);
-  for (int k : {1, 2})
-    for (bool clip : {false, true}) {
-      equivalence::Setup s;
-      s.global_batch = 25;  // 13 + 12 rows, the last batch 3 + 2
-      s.examples = 20 * 25 + 5;
-      s.accumulation = k;
-      s.clip_norm = clip ? 0.5 : 0.0;
-      std::vector<double> want_losses, got_losses;
-      const auto want = one_device(s, &want_losses);
-      CAPTURE(k);
-      CAPTURE(clip);
-      OnDevices strategy(2, MirroredOptions{.bucket_bytes = 2048});  // several buckets
-      const auto got = equivalence::train_steps(strategy, s, &got_losses);
-      CHECK(equivalence::max_relative_difference(got, want) < 1e-5);
-      REQUIRE(got_losses.size() == want_losses.size());
-      for (std::size_t i = 0; i < got_losses.size(); ++i) CHECK(got_losses[i] == doctest::Approx(want_losses[i]).epsilon(1e-5));
-    }
+  equivalence::check_uneven_batches_on_two_devices(
+      [] { return std::make_unique<OnDevices>(2, MirroredOptions{.bucket_bytes = 2048}); });  // several buckets
 }
 
 TEST_CASE("Strategy.MirroredOnDevices.CopiesAndRowsLiveOnTheirDevices") {
