@@ -246,13 +246,21 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
   void with_context(int r, F&& f) {
     Context ctx(*this, r);
     if (on_devices_.empty()) return f(ctx);
-    struct Back {  // a run without an update (an evaluation) leaves the headers on the host too
+    struct Back {  // a step that throws leaves the headers on the host too (its own error stands)
       CentralStorageStrategy& s;
       int r;
-      ~Back() { s.to_host(r); }
+      bool armed = true;
+      ~Back() {
+        if (armed) try {
+            s.to_host(r);
+          } catch (...) {
+          }
+      }
     } back{*this, r};
     to_device(r);
     f(ctx);
+    back.armed = false;
+    to_host(r);  // a run without an update (an evaluation): back on the host as well
   }
 
   // A model's variables for replicas on GPUs: the host's (central), each replica's parameter
