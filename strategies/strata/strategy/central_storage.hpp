@@ -112,6 +112,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
       }
       if (!this->devices().empty()) {  // a device copy of the variables per replica; buffers to the GPUs
         OnDevices& m = on_devices_.emplace_back();
+        m.on_device.assign(static_cast<std::size_t>(this->n_), 0);  // sized here: the replicas' threads only flip their own
         for (const Tensor& p : central) m.central.push_back(p.detach());
         for (int r = 0; r < this->n_; ++r) {
           const auto ur = static_cast<std::size_t>(r);
@@ -278,7 +279,6 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
   void to_device(int r) {
     const auto ur = static_cast<std::size_t>(r);
     for (OnDevices& m : on_devices_) {
-      if (m.on_device.empty()) m.on_device.assign(static_cast<std::size_t>(this->n_), 0);
       for (std::size_t k = 0; k < m.central.size(); ++k) {
         Tensor dst = m.copies[ur][k];
         dst.copy_(m.central[k]);
@@ -293,7 +293,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
   void to_host(int r) {
     const auto ur = static_cast<std::size_t>(r);
     for (OnDevices& m : on_devices_) {
-      if (m.on_device.empty() || !m.on_device[ur]) continue;
+      if (!m.on_device[ur]) continue;
       for (std::size_t k = 0; k < m.central.size(); ++k) {
         const Tensor& h = m.headers[ur][k];
         Tensor g = h.impl()->ag.grad;
