@@ -59,7 +59,7 @@ int parse_options(int argc, char** argv, Options& o) {
   app.add_option("--sample", o.sample_chars, "characters to sample at the end")->capture_default_str();
   app.add_option("--data", o.data_dir, "the fortunes directory")->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress lines");
-  trainer::add_strategy_flags(app, o, "cpu, or cuda:N (char_transformer_cuda, --strategy one_device)");
+  trainer::add_strategy_flags(app, o, "cpu, or cuda:N (char_transformer_cuda; one_device, or central_storage with replica r on cuda:N+r)");
   try {
     app.parse(argc, argv);
     for (auto [flag, v] : {std::pair{"--steps", o.steps}, std::pair{"--batch", o.batch}, std::pair{"--context", o.context},

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -94,7 +95,8 @@ inline void check_strategy_flags(const CLI::App& app, const StrategyFlags& f) {
     only(flag, f.strategy == "parameter_server", "--strategy parameter_server");
   only("--dispatch-batches", f.strategy == "parameter_server" && f.mode == "async" && f.staleness < 0,
        "--strategy parameter_server --mode async without --staleness");
-  only("--device", f.strategy == "one_device", "--strategy one_device (the others run on the CPU in this trainer)");
+  only("--device", f.strategy == "one_device" || f.strategy == "central_storage",
+       "--strategy one_device|central_storage (mirrored takes --collective nccl for GPUs)");
   if (f.strategy == "multi_worker_mirrored" && f.collective.empty())
     throw CLI::RequiredError("--collective (mpi, gloo or nccl) for --strategy multi_worker_mirrored");
   if (f.tables == "remote" && f.update_on == "workers")
@@ -145,7 +147,11 @@ void with_strategy(const StrategyFlags& o, F&& f) {
       f(s);
     }
   } else if (o.strategy == "central_storage") {
-    strata::CentralStorageStrategy s(o.replicas);
+    const strata::Device first = o.parsed_device();
+    std::vector<strata::Device> devices;  // cuda:N: replica r on cuda:N+r, the variables on the host
+    for (int r = 0; r < o.replicas; ++r)
+      devices.push_back(first.kind == strata::DeviceKind::cpu ? first : strata::Device::cuda(first.index + r));
+    strata::CentralStorageStrategy s(devices);
     f(s);
   } else if (o.strategy == "multi_worker_mirrored") {
     const strata::MultiWorkerOptions mw{.compression = o.compression == "fp16"   ? strata::Compression::fp16

@@ -57,7 +57,7 @@ inline int parse_options(int argc, char** argv, Options& o) {
   app.add_option("--max-steps", o.max_steps, "stop each epoch after this many steps (-1: all)");
   app.add_flag("--no-eval", o.no_eval, "skip the test-set evaluation");
   app.add_flag("--quiet", o.quiet, "no progress line");
-  trainer::add_strategy_flags(app, o, "cpu or cuda:N (one_device; cuda needs fashion_mnist_cuda)");
+  trainer::add_strategy_flags(app, o, "cpu or cuda:N (one_device, or central_storage with replica r on cuda:N+r; cuda needs fashion_mnist_cuda)");
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "resume from the newest complete checkpoint there, and save "
                  "there at the end");
   app.add_option("--checkpoint-every", o.checkpoint_every, "also save every this many steps");

@@ -23,6 +23,28 @@ TEST_CASE("Strategy.CentralStorageOnDevices.EquivalentToOneDevice") {
       [] { return std::make_unique<CentralStorageStrategy<>>(std::vector{Device::cuda(0), Device::cuda(1)}); });
 }
 
+TEST_CASE("Strategy.CentralStorageOnDevices.SyncBatchNorm") {
+  // Statistics over the global batch (13 + 12 rows, the last batch 3 + 2) summed on the host:
+  // parameters and running statistics end where one replica on the CPU ends, and the running
+  // statistics are on the host outside run(), as the variables are.
+  REQUIRE(installed);
+  {  // (the MLP: the stand-in devices have no convolutions, which need cuDNN)
+    equivalence::Setup s;
+    s.sync_batch_norm = true;
+    s.global_batch = 25;
+    s.examples = 20 * 25 + 5;
+    strata::OneDeviceStrategy one;
+    const auto want = equivalence::train_steps(one, s);
+    CentralStorageStrategy<> strategy(std::vector{Device::cuda(0), Device::cuda(1)});
+    s.after_training = [&](nn::Module& m) {
+      REQUIRE_FALSE(m.buffers().empty());
+      for (const Tensor& b : m.buffers()) CHECK(b.device() == Device::cpu());
+    };
+    const auto got = equivalence::train_steps(strategy, s);
+    CHECK(equivalence::max_relative_difference(got, want) < 1e-5);
+  }
+}
+
 TEST_CASE("Strategy.CentralStorageOnDevices.HostVariablesAndDeviceReplicas") {
   REQUIRE(installed);
   CentralStorageStrategy<> strategy(std::vector{Device::cuda(0), Device::cuda(1)});
@@ -36,6 +58,10 @@ TEST_CASE("Strategy.CentralStorageOnDevices.HostVariablesAndDeviceReplicas") {
           const int r = ctx.replica_id_in_sync_group();
           CHECK(b.x.device() == Device::cuda(r));
           for (const Tensor& p : model.parameters()) CHECK(p.device() == Device::cuda(r));
+          Tensor t = full({2}, r + 1.0).to(Device::cuda(r));  // a user's sum of device values
+          ctx.all_reduce(ReduceOp::Sum, t);
+          CHECK(t.device() == Device::cuda(r));
+          CHECK(t.to(Device::cpu()).to_vector<float>() == std::vector<float>{3, 3});
           Tensor loss = nn::cross_entropy(model(b.x), b.y, nn::Reduction::sum_over_global_batch, b.global_size);
           opt.apply_gradients(ctx, grad(loss, model.parameters()));
         },

@@ -123,7 +123,10 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
           for (const Tensor& p : central) mine.push_back(Tensor::empty(p.shape(), p.dtype(), d));
           auto& staging = m.staging.emplace_back();
           for (const Tensor& p : central) staging.push_back(Tensor::empty(p.shape(), p.dtype()));
-          if constexpr (detail::HasBuffers<T>) move_in_place(copy.buffers(), d);
+          auto& buffers = m.buffers.emplace_back();
+          if constexpr (detail::HasBuffers<T>)
+            for (const Tensor& b : copy.buffers())
+              if (b.defined()) buffers.push_back({b, b.detach(), Tensor::empty(b.shape(), b.dtype(), d)});
         }
       }
     }
@@ -138,6 +141,12 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     int num_replicas_in_sync() const noexcept override { return s_.n_; }
     void all_reduce(ReduceOp op, Tensor& t) override {
       STRATA_CHECK(t.defined() && t.is_contiguous(), "all_reduce needs a defined, contiguous tensor");
+      if (t.device().kind != DeviceKind::cpu) {  // a replica on a GPU: the replicas meet on the host
+        Tensor h = t.to(Device::cpu());
+        all_reduce(op, h);
+        t.copy_(h);
+        return;
+      }
       comm().allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
     }
 
@@ -264,6 +273,13 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     to_host(r);  // a run without an update (an evaluation): back on the host as well
   }
 
+  // A replica's buffer (batch norm statistics): its own, on the host outside run() like the
+  // variables, and on its GPU inside.
+  struct Buffer {
+    Tensor header;  // what the model holds
+    Tensor host;    // a view of its host storage
+    Tensor copy;    // on the replica's GPU
+  };
   // A model's variables for replicas on GPUs: the host's (central), each replica's parameter
   // headers, its device copy of the values and its host staging for the gradients.
   struct OnDevices {
@@ -271,6 +287,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     std::vector<std::vector<Tensor>> headers;      // [replica][parameter]: what the model holds
     std::vector<std::vector<Tensor>> copies;       // [replica][parameter], on the replica's GPU
     std::vector<std::vector<Tensor>> staging;      // [replica][parameter], host
+    std::vector<std::vector<Buffer>> buffers;      // [replica][buffer]
     std::vector<char> on_device;                   // [replica]: headers at the device copies
   };
 
@@ -284,6 +301,10 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
         dst.copy_(m.central[k]);
         m.headers[ur][k].impl()->share_storage_of(*dst.impl());
         m.headers[ur][k].impl()->ag.grad = Tensor();
+      }
+      for (Buffer& b : m.buffers[ur]) {
+        b.copy.copy_(b.host);
+        b.header.impl()->share_storage_of(*b.copy.impl());
       }
       m.on_device[ur] = 1;
     }
@@ -303,6 +324,10 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
           stage.copy_(g);
           h.impl()->ag.grad = stage;
         }
+      }
+      for (Buffer& b : m.buffers[ur]) {  // what the step's forward passes wrote
+        b.host.copy_(b.copy);
+        b.header.impl()->share_storage_of(*b.host.impl());
       }
       m.on_device[ur] = 0;
     }
