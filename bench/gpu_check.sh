@@ -70,6 +70,9 @@ step cnn_seed0 90 "$BIN/fashion_mnist_cuda" --device cuda:0 --model cnn --epochs
 GPUS=$(nvidia-smi --list-gpus | wc -l)
 step mirrored_nccl_cnn_seed0 90 "$BIN/fashion_mnist_cuda" --strategy mirrored --collective nccl --replicas "$GPUS" \
   --model cnn --epochs 1 --seed 0 --quiet
+# And under CentralStorageStrategy: the variables on the host, replica r on cuda:r.
+step central_storage_cnn_seed0 120 "$BIN/fashion_mnist_cuda" --strategy central_storage --replicas "$GPUS" \
+  --device cuda:0 --model cnn --epochs 1 --seed 0 --quiet
 python3 - "$LOG" <<'EOF'
 import json, sys, glob, os
 acc = {}

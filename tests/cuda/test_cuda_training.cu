@@ -4,6 +4,7 @@
 // devices named in the error, and a steady-state device step that calls cudaMalloc no more.
 // The Transformer and ResNet layers (support/layer_ops.hpp) on the device against the CPU: in
 // float64 to rounding, and in float32 on fresh random inputs within float32's bounds.
+// CentralStorageStrategy over every GPU against OneDeviceStrategy on the CPU.
 #include "doctest.hpp"
 
 #include <cmath>
@@ -244,4 +245,64 @@ TEST_CASE("OneDeviceStrategy on cuda:0 moves the model and each batch there, and
   const auto lc = run(Device::cpu());
   const auto lg = run(kDev);
   for (std::size_t s = 0; s < lc.size(); ++s) CHECK(lg[s] == doctest::Approx(lc[s]).epsilon(1e-9));
+}
+
+TEST_CASE("CentralStorageStrategy over every GPU follows OneDeviceStrategy on the CPU, its state on the host") {
+  // The variables, Adam's state and SyncBatchNorm's running statistics on the host; each
+  // replica computes on its GPU's copy; global batches of 15 (uneven over two or more GPUs),
+  // global-norm clipping, float64 so the runs agree to rounding.
+  const int gpus = kernels::cuda::device_count();
+  auto make = [] {
+    Generator gen(5);
+    nn::Sequential m;
+    m.add(nn::Linear(20, 32, true, gen, DType::f64));
+    m.add(nn::SyncBatchNorm(32, 1e-5, 0.1, true, DType::f64));
+    m.add(nn::ReLU());
+    m.add(nn::Linear(32, 4, true, gen, DType::f64));
+    return m;
+  };
+  Generator gen(6);
+  const Tensor x = normal({45, 20}, 0, 1, gen, DType::f64);
+  Tensor y = Tensor::empty({45}, DType::i64);
+  for (int i = 0; i < 45; ++i) y.data<std::int64_t>()[i] = (i * 7) % 4;
+  auto train = [&](auto& strategy, std::vector<std::vector<double>>& state) {
+    auto model = strategy.scope(make);
+    auto opt = strategy.scope([&] { return optim::Adam(model.parameters(), 0.01); });
+    opt.clip_by_global_norm(0.5);
+    std::vector<double> losses;
+    for (int epoch = 0; epoch < 2; ++epoch)
+      for (auto& batch : strategy.distribute(data::Pipeline(data::TensorDataset(x, y)).batch(15))) {
+        auto per = strategy.run(
+            [&](ReplicaContext& ctx, const data::Batch& b) {
+              Tensor t = full({1}, 1.0, DType::f64).to(b.x.device());  // a user's sum of a device value
+              ctx.all_reduce(ReduceOp::Sum, t);
+              CHECK(t.item() == ctx.num_replicas_in_sync());
+              Tensor loss = nn::cross_entropy(model(b.x), b.y, nn::Reduction::sum_over_global_batch, b.global_size);
+              opt.apply_gradients(ctx, grad(loss, model.parameters()));
+              return loss;
+            },
+            batch);
+        losses.push_back(strategy.reduce(ReduceOp::Sum, per).item());
+      }
+    const nn::Module& held = model;
+    for (const Tensor& p : model.parameters()) state.push_back(p.to(Device::cpu()).template to_vector<double>());
+    for (const Tensor& b : held.buffers()) {
+      CHECK(b.device() == Device::cpu());
+      state.push_back(b.template to_vector<double>());
+    }
+    return losses;
+  };
+  OneDeviceStrategy cpu;
+  std::vector<std::vector<double>> want_state, got_state;
+  const auto want = train(cpu, want_state);
+  std::vector<Device> devices;
+  for (int i = 0; i < gpus; ++i) devices.push_back(Device::cuda(i));
+  CentralStorageStrategy<> gpu(devices);
+  const auto got = train(gpu, got_state);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t s = 0; s < want.size(); ++s) CHECK(got[s] == doctest::Approx(want[s]).epsilon(1e-9));
+  REQUIRE(got_state.size() == want_state.size());
+  for (std::size_t k = 0; k < want_state.size(); ++k)
+    for (std::size_t i = 0; i < want_state[k].size(); ++i)
+      REQUIRE(got_state[k][i] == doctest::Approx(want_state[k][i]).epsilon(1e-9));
 }
