@@ -94,3 +94,25 @@ TEST_CASE("Kernels.FastMath.SoftmaxExponentialsOfARow") {
   std::vector<float> x{1.0f, std::nanf(""), 2.0f, 0.5f, 1.0f}, y(5);
   CHECK(std::isnan(k::exp_shifted_sum<float>(5, x.data(), 1.0f, 2.0f, y.data())));  // NaN stays NaN
 }
+
+TEST_CASE("Kernels.FastMath.RowMaximumAndTheLastPackOfARow") {
+  // A row's maximum over every length up to 40 (whole packs of 16 and the masked last one),
+  // and the exponentials' last pack writes no further than the row.
+  for (int n = 1; n <= 40; ++n) {
+    std::vector<float> x(static_cast<std::size_t>(n) + 16, 1e30f), y(x.size(), -7.0f);
+    for (int i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(2.3 * i) * 5.0 - 0.1 * i);
+    float want = x[0];
+    for (int i = 1; i < n; ++i) want = std::max(want, x[static_cast<std::size_t>(i)]);
+    CAPTURE(n);
+    CHECK(k::max_of<float>(n, x.data()) == want);
+    CHECK(k::max_of<double>(n, std::vector<double>(x.begin(), x.end()).data()) == static_cast<double>(want));
+    (void)k::exp_shifted_sum<float>(n, x.data(), 0.5f, want, y.data());
+    for (std::size_t i = static_cast<std::size_t>(n); i < y.size(); ++i) CHECK(y[i] == -7.0f);
+  }
+  std::vector<float> x{std::nanf(""), 1.0f, 2.0f};
+  CHECK(std::isnan(k::max_of<float>(3, x.data())));  // a NaN first stays, as the scalar loop keeps it
+  x = {1.0f, std::nanf(""), 2.0f};
+  CHECK(k::max_of<float>(3, x.data()) == 2.0f);  // after it, passed over
+  x.assign(20, -INFINITY);
+  CHECK(k::max_of<float>(20, x.data()) == -INFINITY);
+}

@@ -6,6 +6,7 @@
 #include <string>
 
 #include <strata/kernels/cpu/gemm.hpp>
+#include <strata/kernels/cpu/small_gemm_avx512.hpp>
 
 namespace {
 
@@ -71,7 +72,8 @@ namespace {
 // row strides past their widths, and C's columns past n left untouched. Wide shapes with few
 // rows take its transposed route (Cᵀ = op(B)ᵀ op(A)ᵀ, with B transposed or deep), the others
 // its direct one.
-void check_avx512_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha, float beta) {
+void check_avx512_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha, float beta,
+                        GemmFn<float> run = &strata::kernels::cpu::gemm_avx512) {
   const std::int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
   const auto a = ref::random_vector(static_cast<std::size_t>((ta ? k : m) * lda), 11);
   const auto b = ref::random_vector(static_cast<std::size_t>((tb ? n : k) * ldb), 12);
@@ -81,7 +83,7 @@ void check_avx512_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
     for (std::int64_t i = 0; i < m; ++i)
       for (std::int64_t j = 0; j < n; ++j) C[static_cast<std::size_t>(i * ldc + j)] = NAN;
   strata::kernels::cpu::GemmArgs<float> g{ta, tb, m, n, k, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc};
-  strata::kernels::cpu::gemm_avx512(g);
+  run(g);
   double worst = 0;
   bool pad_kept = true;
   for (std::int64_t i = 0; i < m; ++i) {
@@ -107,7 +109,28 @@ void check_avx512_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
   CHECK(pad_kept);
 }
 
+/// small_gemm through GemmArgs (alpha 1, beta 0 or 1, B untransposed: its contract).
+void small_gemm_as_gemm(const strata::kernels::cpu::GemmArgs<float>& g) {
+  REQUIRE((g.alpha == 1.0f && (g.beta == 0.0f || g.beta == 1.0f) && !g.trans_b));
+  strata::kernels::cpu::avx512::small_gemm(g.trans_a, g.m, g.n, g.k, g.a, g.lda, g.b, g.ldb, g.c, g.ldc, g.beta == 1.0f);
+}
+
 }  // namespace
+
+TEST_CASE("Kernels.SmallGemm.MatchesFloat64Reference") {
+  // Attention's per-head products: every row tile (8 and 4 rows, single rows after them),
+  // each band of 16 to 64 columns and its masked tail, bands past 64 columns, op(A) either
+  // way, C written or added to, leading dimensions past the widths and C's padding untouched.
+  if (!strata::kernels::cpu::has_avx512f()) {
+    MESSAGE("this CPU has no AVX-512: the small-product kernel cannot run here");
+    return;
+  }
+  for (bool ta : {false, true})
+    for (std::int64_t m : {1, 3, 4, 7, 8, 9, 16, 17})
+      for (std::int64_t n : {1, 15, 16, 17, 32, 33, 48, 50, 64, 65, 130})
+        for (std::int64_t k : {0, 1, 5, 32, 64})
+          for (float beta : {0.0f, 1.0f}) check_avx512_shape(m, n, k, ta, false, 1.0f, beta, &small_gemm_as_gemm);
+}
 
 TEST_CASE("Kernels.Gemm.Avx512MatchesFloat64Reference") {
   if (!strata::kernels::cpu::has_avx512f()) {

@@ -10,8 +10,10 @@
 
 #include <algorithm>  // std::min
 #include <cstdint>
+#include <type_traits>
 
 #include <strata/kernels/cpu/gemm.hpp>
+#include <strata/kernels/cpu/small_gemm_avx512.hpp>
 #include <strata/kernels/cpu/softmax.hpp>  // softmax_forward, softmax_backward
 
 namespace strata::kernels::cpu {
@@ -29,10 +31,26 @@ inline constexpr std::int64_t kAttentionRows = 16;
 
 namespace detail {
 
+/// C [m, n] = op(A) B, or C += op(A) B: one head's product. In float where strata's AVX-512
+/// kernel runs the GEMMs, B is read in place (small_gemm_avx512.hpp); otherwise a GEMM call.
 template <class T>
-void gemm_into(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
-               const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
-  gemm(math::GemmArgs<T>{ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc});
+void product(bool ta, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b,
+             std::int64_t ldb, bool accumulate, T* c, std::int64_t ldc) {
+#ifdef STRATA_GEMM_AVX512
+  if constexpr (std::is_same_v<T, float>)
+    if (gemm_kernel().avx512()) return avx512::small_gemm(ta, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+#endif
+  gemm(math::GemmArgs<T>{ta, false, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc});
+}
+
+/// Asks the cache for `rows` rows of `cols` elements, `ld` apart: the next head's operands,
+/// fetched while this head computes (a head's rows are lines far apart, which the hardware
+/// prefetcher does not pick up before the head's small products are done).
+template <class T>
+void prefetch_rows(const T* p, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  constexpr auto line = static_cast<std::int64_t>(64 / sizeof(T));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; c += line) __builtin_prefetch(p + r * ld + c);
 }
 
 /// dst [cols, rows] = src [rows, cols] (row stride ld): a head's keys or values turned so that
@@ -74,9 +92,13 @@ void attention_forward(const AttentionShape& s, const T* qkv, T scale, T* probs,
       const T *k = q + W, *v = q + 2 * W;
       T* p = probs + (b * s.heads + h) * Tn * Tn;
       T* o = out + b * Tn * W + h * D;
+      if (h + 1 < s.heads || b + 1 < s.batch) {  // the next head's q, k and v
+        const T* next = h + 1 < s.heads ? q + D : qkv + (b + 1) * Tn * ld;
+        for (int part = 0; part < 3; ++part) detail::prefetch_rows(next + part * W, Tn, D, ld);
+      }
       detail::transpose_into<T>(Tn, D, k, ld, kt);
       detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
-        detail::gemm_into<T>(false, false, r1 - r0, keys, D, q + r0 * ld, ld, kt, Tn, T(0), scores + r0 * Tn, Tn);
+        detail::product<T>(false, r1 - r0, keys, D, q + r0 * ld, ld, kt, Tn, false, scores + r0 * Tn, Tn);
       });
       for (std::int64_t r = 0; r < Tn; ++r) {
         const std::int64_t seen = s.causal ? r + 1 : Tn;
@@ -84,7 +106,7 @@ void attention_forward(const AttentionShape& s, const T* qkv, T scale, T* probs,
         std::fill(p + r * Tn + seen, p + (r + 1) * Tn, T(0));
       }
       detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
-        detail::gemm_into<T>(false, false, r1 - r0, D, keys, p + r0 * Tn, Tn, v, ld, T(0), o + r0 * W, W);
+        detail::product<T>(false, r1 - r0, D, keys, p + r0 * Tn, Tn, v, ld, false, o + r0 * W, W);
       });
     }
 }
@@ -96,7 +118,6 @@ void attention_backward(const AttentionShape& s, const T* qkv, const T* probs, c
                         T* dqkv, bool accumulate) {
   const std::int64_t Tn = s.tokens, D = s.head_width, W = s.width(), ld = 3 * W;
   T *dprobs = scratch, *dscores = scratch + Tn * Tn, *vt = scratch + 2 * Tn * Tn;
-  const T beta = accumulate ? T(1) : T(0);
   for (std::int64_t b = 0; b < s.batch; ++b)
     for (std::int64_t h = 0; h < s.heads; ++h) {
       const T* q = qkv + b * Tn * ld + h * D;
@@ -105,10 +126,19 @@ void attention_backward(const AttentionShape& s, const T* qkv, const T* probs, c
       const T* dO = dout + b * Tn * W + h * D;
       T* dq = dqkv + b * Tn * ld + h * D;
       T *dk = dq + W, *dv = dq + 2 * W;
+      if (h + 1 < s.heads || b + 1 < s.batch) {  // the next head's operands, and the gradients it writes
+        const std::int64_t nb = h + 1 < s.heads ? b : b + 1, nh = h + 1 < s.heads ? h + 1 : 0;
+        for (int part = 0; part < 3; ++part) {
+          detail::prefetch_rows(qkv + nb * Tn * ld + nh * D + part * W, Tn, D, ld);
+          detail::prefetch_rows(dqkv + nb * Tn * ld + nh * D + part * W, Tn, D, ld);
+        }
+        detail::prefetch_rows(probs + (nb * s.heads + nh) * Tn * Tn, Tn, Tn, Tn);
+        detail::prefetch_rows(dout + nb * Tn * W + nh * D, Tn, D, W);
+      }
       // dP = dO vᵀ over the seen keys; dS = the softmax's backward of it, 0 where masked.
       detail::transpose_into<T>(Tn, D, v, ld, vt);
       detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
-        detail::gemm_into<T>(false, false, r1 - r0, keys, D, dO + r0 * W, W, vt, Tn, T(0), dprobs + r0 * Tn, Tn);
+        detail::product<T>(false, r1 - r0, keys, D, dO + r0 * W, W, vt, Tn, false, dprobs + r0 * Tn, Tn);
       });
       for (std::int64_t r = 0; r < Tn; ++r) {
         const std::int64_t seen = s.causal ? r + 1 : Tn;
@@ -117,16 +147,15 @@ void attention_backward(const AttentionShape& s, const T* qkv, const T* probs, c
       }
       // dq = dS k, over the keys each block of queries saw.
       detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
-        detail::gemm_into<T>(false, false, r1 - r0, D, keys, dscores + r0 * Tn, Tn, k, ld, beta, dq + r0 * ld, ld);
+        detail::product<T>(false, r1 - r0, D, keys, dscores + r0 * Tn, Tn, k, ld, accumulate, dq + r0 * ld, ld);
       });
       // dk = dSᵀ q and dv = Pᵀ dO: key j is seen by the queries from j on (all of them without
       // the mask), so a block of keys [j0, j1) sums over the queries [j0, T).
       detail::for_each_row_block(s, [&](std::int64_t j0, std::int64_t j1, std::int64_t) {
         const std::int64_t i0 = s.causal ? j0 : 0;
-        detail::gemm_into<T>(true, false, j1 - j0, D, Tn - i0, dscores + i0 * Tn + j0, Tn, q + i0 * ld, ld, beta,
-                             dk + j0 * ld, ld);
-        detail::gemm_into<T>(true, false, j1 - j0, D, Tn - i0, p + i0 * Tn + j0, Tn, dO + i0 * W, W, beta,
-                             dv + j0 * ld, ld);
+        detail::product<T>(true, j1 - j0, D, Tn - i0, dscores + i0 * Tn + j0, Tn, q + i0 * ld, ld, accumulate,
+                           dk + j0 * ld, ld);
+        detail::product<T>(true, j1 - j0, D, Tn - i0, p + i0 * Tn + j0, Tn, dO + i0 * W, W, accumulate, dv + j0 * ld, ld);
       });
     }
 }

@@ -16,6 +16,9 @@
 
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 #define STRATA_FLOAT_PACKS 1
+#if defined(__x86_64__)
+#include <immintrin.h>  // the AVX-512 loops' masked loads and stores
+#endif
 #endif
 
 namespace strata::kernels::cpu {
@@ -242,9 +245,35 @@ __attribute__((target("avx2,fma"))) inline std::int64_t gelu_backward_avx2(std::
 #endif
 
 #ifdef STRATA_AVX512_PACKS
+/// Every value, the last ones as one pack under a mask (its lanes past n read -inf, giving 0):
+/// a softmax row of attention is short, and tails of 4s and single values cost more than the
+/// packs of 16.
 __attribute__((target("avx512f"))) inline std::int64_t exp_shifted_avx512(std::int64_t n, const float* x, float s,
                                                                          float m, float* y, float& sum) {
-  return exp_shifted_packs<f32x16>(0, n, x, s, m, y, sum);
+  const std::int64_t i = exp_shifted_packs<f32x16>(0, n, x, s, m, y, sum);
+  if (i == n) return n;
+  const auto tail = static_cast<__mmask16>((1u << (n - i)) - 1);
+  const f32x16 v = __builtin_bit_cast(f32x16, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail, x + i));
+  f32x16 e, acc = f32x16{} + 0.0f;
+  exp_shifted(v, s, m, e, acc);
+  _mm512_mask_storeu_ps(y + i, tail, __builtin_bit_cast(__m512, e));
+  for (int j = 0; j < 16; ++j) sum += acc[j];
+  return n;
+}
+/// The largest of x[0, n), n > 0 (a NaN after x[0] is passed over, as the scalar loop does).
+__attribute__((target("avx512f"))) inline float max_avx512(std::int64_t n, const float* x) {
+  // (_mm512_mask_max_ps with every lane: _mm512_max_ps's undefined source warns in GCC 12)
+  const __m512 lowest = _mm512_set1_ps(-INFINITY);
+  __m512 acc = lowest;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_mask_max_ps(acc, 0xffff, _mm512_loadu_ps(x + i), acc);
+  if (i < n)
+    acc = _mm512_mask_max_ps(acc, 0xffff,
+                             _mm512_mask_loadu_ps(lowest, static_cast<__mmask16>((1u << (n - i)) - 1), x + i), acc);
+  const f32x16 mx = __builtin_bit_cast(f32x16, acc);
+  float m = x[0];
+  for (int j = 0; j < 16; ++j) m = mx[j] > m ? mx[j] : m;
+  return m;
 }
 __attribute__((target("avx512f"))) inline std::int64_t gelu_forward_avx512(std::int64_t n, const float* x, float* y) {
   return gelu_forward_packs<f32x16>(0, n, x, y);
@@ -266,6 +295,18 @@ inline T fast_exp(T x) {
     return y;
   } else
     return std::exp(x);
+}
+
+/// The largest of x[0, n), n > 0.
+template <class T>
+T max_of(std::int64_t n, const T* x) {
+#ifdef STRATA_AVX512_PACKS
+  if constexpr (std::is_same_v<T, float>)
+    if (detail::avx512f_runs()) return detail::max_avx512(n, x);
+#endif
+  T mx = x[0];
+  for (std::int64_t c = 1; c < n; ++c) mx = x[c] > mx ? x[c] : mx;
+  return mx;
 }
 
 /// y[i] = e^{s (x[i] - m)} for i < n, returning their sum: a softmax row's exponentials

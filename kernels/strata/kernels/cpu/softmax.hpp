@@ -6,7 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include <strata/kernels/cpu/fast_math.hpp>  // exp_shifted_sum
+#include <strata/kernels/cpu/fast_math.hpp>  // exp_shifted_sum, max_of
+#include <strata/kernels/cpu/vecdot.hpp>     // dot
 
 namespace strata::kernels::cpu {
 
@@ -27,8 +28,7 @@ void softmax_forward(std::int64_t rows, std::int64_t cols, const T* x, T* y, T s
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     const std::int64_t vis = causal_visible(r, cols, period);
-    T mx = vis > 0 ? xr[0] : T(0);
-    for (std::int64_t c = 1; c < vis; ++c) mx = xr[c] > mx ? xr[c] : mx;
+    const T mx = vis > 0 ? max_of<T>(vis, xr) : T(0);
     const T s = exp_shifted_sum<T>(vis, xr, scale, mx, yr);
     const T inv = vis > 0 ? T(1) / s : T(0);
     for (std::int64_t c = 0; c < vis; ++c) yr[c] *= inv;
@@ -43,8 +43,7 @@ void softmax_backward(std::int64_t rows, std::int64_t cols, const T* y, const T*
     const T* yr = y + r * cols;
     const T* gr = dy + r * cols;
     T* dr = dx + r * cols;
-    T dot = 0;
-    for (std::int64_t c = 0; c < cols; ++c) dot += gr[c] * yr[c];
+    const T dot = cpu::dot<T>(cols, gr, yr);
     if (accumulate)
       for (std::int64_t c = 0; c < cols; ++c) dr[c] += scale * yr[c] * (gr[c] - dot);
     else
