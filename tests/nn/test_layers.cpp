@@ -3,6 +3,7 @@
 // their modules' names (PyTorch's), modes and errors.
 #include "doctest.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -193,6 +194,38 @@ TEST_CASE("Layers.LayerNorm: mean 0, variance 1 per row, then scale and shift") 
   }
   check_close(ln(x).to_vector<double>(), want, 1e-10);
   CHECK_THROWS_WITH_AS(ln(rand64({3, 4}, 1)), doctest::Contains("must be [4]"), strata::invalid_argument);
+}
+
+TEST_CASE("Layers.Float32RowKernels: layer norm and log-softmax in float32 follow float64") {
+  // The float kernels (16-lane row sums, the AVX-512 loops where the CPU has them, masked last
+  // packs) against the same ops in float64: values and the gradients of a weighted sum, rows
+  // of every width around the packs of 16 and past the 256 exponentials log-softmax's backward
+  // takes at a time, its input's gradient added to by a second path (the accumulating pass).
+  for (std::int64_t cols : {1, 5, 16, 17, 37, 128, 300}) {
+    CAPTURE(cols);
+    const Tensor x64 = rand64({7, cols}, 31, -4, 4), w64 = rand64({cols}, 32, 0.5, 2), b64 = rand64({cols}, 33);
+    const Tensor weights64 = rand64({7, cols}, 34);
+    auto run = [&](DType t) {
+      const std::vector<Tensor> params{strata::to_dtype(x64, t).requires_grad_(), strata::to_dtype(w64, t).requires_grad_(),
+                                       strata::to_dtype(b64, t).requires_grad_()};
+      const Tensor weights = strata::to_dtype(weights64, t);
+      const Tensor ln = strata::layer_norm(params[0], params[1], params[2]);
+      const Tensor ls = strata::log_softmax(params[0]);
+      const Tensor loss = strata::sum(ln * weights) + strata::sum(ls * weights) + strata::sum(params[0] * weights);
+      const auto g = strata::grad(loss, params);
+      std::vector<std::vector<double>> out{ln.to_vector<double>(), ls.to_vector<double>()};
+      for (std::size_t i = 0; i < 3; ++i) out.push_back(g[i].to_vector<double>());
+      return out;
+    };
+    const auto want = run(DType::f64), got = run(DType::f32);
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      CAPTURE(k);
+      double worst = 0, scale = 1e-3;
+      for (double v : want[k]) scale = std::max(scale, std::abs(v));
+      for (std::size_t i = 0; i < want[k].size(); ++i) worst = std::max(worst, std::abs(got[k][i] - want[k][i]));
+      CHECK(worst / scale < 2e-5);
+    }
+  }
 }
 
 TEST_CASE("Layers.BatchNorm: batch statistics in training, running statistics after, PyTorch's names") {

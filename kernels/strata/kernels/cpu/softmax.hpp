@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include <strata/kernels/cpu/fast_math.hpp>  // exp_shifted_sum, max_of
-#include <strata/kernels/cpu/vecdot.hpp>     // dot
+#include <strata/kernels/cpu/vecdot.hpp>     // dot, sum
 
 namespace strata::kernels::cpu {
 
@@ -51,33 +51,39 @@ void softmax_backward(std::int64_t rows, std::int64_t cols, const T* y, const T*
   }
 }
 
-/// y[r, :] = x[r, :] - max - log(sum(exp(x[r, :] - max))).
+/// y[r, :] = x[r, :] - max - log(sum(exp(x[r, :] - max))); x and y do not overlap (the row's
+/// exponentials pass through y).
 template <class T>
 void log_softmax_forward(std::int64_t rows, std::int64_t cols, const T* x, T* y) {
+  if (cols == 0) return;
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
-    T mx = xr[0];
-    for (std::int64_t c = 1; c < cols; ++c) mx = xr[c] > mx ? xr[c] : mx;
-    T s = 0;
-    for (std::int64_t c = 0; c < cols; ++c) s += std::exp(xr[c] - mx);
-    const T lse = mx + std::log(s);
+    const T mx = max_of<T>(cols, xr);
+    const T lse = mx + std::log(exp_shifted_sum<T>(cols, xr, T(1), mx, yr));
     for (std::int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - lse;
   }
 }
 
-/// dx = dy - exp(y) * sum(dy) per row.
+/// dx (+)= dy - exp(y) * sum(dy) per row; y and dx do not overlap.
 template <class T>
 void log_softmax_backward(std::int64_t rows, std::int64_t cols, const T* y, const T* dy, T* dx, bool accumulate) {
+  constexpr std::int64_t kChunk = 256;  // exponentials at a time, when dx is added to
+  T e[kChunk];
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* yr = y + r * cols;
     const T* gr = dy + r * cols;
     T* dr = dx + r * cols;
-    T s = 0;
-    for (std::int64_t c = 0; c < cols; ++c) s += gr[c];
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const T v = gr[c] - std::exp(yr[c]) * s;
-      dr[c] = accumulate ? dr[c] + v : v;
+    const T s = cpu::sum<T>(cols, gr);
+    if (!accumulate) {
+      (void)exp_shifted_sum<T>(cols, yr, T(1), T(0), dr);
+      for (std::int64_t c = 0; c < cols; ++c) dr[c] = gr[c] - dr[c] * s;
+      continue;
+    }
+    for (std::int64_t c0 = 0; c0 < cols; c0 += kChunk) {
+      const std::int64_t w = cols - c0 < kChunk ? cols - c0 : kChunk;
+      (void)exp_shifted_sum<T>(w, yr + c0, T(1), T(0), e);
+      for (std::int64_t c = 0; c < w; ++c) dr[c0 + c] += gr[c0 + c] - e[c] * s;
     }
   }
 }
