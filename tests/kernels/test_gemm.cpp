@@ -1,6 +1,7 @@
 #include "doctest.hpp"
 #include "support/reference.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -24,16 +25,30 @@ void check_against_reference(GemmFn<T> gemm, double tol) {
           const auto b = ref::random_vector(static_cast<std::size_t>(k * n), 2);
           const auto c0 = ref::random_vector(static_cast<std::size_t>(m * n), 3);
           const auto ab = ref::matmul(ta, tb, m, n, k, a, b);
-          for (double beta : {0.0, 1.0, 0.5}) {
-            std::vector<T> A(a.begin(), a.end()), B(b.begin(), b.end()), C(c0.begin(), c0.end());
-            strata::kernels::cpu::GemmArgs<T> g{ta, tb, m, n, k, T(1.5), A.data(), ta ? m : k, B.data(), tb ? k : n,
-                                                static_cast<T>(beta), C.data(), n};
-            gemm(g);
-            std::vector<double> want(ab.size()), got(C.begin(), C.end());
-            for (std::size_t i = 0; i < ab.size(); ++i) want[i] = 1.5 * ab[i] + beta * c0[i];
-            INFO("m=", m, " n=", n, " k=", k, " ta=", ta, " tb=", tb, " beta=", beta);
-            CHECK(ref::max_rel_diff(got, want) < tol);
-          }
+          const auto col_bias = ref::random_vector(static_cast<std::size_t>(n), 4);
+          const auto row_bias = ref::random_vector(static_cast<std::size_t>(m), 5);
+          const std::vector<T> cb(col_bias.begin(), col_bias.end()), rb(row_bias.begin(), row_bias.end());
+          for (double beta : {0.0, 1.0, 0.5})
+            for (int e = 0; e < 4; ++e) {  // no epilogue; column bias; row bias and ReLU; column bias and ReLU
+              std::vector<T> A(a.begin(), a.end()), B(b.begin(), b.end()), C(c0.begin(), c0.end());
+              strata::kernels::cpu::GemmArgs<T> g{ta, tb, m, n, k, T(1.5), A.data(), ta ? m : k, B.data(), tb ? k : n,
+                                                  static_cast<T>(beta), C.data(), n};
+              g.col_bias = e == 1 || e == 3 ? cb.data() : nullptr;
+              g.row_bias = e == 2 ? rb.data() : nullptr;
+              g.relu = e >= 2;
+              gemm(g);
+              std::vector<double> want(ab.size()), got(C.begin(), C.end());
+              for (std::int64_t i = 0; i < m; ++i)
+                for (std::int64_t j = 0; j < n; ++j) {
+                  const auto at = static_cast<std::size_t>(i * n + j);
+                  double v = 1.5 * ab[at] + beta * c0[at];
+                  if (g.col_bias) v += col_bias[static_cast<std::size_t>(j)];
+                  if (g.row_bias) v += row_bias[static_cast<std::size_t>(i)];
+                  want[at] = g.relu ? std::max(v, 0.0) : v;
+                }
+              INFO("m=", m, " n=", n, " k=", k, " ta=", ta, " tb=", tb, " beta=", beta, " epilogue=", e);
+              CHECK(ref::max_rel_diff(got, want) < tol);
+            }
         }
 }
 
@@ -73,7 +88,34 @@ namespace {
 // rows take its transposed route (Cᵀ = op(B)ᵀ op(A)ᵀ, with B transposed or deep), the others
 // its direct one.
 void check_avx512_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha, float beta,
-                        GemmFn<float> run = &strata::kernels::cpu::gemm_avx512) {
+                        GemmFn<float> run = &strata::kernels::cpu::gemm_avx512);
+
+// The epilogue as the tiles (or the transposed route's copy) apply it: the same bits as the
+// product followed by the separate pass, on every edge of the blocking.
+void check_avx512_epilogue(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, float beta) {
+  const std::int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+  const auto a = ref::random_vector(static_cast<std::size_t>((ta ? k : m) * lda), 21);
+  const auto b = ref::random_vector(static_cast<std::size_t>((tb ? n : k) * ldb), 22);
+  const auto c0 = ref::random_vector(static_cast<std::size_t>(m * ldc), 23);
+  const auto cb = ref::random_vector(static_cast<std::size_t>(n), 24), rb = ref::random_vector(static_cast<std::size_t>(m), 25);
+  const std::vector<float> A(a.begin(), a.end()), B(b.begin(), b.end()), CB(cb.begin(), cb.end()), RB(rb.begin(), rb.end());
+  for (int e = 1; e < 8; ++e) {  // each combination of column bias, row bias, ReLU
+    std::vector<float> fused(c0.begin(), c0.end()), separate(c0.begin(), c0.end());
+    strata::kernels::cpu::GemmArgs<float> g{ta, tb, m, n, k, 1.0f, A.data(), lda, B.data(), ldb, beta, separate.data(), ldc};
+    strata::kernels::cpu::gemm_avx512(g);
+    g.col_bias = e & 1 ? CB.data() : nullptr;
+    g.row_bias = e & 2 ? RB.data() : nullptr;
+    g.relu = (e & 4) != 0;
+    strata::kernels::cpu::apply_epilogue(g);
+    g.c = fused.data();
+    strata::kernels::cpu::gemm_avx512(g);
+    INFO("m=", m, " n=", n, " k=", k, " ta=", ta, " tb=", tb, " beta=", beta, " epilogue=", e);
+    CHECK(fused == separate);  // bit for bit, C's padding included
+  }
+}
+
+void check_avx512_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha, float beta,
+                        GemmFn<float> run) {
   const std::int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
   const auto a = ref::random_vector(static_cast<std::size_t>((ta ? k : m) * lda), 11);
   const auto b = ref::random_vector(static_cast<std::size_t>((tb ? n : k) * ldb), 12);
@@ -142,9 +184,15 @@ TEST_CASE("Kernels.Gemm.Avx512MatchesFloat64Reference") {
     const bool ta = t & 1, tb = t & 2;
     for (std::int64_t m : {1, 11, 12, 13, 25})
       for (std::int64_t n : {1, 15, 16, 17, 31, 32, 33, 70})
-        for (std::int64_t k : {1, 255, 256, 257}) check_avx512_shape(m, n, k, ta, tb, 1.0f, 0.0f);
+        for (std::int64_t k : {1, 255, 256, 257}) {
+          check_avx512_shape(m, n, k, ta, tb, 1.0f, 0.0f);
+          check_avx512_epilogue(m, n, k, ta, tb, k == 257 ? 1.0f : 0.0f);
+        }
     check_avx512_shape(14, 1100, 20, ta, tb, -0.5f, 1.0f);  // past one block of 1024 columns
     check_avx512_shape(40, 40, 600, ta, tb, 1.5f, 0.5f);    // three blocks deep, beta on the first only
+    check_avx512_epilogue(14, 1100, 20, ta, tb, 0.0f);
+    check_avx512_epilogue(40, 40, 600, ta, tb, 0.5f);
+    check_avx512_epilogue(64, 3136, 576, ta, tb, 0.0f);  // a convolution's product, transposed for its few rows
   }
   // k == 0 or alpha == 0: C = beta C, without reading C when beta == 0.
   std::vector<float> C{NAN, 2.0f}, A{1.0f}, B{1.0f};

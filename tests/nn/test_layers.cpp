@@ -196,11 +196,12 @@ TEST_CASE("Layers.LayerNorm: mean 0, variance 1 per row, then scale and shift") 
   CHECK_THROWS_WITH_AS(ln(rand64({3, 4}, 1)), doctest::Contains("must be [4]"), strata::invalid_argument);
 }
 
-TEST_CASE("Layers.Float32RowKernels: layer norm and log-softmax in float32 follow float64") {
+TEST_CASE("Layers.Float32RowKernels: layer norm, log-softmax, softmax and self-attention in float32 follow float64") {
   // The float kernels (16-lane row sums, the AVX-512 loops where the CPU has them, masked last
   // packs) against the same ops in float64: values and the gradients of a weighted sum, rows
   // of every width around the packs of 16 and past the 256 exponentials log-softmax's backward
-  // takes at a time, its input's gradient added to by a second path (the accumulating pass).
+  // takes at a time, its input's gradient added to by a second path (the accumulating pass);
+  // a scaled softmax under a causal mask whose rows see 1 to `cols` entries.
   for (std::int64_t cols : {1, 5, 16, 17, 37, 128, 300}) {
     CAPTURE(cols);
     const Tensor x64 = rand64({7, cols}, 31, -4, 4), w64 = rand64({cols}, 32, 0.5, 2), b64 = rand64({cols}, 33);
@@ -211,9 +212,11 @@ TEST_CASE("Layers.Float32RowKernels: layer norm and log-softmax in float32 follo
       const Tensor weights = strata::to_dtype(weights64, t);
       const Tensor ln = strata::layer_norm(params[0], params[1], params[2]);
       const Tensor ls = strata::log_softmax(params[0]);
-      const Tensor loss = strata::sum(ln * weights) + strata::sum(ls * weights) + strata::sum(params[0] * weights);
+      const Tensor sm = strata::ops::detail::scaled_softmax(params[0], 0.7, cols);
+      const Tensor loss = strata::sum(ln * weights) + strata::sum(ls * weights) + strata::sum(params[0] * weights) +
+                          strata::sum(sm * weights);
       const auto g = strata::grad(loss, params);
-      std::vector<std::vector<double>> out{ln.to_vector<double>(), ls.to_vector<double>()};
+      std::vector<std::vector<double>> out{ln.to_vector<double>(), ls.to_vector<double>(), sm.to_vector<double>()};
       for (std::size_t i = 0; i < 3; ++i) out.push_back(g[i].to_vector<double>());
       return out;
     };
@@ -226,6 +229,28 @@ TEST_CASE("Layers.Float32RowKernels: layer norm and log-softmax in float32 follo
       CHECK(worst / scale < 2e-5);
     }
   }
+  // Self-attention's packed heads (its softmax rows in one call per head, the masked entries
+  // of the scores and their gradients never read): 1 token, a block and a part, 4 whole blocks.
+  for (std::int64_t tokens : {1, 17, 64})
+    for (bool causal : {false, true}) {
+      CAPTURE(tokens);
+      CAPTURE(causal);
+      const std::int64_t H = 2, W = 2 * 8;
+      const Tensor qkv64 = rand64({2, tokens, 3 * W}, 35, -2, 2), weights64 = rand64({2, tokens, W}, 36);
+      auto run = [&](DType t) {
+        const std::vector<Tensor> params{strata::to_dtype(qkv64, t).requires_grad_()};
+        const Tensor out = strata::ops::detail::self_attention(params[0], H, causal);
+        const auto g = strata::grad(strata::sum(out * strata::to_dtype(weights64, t)), params);
+        return std::vector<std::vector<double>>{out.to_vector<double>(), g[0].to_vector<double>()};
+      };
+      const auto want = run(DType::f64), got = run(DType::f32);
+      for (std::size_t k = 0; k < want.size(); ++k) {
+        double worst = 0, scale = 1e-3;
+        for (double v : want[k]) scale = std::max(scale, std::abs(v));
+        for (std::size_t i = 0; i < want[k].size(); ++i) worst = std::max(worst, std::abs(got[k][i] - want[k][i]));
+        CHECK(worst / scale < 2e-5);
+      }
+    }
 }
 
 TEST_CASE("Layers.BatchNorm: batch statistics in training, running statistics after, PyTorch's names") {

@@ -196,9 +196,11 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
                               padded.template data<T>());
       T* yi = y + i0 * OC * P;
       if (ops::detail::per_image_gemm(P)) {  // y_b [OC, P] = W cols_b, written in NCHW directly
-        for (std::int64_t b = 0; b < cnt; ++b) {
-          ops::detail::gemm_strided<T>(false, false, OC, P, R, wp, R, cp + b * P, C, yi + b * OC * P, P, false);
-          kernels::cpu::row_bias_act_inplace<T>(OC, P, yi + b * OC * P, bp, relu);
+        for (std::int64_t b = 0; b < cnt; ++b) {  // the bias and activation added as the product is written
+          kernels::cpu::GemmArgs<T> g{false, false, OC, P, R, T(1), wp, R, cp + b * P, C, T(0), yi + b * OC * P, P};
+          g.row_bias = bp;
+          g.relu = relu;
+          kernels::cpu::gemm(g);
         }
         continue;
       }

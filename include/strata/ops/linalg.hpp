@@ -8,7 +8,7 @@
 #include <optional>
 
 #include <strata/autograd/tape.hpp>
-#include <strata/kernels/cpu/elementwise.hpp>  // bias_act_inplace, relu_mask_inplace, column_sums
+#include <strata/kernels/cpu/elementwise.hpp>  // relu_mask_inplace, column_sums
 #include <strata/kernels/cpu/gemm.hpp>         // kernels::cpu::gemm
 #include <strata/kernels/math/unary.hpp>     // Unary::relu
 #include <strata/ops/detail/strided.hpp>      // for_each_strided: the batch entries
@@ -275,10 +275,12 @@ inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {}, Act
   } else {
     strata::detail::visit_floating(x.dtype(), "linear", [&](auto tag) {
       using T = decltype(tag);
-      T* y = out.template data<T>();
-      ops::detail::gemm<T>(false, true, N, O, I, xc.template data<T>(), wc.template data<T>(), y, false);
-      const T* bp = bc.defined() ? bc.template data<T>() : nullptr;
-      kernels::cpu::bias_act_inplace<T>(N, O, y, bp, act == Activation::relu);  // one pass
+      // y = x Wᵀ, the bias and the activation added as the product is written
+      kernels::cpu::GemmArgs<T> g{false, true, N, O, I, T(1), xc.template data<T>(), I, wc.template data<T>(), I,
+                                  T(0), out.template data<T>(), O};
+      g.col_bias = bc.defined() ? bc.template data<T>() : nullptr;
+      g.relu = act == Activation::relu;
+      kernels::cpu::gemm(g);
     });
   }
   if (auto* n = autograd::record("linear", &ops::detail::linear_backward, out, x, w, b)) {

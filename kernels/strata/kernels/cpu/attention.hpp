@@ -100,11 +100,7 @@ void attention_forward(const AttentionShape& s, const T* qkv, T scale, T* probs,
       detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
         detail::product<T>(false, r1 - r0, keys, D, q + r0 * ld, ld, kt, Tn, false, scores + r0 * Tn, Tn);
       });
-      for (std::int64_t r = 0; r < Tn; ++r) {
-        const std::int64_t seen = s.causal ? r + 1 : Tn;
-        softmax_forward<T>(1, seen, scores + r * Tn, p + r * Tn, scale, 0);
-        std::fill(p + r * Tn + seen, p + (r + 1) * Tn, T(0));
-      }
+      softmax_forward<T>(Tn, Tn, scores, p, scale, s.causal ? Tn : 0);  // query r sees the keys [0, r]
       detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
         detail::product<T>(false, r1 - r0, D, keys, p + r0 * Tn, Tn, v, ld, false, o + r0 * W, W);
       });
@@ -140,11 +136,7 @@ void attention_backward(const AttentionShape& s, const T* qkv, const T* probs, c
       detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
         detail::product<T>(false, r1 - r0, keys, D, dO + r0 * W, W, vt, Tn, false, dprobs + r0 * Tn, Tn);
       });
-      for (std::int64_t r = 0; r < Tn; ++r) {
-        const std::int64_t seen = s.causal ? r + 1 : Tn;
-        softmax_backward<T>(1, seen, p + r * Tn, dprobs + r * Tn, scale, dscores + r * Tn, false);
-        std::fill(dscores + r * Tn + seen, dscores + (r + 1) * Tn, T(0));
-      }
+      softmax_backward<T>(Tn, Tn, p, dprobs, scale, dscores, false, s.causal ? Tn : 0);
       // dq = dS k, over the keys each block of queries saw.
       detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
         detail::product<T>(false, r1 - r0, D, keys, dscores + r0 * Tn, Tn, k, ld, accumulate, dq + r0 * ld, ld);

@@ -1,5 +1,6 @@
 /// \file
-/// Row-major GEMM: C = alpha * op(A) * op(B) + beta * C, where op(X) is X or X^T.
+/// Row-major GEMM: C = alpha * op(A) * op(B) + beta * C, where op(X) is X or X^T, then the
+/// epilogue GemmArgs names (a bias, a ReLU; gemm_epilogue.hpp).
 /// gemm() runs the kernel gemm_kernel() chose for this process: CBLAS (OpenBLAS) when the
 /// build has it, strata's AVX-512 kernel for float where the CPU has AVX-512 and OpenBLAS runs
 /// narrower kernels (gemm_avx512.hpp), and the built-in blocked kernel otherwise; each is
@@ -19,6 +20,7 @@
 #include <strata/config.hpp>  // STRATA_HAS_BLAS, STRATA_RESTRICT
 #include <strata/kernels/cpu/blas_core.hpp>
 #include <strata/kernels/cpu/gemm_avx512.hpp>
+#include <strata/kernels/cpu/gemm_epilogue.hpp>
 #include <strata/kernels/math/gemm_args.hpp>
 
 #if STRATA_HAS_BLAS
@@ -69,7 +71,7 @@ void gemm_builtin(const GemmArgs<T>& g) {
     else if (g.beta != T(1))
       for (std::int64_t j = 0; j < g.n; ++j) row[j] *= g.beta;
   }
-  if (g.k == 0 || g.alpha == T(0)) return;
+  if (g.k == 0 || g.alpha == T(0)) return apply_epilogue(g);
   auto A = [&](std::int64_t i, std::int64_t p) { return g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p]; };
   auto B = [&](std::int64_t p, std::int64_t j) { return g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j]; };
   thread_local std::vector<T> apack, bpack;
@@ -105,6 +107,7 @@ void gemm_builtin(const GemmArgs<T>& g) {
       }
     }
   }
+  apply_epilogue(g);
 }
 
 #if STRATA_HAS_BLAS
@@ -123,6 +126,7 @@ void gemm_blas(const GemmArgs<T>& g) {
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, g.alpha, g.a, lda, g.b, ldb, g.beta, g.c, ldc);
   else
     cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, g.alpha, g.a, lda, g.b, ldb, g.beta, g.c, ldc);
+  apply_epilogue(g);
 }
 #endif
 

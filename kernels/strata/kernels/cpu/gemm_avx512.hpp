@@ -21,6 +21,7 @@
 #include <utility>  // std::integer_sequence
 #include <vector>
 
+#include <strata/kernels/cpu/gemm_epilogue.hpp>
 #include <strata/kernels/math/gemm_args.hpp>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
@@ -56,12 +57,22 @@ inline constexpr std::int64_t kGatherMaxLd = (std::int64_t{1} << 31) / 4 / kNR; 
   hi = static_cast<__mmask16>(w <= 16 ? 0 : w >= 32 ? 0xffff : (1u << (w - 16)) - 1);
 }
 
-/// C[0:R, 0:32] (masked by m0, m1) = alpha * sum_p A(i, p) B(p, :) + (load_c ? beta * C : 0).
-/// A(i, p) is a[i * lda + p], or a[p * lda + i] when kTransA; bp is a packed B panel.
+/// What a tile adds as it stores C, on the last block of the depth (GemmArgs' epilogue):
+/// the column bias of its columns, the row bias of its rows, the ReLU; null / false for none.
+struct TileEpilogue {
+  const float* col_bias = nullptr;
+  const float* row_bias = nullptr;
+  bool relu = false;
+};
+
+/// C[0:R, 0:32] (masked by m0, m1) = alpha * sum_p A(i, p) B(p, :) + (load_c ? beta * C : 0),
+/// then the epilogue e. A(i, p) is a[i * lda + p], or a[p * lda + i] when kTransA; bp is a
+/// packed B panel.
 template <int R, bool kTransA>
 [[gnu::target("avx512f")]] inline void micro_tile(std::int64_t kc, const float* a, std::int64_t lda,
                                                   const float* bp, float* c, std::int64_t ldc, float alpha,
-                                                  float beta, bool load_c, __mmask16 m0, __mmask16 m1) {
+                                                  float beta, bool load_c, __mmask16 m0, __mmask16 m1,
+                                                  const TileEpilogue& e) {
   __m512 lo[R], hi[R];
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
@@ -91,7 +102,9 @@ template <int R, bool kTransA>
       }
     }
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
+  const __m512 cb0 = e.col_bias ? _mm512_maskz_loadu_ps(m0, e.col_bias) : zero;
+  const __m512 cb1 = e.col_bias ? _mm512_maskz_loadu_ps(m1, e.col_bias + 16) : zero;
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) {
     float* ci = c + i * ldc;
@@ -100,13 +113,26 @@ template <int R, bool kTransA>
       x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, ci), vb, x0);
       x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, ci + 16), vb, x1);
     }
+    if (e.col_bias) {
+      x0 = _mm512_add_ps(x0, cb0);
+      x1 = _mm512_add_ps(x1, cb1);
+    }
+    if (e.row_bias) {
+      const __m512 rb = _mm512_set1_ps(e.row_bias[i]);
+      x0 = _mm512_add_ps(x0, rb);
+      x1 = _mm512_add_ps(x1, rb);
+    }
+    if (e.relu) {  // x > 0 ? x : 0, as the scalar pass: NaN and -0 give +0
+      x0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x0, zero, _CMP_GT_OQ), x0);
+      x1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x1, zero, _CMP_GT_OQ), x1);
+    }
     _mm512_mask_storeu_ps(ci, m0, x0);
     _mm512_mask_storeu_ps(ci + 16, m1, x1);
   }
 }
 
 using TileFn = void (*)(std::int64_t, const float*, std::int64_t, const float*, float*, std::int64_t, float, float,
-                        bool, __mmask16, __mmask16);
+                        bool, __mmask16, __mmask16, const TileEpilogue&);
 
 template <bool kTransA, int... R>
 constexpr auto tile_table(std::integer_sequence<int, R...>) {
@@ -148,31 +174,39 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
 
 }  // namespace avx512
 
-/// C = alpha * op(A) * op(B) + beta * C in float with strata's AVX-512 kernel (see the file
-/// comment). Call only where has_avx512f(); beta == 0 overwrites C without reading it.
+/// C = alpha * op(A) * op(B) + beta * C, then g's epilogue, in float with strata's AVX-512
+/// kernel (see the file comment). Call only where has_avx512f(); beta == 0 overwrites C
+/// without reading it.
 [[gnu::target("avx512f")]] inline void gemm_avx512(const math::GemmArgs<float>& g) {
   using namespace avx512;
   if (g.m == 0 || g.n == 0) return;
   if (g.k == 0 || g.alpha == 0.0f) {
     for (std::int64_t i = 0; i < g.m; ++i)
       for (std::int64_t j = 0; j < g.n; ++j) g.c[i * g.ldc + j] = g.beta == 0.0f ? 0.0f : g.beta * g.c[i * g.ldc + j];
-    return;
+    return apply_epilogue(g);
   }
   // Few rows against many columns: packing B (K x N) costs more than the products of the M
   // rows it feeds, by gathers when B is transposed (a convolution's weight gradient,
   // dW [OC, R] = G colsᵀ), by copies of a deep B otherwise (its forward pass, W cols).
   // Cᵀ = op(B)ᵀ op(A)ᵀ packs op(A)ᵀ instead, K x M; Cᵀ lands in a scratch that is then turned
-  // into C (N x M moves against N x M x K products, hence a deep product for the copies' case).
+  // into C (N x M moves against N x M x K products, hence a deep product for the copies' case),
+  // the epilogue with them.
   if (g.n > g.m && (g.trans_b || g.k >= std::max<std::int64_t>(128, 4 * g.m))) {
     thread_local std::vector<float> flipped;
     flipped.resize(static_cast<std::size_t>(g.n * g.m));
     gemm_avx512({!g.trans_b, !g.trans_a, g.n, g.m, g.k, g.alpha, g.b, g.ldb, g.a, g.lda, 0.0f, flipped.data(), g.m});
+    const bool plain = !g.has_epilogue();
     for (std::int64_t i = 0; i < g.m; ++i) {
       float* ci = g.c + i * g.ldc;
-      if (g.beta == 0.0f)
-        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = flipped[static_cast<std::size_t>(j * g.m + i)];
+      const float* from = flipped.data() + i;
+      if (g.beta == 0.0f && plain)
+        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = from[j * g.m];
+      else if (plain)
+        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = from[j * g.m] + g.beta * ci[j];
+      else if (g.beta == 0.0f)
+        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = epilogue_value(g, i, j, from[j * g.m]);
       else
-        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = flipped[static_cast<std::size_t>(j * g.m + i)] + g.beta * ci[j];
+        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = epilogue_value(g, i, j, from[j * g.m] + g.beta * ci[j]);
     }
     return;
   }
@@ -186,7 +220,7 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
     for (std::int64_t pc = 0; pc < g.k; pc += kKC) {
       const std::int64_t kc = std::min(kKC, g.k - pc);
       pack_b(g, pc, kc, jc, nc, packed.data());
-      const bool first = pc == 0;
+      const bool first = pc == 0, last = pc + kc >= g.k;
       const float beta = first ? g.beta : 1.0f;
       const bool load_c = !first || g.beta != 0.0f;
       for (std::int64_t ic = 0; ic < g.m; ic += kMC) {
@@ -197,12 +231,15 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
           column_masks(w, m0, m1);
           const float* bp = packed.data() + jr * kc;
           float* cj = g.c + jc + jr;
+          TileEpilogue e;
+          if (last) e = {g.col_bias ? g.col_bias + jc + jr : nullptr, nullptr, g.relu};
           for (std::int64_t ir = 0; ir < mc; ir += kMR) {
             const std::int64_t i = ic + ir;
             const auto rows = static_cast<int>(std::min<std::int64_t>(kMR, mc - ir));
             const float* a = g.trans_a ? g.a + pc * g.lda + i : g.a + i * g.lda + pc;
+            if (last && g.row_bias) e.row_bias = g.row_bias + i;
             tiles[static_cast<std::size_t>(rows - 1)](kc, a, g.lda, bp, cj + i * g.ldc, g.ldc, g.alpha, beta, load_c,
-                                                      m0, m1);
+                                                      m0, m1, e);
           }
         }
       }

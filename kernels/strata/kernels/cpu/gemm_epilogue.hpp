@@ -1,0 +1,37 @@
+/// \file
+/// A GEMM's epilogue (GemmArgs: col_bias, row_bias, relu) as a pass of its own over C, for
+/// the kernels that cannot apply it as they write C: the built-in one, OpenBLAS, and the
+/// AVX-512 kernel's early and transposed exits. The AVX-512 kernel's tiles apply the same
+/// operations in the same order where they store, so every kernel gives the same bits as a
+/// product followed by a separate bias-and-activation pass.
+#pragma once
+
+#include <cstdint>
+
+#include <strata/kernels/cpu/elementwise.hpp>  // bias_act_inplace, row_bias_act_inplace
+#include <strata/kernels/math/gemm_args.hpp>
+
+namespace strata::kernels::cpu {
+
+/// v plus the biases of element (i, j), then the ReLU: the epilogue of one element.
+template <class T>
+inline T epilogue_value(const math::GemmArgs<T>& g, std::int64_t i, std::int64_t j, T v) {
+  if (g.col_bias != nullptr) v = v + g.col_bias[j];
+  if (g.row_bias != nullptr) v = v + g.row_bias[i];
+  if (g.relu) v = v > T(0) ? v : T(0);
+  return v;
+}
+
+/// Applies g's epilogue to C[0:m, 0:n] in place, a row at a time in vector passes.
+template <class T>
+void apply_epilogue(const math::GemmArgs<T>& g) {
+  if (!g.has_epilogue()) return;
+  for (std::int64_t i = 0; i < g.m; ++i) {
+    T* ci = g.c + i * g.ldc;
+    if (g.col_bias != nullptr || g.row_bias == nullptr)  // the column bias, or the ReLU alone
+      bias_act_inplace<T>(1, g.n, ci, g.col_bias, g.relu && g.row_bias == nullptr);
+    if (g.row_bias != nullptr) row_bias_act_inplace<T>(1, g.n, ci, g.row_bias + i, g.relu);
+  }
+}
+
+}  // namespace strata::kernels::cpu
