@@ -55,6 +55,8 @@ class SizeClasses {
 ///   [[noreturn]] void out_of_memory(std::size_t bytes, const AllocatorStats&)
 /// A request the source cannot serve empties the cache and tries once more before
 /// out_of_memory reports it. Thread-safe; the lock is held only to push or pop a free list.
+/// A free list keeps room for every block of its class, reserved when the block is made, so
+/// deallocate never allocates.
 template <class Backing>
 class SizeClassCache {
  public:
@@ -85,6 +87,20 @@ class SizeClassCache {
     }
     std::lock_guard lock(mu_);
     if (p == nullptr) backing_.out_of_memory(rounded, stats_);
+    // Room in its free list for the new block, made now: giving a block back then never
+    // allocates. (Otherwise a step that once holds one block more than any before, a batch
+    // prefetched a little earlier, grows the list inside a later step.)
+    auto& list = free_[static_cast<std::size_t>(c)];
+    const std::size_t made = made_[static_cast<std::size_t>(c)] + 1;
+    if (list.capacity() < made) {
+      try {
+        list.reserve(std::max(made, 2 * list.capacity()));
+      } catch (...) {
+        backing_.deallocate(p);
+        throw;
+      }
+    }
+    made_[static_cast<std::size_t>(c)] = made;
     ++stats_.system_allocations;
     note_in_use(rounded);
     return p;
@@ -108,10 +124,12 @@ class SizeClassCache {
   /// Gives every cached block back to its source.
   void empty_cache() noexcept {
     std::lock_guard lock(mu_);
-    for (auto& list : free_) {
+    for (std::size_t c = 0; c < free_.size(); ++c) {
+      auto& list = free_[c];
       for (void* p : list) backing_.deallocate(p);
+      made_[c] -= list.size();
       list.clear();
-      list.shrink_to_fit();
+      if (made_[c] == 0) list.shrink_to_fit();  // blocks still in use keep their room
     }
     stats_.bytes_cached = 0;
   }
@@ -129,6 +147,7 @@ class SizeClassCache {
 
   mutable std::mutex mu_;
   std::array<std::vector<void*>, SizeClasses::kCount> free_;
+  std::array<std::size_t, SizeClasses::kCount> made_{};  // blocks taken from the backing and held, per class
   AllocatorStats stats_;
   Backing backing_;
 };
