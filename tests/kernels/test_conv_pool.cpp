@@ -175,3 +175,46 @@ TEST_CASE("Kernels.Conv2d.ChunkedBatchesMatchTheDefinition") {
     CHECK(ref::max_rel_diff(Wt.grad().to_vector<double>(), dw) < 1e-12);
   }
 }
+
+// The AVX-512 permutes against the row kernels, on every geometry a plan covers and on ones
+// it cannot (windows past 64 floats: the row kernels run): im2col the same floats; col2im the
+// same sums (bit for bit where it overwrites; accumulating, the row kernels at strides above 1
+// add the taps' sum to dx rather than tap by tap). Batches of 1 to 6 images (the permutes
+// take 4 at a time), planes whose pixel count is and is not a multiple of 16.
+TEST_CASE("Kernels.Conv2d.Im2colPermutesMatchTheRowKernels") {
+  namespace k = strata::kernels::cpu;
+  struct Case { std::int64_t n, c, h, w, kh, kw, s, p; bool planned; };
+  for (const Case& t : {Case{3, 2, 14, 14, 3, 3, 1, 1, true}, Case{5, 3, 28, 28, 3, 3, 2, 1, true}, Case{2, 2, 28, 28, 1, 1, 2, 0, true},
+                       Case{6, 2, 7, 7, 3, 3, 2, 1, true}, Case{1, 4, 4, 4, 3, 3, 1, 1, true}, Case{4, 1, 28, 28, 3, 3, 1, 1, true},
+                       Case{2, 2, 12, 12, 5, 5, 1, 0, true}, Case{3, 2, 9, 11, 5, 5, 3, 2, false}, Case{2, 1, 5, 3, 3, 2, 1, 2, true},
+                       Case{2, 2, 20, 40, 3, 3, 2, 1, false}, Case{1, 1, 10, 70, 1, 1, 3, 0, false}}) {
+    CAPTURE(t.h);
+    CAPTURE(t.w);
+    CAPTURE(t.s);
+    const k::ConvGeometry g{t.n, t.c, t.h, t.w, t.kh, t.kw, t.s, t.p};
+#ifdef STRATA_IM2COL_AVX512
+    CHECK(k::im2col_avx512::plan_for(g).usable == t.planned);
+#endif
+    const auto xs = ref::random_vector(static_cast<std::size_t>(g.n * g.c * g.h * g.w), 41);
+    const auto cs = ref::random_vector(static_cast<std::size_t>(g.rows() * g.cols()), 42);
+    const std::vector<float> x(xs.begin(), xs.end()), cols_in(cs.begin(), cs.end());
+    std::vector<float> pad(static_cast<std::size_t>(k::padded_elements(g)) + 1);
+    std::vector<float> cols(cols_in.size(), -9.0f), want_cols(cols_in.size(), -7.0f);
+    k::im2col<float>(g, x.data(), cols.data(), pad.data());
+    k::detail::im2col_by_rows<float>(g, x.data(), want_cols.data(), pad.data());
+    CHECK(cols == want_cols);
+    for (const bool accumulate : {false, true}) {
+      CAPTURE(accumulate);
+      std::vector<float> dx(x.begin(), x.end()), want_dx(x.begin(), x.end());
+      k::col2im<float>(g, cols_in.data(), dx.data(), accumulate, pad.data());
+      k::detail::col2im_by_rows<float>(g, cols_in.data(), want_dx.data(), accumulate, pad.data());
+      if (!accumulate || t.s == 1) {
+        CHECK(dx == want_dx);
+      } else {
+        double worst = 0;
+        for (std::size_t i = 0; i < dx.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(dx[i]) - want_dx[i]));
+        CHECK(worst < 1e-5);
+      }
+    }
+  }
+}

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <vector>
 
@@ -30,7 +31,7 @@ TEST_CASE("Kernels.FastMath.GeluAndItsDerivativeMatchTheErfForm") {
   const auto n = static_cast<std::int64_t>(x.size());
   std::vector<float> y(x.size()), ones(x.size(), 1.0f), d(x.size(), 0.5f);
   k::gelu_forward<float>(n, x.data(), y.data());
-  k::gelu_backward<float>(n, x.data(), ones.data(), d.data(), true);  // adds to the 0.5 there
+  k::gelu_backward<float>(n, x.data(), y.data(), ones.data(), d.data(), true);  // adds to the 0.5 there
   double worst_y = 0, worst_d = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double v = x[i];
@@ -58,7 +59,7 @@ TEST_CASE("Kernels.FastMath.GeluAndItsDerivativeMatchTheErfForm") {
     std::vector<float> y8(x.size()), d8(x.size(), 0.5f);
     const std::int64_t done = k::detail::gelu_forward_avx2(n, x.data(), y8.data());
     CHECK(done == n - n % 8);
-    CHECK(k::detail::gelu_backward_avx2(n, x.data(), ones.data(), d8.data(), true) == done);
+    CHECK(k::detail::gelu_backward_avx2(n, x.data(), y8.data(), ones.data(), d8.data(), true) == done);
     double apart_y = 0, apart_d = 0;
     for (std::size_t i = 0; i < static_cast<std::size_t>(done); ++i) {
       apart_y = std::max(apart_y, std::abs(static_cast<double>(y8[i]) - y[i]) / std::max(1e-3, std::abs(static_cast<double>(y[i]))));
@@ -68,6 +69,36 @@ TEST_CASE("Kernels.FastMath.GeluAndItsDerivativeMatchTheErfForm") {
     CHECK(apart_d < 2e-6);
   }
 #endif
+}
+
+TEST_CASE("Kernels.FastMath.GeluDerivativeAtZeroSubnormalsAndTheTails") {
+  // The backward reads Φ(x) back as y / x: where that is 0 / 0 (x = ±0), a quotient of
+  // subnormals, or y underflows (the far negative tail), it still gives the derivative, in
+  // every lane position of a pack (each value is tried at every offset of a run of 37).
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  const std::vector<float> values{0.0f, -0.0f, tiny, -tiny, 3 * tiny, 1e-40f, -1e-38f, 1e-31f, -1e-29f, 1e-20f,
+                                  -1e-3f, 0.3f, -4.0f, -9.0f, -12.0f, -13.0f, -13.5f, -14.0f, -20.0f, -1e30f,
+                                  6.0f, 20.0f, 1e30f};
+  for (const float special : values) {
+    for (std::size_t at = 0; at < 37; ++at) {
+      std::vector<float> x(37, 0.7f), y(37), dy(37, 1.0f), dx(37);
+      x[at] = special;
+      const auto n = static_cast<std::int64_t>(x.size());
+      k::gelu_forward<float>(n, x.data(), y.data());
+      k::gelu_backward<float>(n, x.data(), y.data(), dy.data(), dx.data(), false);
+      const double v = special;
+      const double want = 0.5 * std::erfc(-v / std::numbers::sqrt2) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * std::numbers::pi);
+      CAPTURE(special);
+      CAPTURE(at);
+      REQUIRE(std::isfinite(dx[at]));
+      CHECK(std::abs(dx[at] - want) <= 1e-6 * std::max(1.0, std::abs(want)));
+      if (std::abs(want) > 1e-30) CHECK(std::abs(dx[at] - want) <= 1e-5 * std::abs(want));  // relative, to x = -12
+    }
+  }
+  std::vector<float> x{std::nanf(""), 1.0f}, y(2), dy{1.0f, 1.0f}, dx(2);
+  k::gelu_forward<float>(2, x.data(), y.data());
+  k::gelu_backward<float>(2, x.data(), y.data(), dy.data(), dx.data(), false);
+  CHECK(std::isnan(dx[0]));  // NaN in, NaN out
 }
 
 TEST_CASE("Kernels.FastMath.SoftmaxExponentialsOfARow") {

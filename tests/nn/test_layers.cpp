@@ -196,12 +196,12 @@ TEST_CASE("Layers.LayerNorm: mean 0, variance 1 per row, then scale and shift") 
   CHECK_THROWS_WITH_AS(ln(rand64({3, 4}, 1)), doctest::Contains("must be [4]"), strata::invalid_argument);
 }
 
-TEST_CASE("Layers.Float32RowKernels: layer norm, log-softmax, softmax and self-attention in float32 follow float64") {
+TEST_CASE("Layers.Float32RowKernels: layer norm, log-softmax, softmax, GELU and self-attention in float32 follow float64") {
   // The float kernels (16-lane row sums, the AVX-512 loops where the CPU has them, masked last
   // packs) against the same ops in float64: values and the gradients of a weighted sum, rows
   // of every width around the packs of 16 and past the 256 exponentials log-softmax's backward
   // takes at a time, its input's gradient added to by a second path (the accumulating pass);
-  // a scaled softmax under a causal mask whose rows see 1 to `cols` entries.
+  // a scaled softmax under a causal mask whose rows see 1 to `cols` entries; GELU.
   for (std::int64_t cols : {1, 5, 16, 17, 37, 128, 300}) {
     CAPTURE(cols);
     const Tensor x64 = rand64({7, cols}, 31, -4, 4), w64 = rand64({cols}, 32, 0.5, 2), b64 = rand64({cols}, 33);
@@ -213,10 +213,12 @@ TEST_CASE("Layers.Float32RowKernels: layer norm, log-softmax, softmax and self-a
       const Tensor ln = strata::layer_norm(params[0], params[1], params[2]);
       const Tensor ls = strata::log_softmax(params[0]);
       const Tensor sm = strata::ops::detail::scaled_softmax(params[0], 0.7, cols);
+      const Tensor ge = strata::gelu(params[0]);  // its backward reads Φ back from these values
       const Tensor loss = strata::sum(ln * weights) + strata::sum(ls * weights) + strata::sum(params[0] * weights) +
-                          strata::sum(sm * weights);
+                          strata::sum(sm * weights) + strata::sum(ge * weights);
       const auto g = strata::grad(loss, params);
-      std::vector<std::vector<double>> out{ln.to_vector<double>(), ls.to_vector<double>(), sm.to_vector<double>()};
+      std::vector<std::vector<double>> out{ln.to_vector<double>(), ls.to_vector<double>(), sm.to_vector<double>(),
+                                           ge.to_vector<double>()};
       for (std::size_t i = 0; i < 3; ++i) out.push_back(g[i].to_vector<double>());
       return out;
     };

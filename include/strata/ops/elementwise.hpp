@@ -244,7 +244,7 @@ inline void unary_backward(Node& n, std::uint64_t epoch) {
       return;
     }
     if (k == UnaryOp::gelu) {  // a Transformer's MLP: vectorised, no std::erf call per value
-      kernels::cpu::gelu_backward<T>(cnt, x, g, d, s.accumulate);
+      kernels::cpu::gelu_backward<T>(cnt, x, y, g, d, s.accumulate);
       return;
     }
     for (std::int64_t i = 0; i < cnt; ++i) {

@@ -2,20 +2,23 @@
 /// im2col / col2im for 2-D convolution over NCHW tensors. The column matrix has one row per
 /// (channel, kh, kw) and one column per (image, oh, ow), so a batch is one GEMM.
 ///
-/// With padding, both go through a zero-bordered copy of the images (`padded`, of
-/// padded_elements(g)): every window then lies inside it, and each output row is one copy
-/// without bounds checks (a strided gather at strides above 1). Measured on the ResNet's 3x3
-/// convolutions (rows of 4 to 14 pixels), this runs im2col 2-3x and col2im 1.5-2x faster than
-/// clipping every row against the image's edges.
+/// float planes on a CPU with AVX-512 go by permutes (kernels/cpu/im2col_avx512.hpp). The row
+/// kernels here take every other case: with padding, both go through a zero-bordered copy of
+/// the images (`padded`, of padded_elements(g)): every window then lies inside it, and each
+/// output row is one copy without bounds checks (a strided gather at strides above 1).
+/// Measured on the ResNet's 3x3 convolutions (rows of 4 to 14 pixels), this runs im2col 2-3x
+/// and col2im 1.5-2x faster than clipping every row against the image's edges.
 #pragma once
 
 #include <algorithm>  // std::fill_n, std::max, std::min
 #include <cstdint>
 #include <cstring>  // std::memcpy
-#include <type_traits>  // std::integral_constant
+#include <type_traits>  // std::integral_constant, std::is_same_v
 
 #include <strata/config.hpp>              // STRATA_RESTRICT
+#include <strata/kernels/cpu/cpu_features.hpp>  // has_avx512f
 #include <strata/kernels/cpu/elementwise.hpp>  // copy_or_add
+#include <strata/kernels/cpu/im2col_avx512.hpp>
 #include <strata/kernels/math/conv_geometry.hpp>
 
 namespace strata::kernels::cpu {
@@ -124,12 +127,9 @@ void col2im_into(const ConvGeometry& g, const T* STRATA_RESTRICT cols, T* STRATA
       }
 }
 
-}  // namespace detail
-
-/// cols[(c,i,j), (n,y,x)] = x[n, c, y*s - p + i, x*s - p + j] (0 outside the image).
-/// `padded` holds padded_elements(g) (may be null without padding).
+/// im2col row by row of the output planes (any geometry, any T).
 template <class T>
-void im2col(const ConvGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT cols, T* STRATA_RESTRICT padded) {
+void im2col_by_rows(const ConvGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT cols, T* STRATA_RESTRICT padded) {
   if (g.stride == 1 && g.pad == 0) {  // every window inside the image: plain row copies
     const std::int64_t OH = g.oh(), OW = g.ow(), ncols = g.cols();
     for (std::int64_t c = 0; c < g.c; ++c)
@@ -152,11 +152,10 @@ void im2col(const ConvGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT
     detail::im2col_from<T, 0>(g, xp, cols);
 }
 
-/// The adjoint of im2col: dx[n, c, y, x] = sum of the column entries that read it. Overwrites
-/// dx unless `accumulate`. `padded` holds padded_elements(g) (read at strides above 1 only).
+/// col2im row by row of the output planes (any geometry, any T).
 template <class T>
-void col2im(const ConvGeometry g, const T* STRATA_RESTRICT cols, T* STRATA_RESTRICT dx, bool accumulate,
-            T* STRATA_RESTRICT padded) {
+void col2im_by_rows(const ConvGeometry g, const T* STRATA_RESTRICT cols, T* STRATA_RESTRICT dx, bool accumulate,
+                    T* STRATA_RESTRICT padded) {
   const std::int64_t OH = g.oh(), OW = g.ow(), ncols = g.cols(), image = g.n * g.c * g.h * g.w;
   if (g.stride == 1) {  // each output row adds one contiguous run of an input row: clip it, no copy
     if (!accumulate) std::fill_n(dx, image, T(0));
@@ -192,6 +191,37 @@ void col2im(const ConvGeometry g, const T* STRATA_RESTRICT cols, T* STRATA_RESTR
     T* STRATA_RESTRICT out = dx + plane * g.h * g.w;
     for (std::int64_t y = 0; y < g.h; ++y, in += wp, out += g.w) copy_or_add(g.w, in, out, accumulate);
   }
+}
+
+}  // namespace detail
+
+/// cols[(c,i,j), (n,y,x)] = x[n, c, y*s - p + i, x*s - p + j] (0 outside the image).
+/// `padded` holds padded_elements(g) (may be null without padding; the permutes leave it
+/// unread). float planes of up to im2col_avx512::kMaxPlane pixels on a CPU with AVX-512: by
+/// permutes (kernels/cpu/im2col_avx512.hpp), the same values.
+template <class T>
+void im2col(const ConvGeometry g, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT cols, T* STRATA_RESTRICT padded) {
+#ifdef STRATA_IM2COL_AVX512
+  if constexpr (std::is_same_v<T, float>)
+    if (has_avx512f())
+      if (const auto& plan = im2col_avx512::plan_for(g); plan.usable) return im2col_avx512::im2col(g, plan, x, cols);
+#endif
+  detail::im2col_by_rows(g, x, cols, padded);
+}
+
+/// The adjoint of im2col: dx[n, c, y, x] = sum of the column entries that read it, in tap
+/// order. Overwrites dx unless `accumulate`. `padded` holds padded_elements(g) (read at
+/// strides above 1 by the row kernels only). float on a CPU with AVX-512: by permutes, as im2col.
+template <class T>
+void col2im(const ConvGeometry g, const T* STRATA_RESTRICT cols, T* STRATA_RESTRICT dx, bool accumulate,
+            T* STRATA_RESTRICT padded) {
+#ifdef STRATA_IM2COL_AVX512
+  if constexpr (std::is_same_v<T, float>)
+    if (has_avx512f())
+      if (const auto& plan = im2col_avx512::plan_for(g); plan.usable)
+        return im2col_avx512::col2im(g, plan, cols, dx, accumulate);
+#endif
+  detail::col2im_by_rows(g, cols, dx, accumulate, padded);
 }
 
 }  // namespace strata::kernels::cpu

@@ -13,6 +13,7 @@
 #include <type_traits>  // std::is_same_v
 
 #include <strata/config.hpp>  // STRATA_RESTRICT
+#include <strata/kernels/cpu/cpu_features.hpp>  // has_avx512f
 
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 #define STRATA_FLOAT_PACKS 1
@@ -69,11 +70,7 @@ template <>
 struct int_of<f32x16> {
   using type = i32x16;
 };
-/// Whether this CPU runs AVX-512 F (asked once).
-inline bool avx512f_runs() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
+inline bool avx512f_runs() { return has_avx512f(); }
 #endif
 // (__builtin_bit_cast, not std::bit_cast: an instantiation of the latter would be a function
 // taking and returning packs by value.)
@@ -92,6 +89,16 @@ template <class V>
     const I m = z < 0.0f;
     out = __builtin_bit_cast(V, (__builtin_bit_cast(I, a) & m) | (__builtin_bit_cast(I, b) & ~m));
   }
+}
+
+/// out = min(|x|, cap) for a cap >= 0, a NaN giving cap: one integer min of the bits (those of
+/// non-negative floats are ordered as their values).
+template <class V>
+[[gnu::always_inline]] inline void magnitude_capped(const V& x, float cap, V& out) {
+  using I = typename int_of<V>::type;
+  const I bits = __builtin_bit_cast(I, x) & 0x7fffffff;
+  const I limit = I{} + __builtin_bit_cast(std::int32_t, cap);
+  out = __builtin_bit_cast(V, bits < limit ? bits : limit);
 }
 
 /// out = e^x, Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for e^r, and
@@ -122,9 +129,9 @@ template <class V>
 /// the negative tail: sets z = x / √2, t and -a² + q(t).
 template <class V>
 [[gnu::always_inline]] inline void erfc_fit(const V& x, V& z, V& t, V& exponent) {
-  using I = typename int_of<V>::type;
   z = x * 0.70710678118654752440f;
-  const V a = __builtin_bit_cast(V, __builtin_bit_cast(I, z) & 0x7fffffff);
+  V a;
+  magnitude_capped(z, 10.0f, a);  // erfc(10) is below float's subnormals; a² stays finite
   t = 1.0f / (a * 0.5f + 1.0f);
   V q = t * 0.17087277f - 0.82215223f;
   q = q * t + 1.48851587f;
@@ -145,14 +152,6 @@ template <class V>
   exp_of(exponent, e);
   const V half_erfc = t * e * 0.5f;
   select_negative(z, half_erfc, V(1.0f - half_erfc), cdf);
-}
-
-/// Φ(x) and φ(x) = e^{-x²/2} / √(2π): two exps.
-template <class V>
-[[gnu::always_inline]] inline void normal_cdf_pdf(const V& x, V& cdf, V& pdf) {
-  normal_cdf(x, cdf);
-  exp_of(V(x * x * -0.5f), pdf);
-  pdf *= 0.39894228040143267794f;
 }
 
 /// out = e^{s (x - m)} with -inf (and anything below -87.3) giving 0, and sum += out.
@@ -209,17 +208,30 @@ template <class V>
   return i;
 }
 
+/// The backward reads Φ(x) back from the forward's y = x Φ(x) as y / x: one division in place
+/// of the erfc fit and its exp (the forward's Φ within 2 ulp wherever y is a normal float, down
+/// to x = -13, where both terms of the derivative are below 1e-36), 1/2 where |x| < 1e-30 (a
+/// quotient of zeros or of subnormals there; Φ(x) rounds to 1/2). One exp is left: φ(x).
 template <class V>
 [[gnu::always_inline]] inline std::int64_t gelu_backward_packs(std::int64_t i, std::int64_t n, const float* STRATA_RESTRICT x,
+                                                                const float* STRATA_RESTRICT y,
                                                                 const float* STRATA_RESTRICT dy, float* STRATA_RESTRICT dx,
                                                                 bool accumulate) {
+  using I = typename int_of<V>::type;
   constexpr std::int64_t kWidth = sizeof(V) / sizeof(float);
+  const V half = V{} + 0.5f;
   for (; i + kWidth <= n; i += kWidth) {
-    V v, g, cdf, pdf;
+    V v, out, g, pdf;
     std::memcpy(&v, x + i, sizeof v);
+    std::memcpy(&out, y + i, sizeof out);
     std::memcpy(&g, dy + i, sizeof g);
-    normal_cdf_pdf(v, cdf, pdf);
-    g *= cdf + v * pdf;
+    V cdf = out / v;
+    const V magnitude = __builtin_bit_cast(V, __builtin_bit_cast(I, v) & 0x7fffffff);
+    select_negative(V(magnitude - 1e-30f), half, cdf, cdf);
+    V a;
+    magnitude_capped(v, 14.0f, a);  // φ(14) is below float's subnormals; a² stays finite
+    exp_of(V(a * a * -0.5f), pdf);
+    g *= cdf + v * pdf * 0.39894228040143267794f;
     if (accumulate) {
       V d;
       std::memcpy(&d, dx + i, sizeof d);
@@ -238,9 +250,9 @@ __attribute__((target("avx2,fma"))) inline std::int64_t exp_shifted_avx2(std::in
 __attribute__((target("avx2,fma"))) inline std::int64_t gelu_forward_avx2(std::int64_t n, const float* x, float* y) {
   return gelu_forward_packs<f32x8>(0, n, x, y);
 }
-__attribute__((target("avx2,fma"))) inline std::int64_t gelu_backward_avx2(std::int64_t n, const float* x,
+__attribute__((target("avx2,fma"))) inline std::int64_t gelu_backward_avx2(std::int64_t n, const float* x, const float* y,
                                                                           const float* dy, float* dx, bool accumulate) {
-  return gelu_backward_packs<f32x8>(0, n, x, dy, dx, accumulate);
+  return gelu_backward_packs<f32x8>(0, n, x, y, dy, dx, accumulate);
 }
 #endif
 
@@ -279,8 +291,9 @@ __attribute__((target("avx512f"))) inline std::int64_t gelu_forward_avx512(std::
   return gelu_forward_packs<f32x16>(0, n, x, y);
 }
 __attribute__((target("avx512f"))) inline std::int64_t gelu_backward_avx512(std::int64_t n, const float* x,
-                                                                           const float* dy, float* dx, bool accumulate) {
-  return gelu_backward_packs<f32x16>(0, n, x, dy, dx, accumulate);
+                                                                           const float* y, const float* dy, float* dx,
+                                                                           bool accumulate) {
+  return gelu_backward_packs<f32x16>(0, n, x, y, dy, dx, accumulate);
 }
 #endif
 
@@ -352,23 +365,25 @@ void gelu_forward(std::int64_t n, const T* STRATA_RESTRICT x, T* STRATA_RESTRICT
   }
 }
 
-/// dx (+)= dy (Φ(x) + x φ(x)).
+/// dx (+)= dy (Φ(x) + x φ(x)), y being gelu_forward's values for x (float reads Φ(x) back from
+/// them: detail::gelu_backward_packs; double computes Φ and leaves y unread).
 template <class T>
-void gelu_backward(std::int64_t n, const T* STRATA_RESTRICT x, const T* STRATA_RESTRICT dy, T* STRATA_RESTRICT dx,
-                   bool accumulate) {
+void gelu_backward(std::int64_t n, const T* STRATA_RESTRICT x, const T* STRATA_RESTRICT y, const T* STRATA_RESTRICT dy,
+                   T* STRATA_RESTRICT dx, bool accumulate) {
   if constexpr (std::is_same_v<T, float>) {
     std::int64_t i = 0;
 #ifdef STRATA_AVX512_PACKS
-    if (detail::avx512f_runs()) i = detail::gelu_backward_avx512(n, x, dy, dx, accumulate);
+    if (detail::avx512f_runs()) i = detail::gelu_backward_avx512(n, x, y, dy, dx, accumulate);
 #endif
 #ifdef STRATA_AVX2_PACKS
-    if (i == 0 && detail::avx2_with_fma()) i = detail::gelu_backward_avx2(n, x, dy, dx, accumulate);
+    if (i == 0 && detail::avx2_with_fma()) i = detail::gelu_backward_avx2(n, x, y, dy, dx, accumulate);
 #endif
 #ifdef STRATA_FLOAT_PACKS
-    i = detail::gelu_backward_packs<detail::f32x4>(i, n, x, dy, dx, accumulate);
+    i = detail::gelu_backward_packs<detail::f32x4>(i, n, x, y, dy, dx, accumulate);
 #endif
-    detail::gelu_backward_packs<float>(i, n, x, dy, dx, accumulate);
+    detail::gelu_backward_packs<float>(i, n, x, y, dy, dx, accumulate);
   } else {
+    (void)y;
     for (std::int64_t i = 0; i < n; ++i) {
       const T cdf = T(0.5) * std::erfc(-x[i] * T(0.70710678118654752440));
       const T g = dy[i] * (cdf + x[i] * T(0.39894228040143267794) * std::exp(T(-0.5) * x[i] * x[i]));

@@ -21,6 +21,7 @@
 #include <utility>  // std::integer_sequence
 #include <vector>
 
+#include <strata/kernels/cpu/cpu_features.hpp>  // has_avx512f
 #include <strata/kernels/cpu/gemm_epilogue.hpp>
 #include <strata/kernels/math/gemm_args.hpp>
 
@@ -30,16 +31,6 @@
 #endif
 
 namespace strata::kernels::cpu {
-
-/// Whether this CPU runs AVX-512 F (asked once; false off x86-64).
-inline bool has_avx512f() {
-#ifdef STRATA_GEMM_AVX512
-  static const bool yes = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
-  return yes;
-#else
-  return false;
-#endif
-}
 
 #ifdef STRATA_GEMM_AVX512
 namespace avx512 {
