@@ -255,6 +255,38 @@ TEST_CASE("Layers.Float32RowKernels: layer norm, log-softmax, softmax, GELU and 
     }
 }
 
+TEST_CASE("Layers.Float32BatchNorm: the fused ReLU and shortcut, forward and backward, in float32 follow float64") {
+  // Planes of 1 to 196 pixels (whole packs of 16, a masked last one, none whole): the
+  // moments, the gradient sums with the ReLU's mask and the input gradient's pass, against
+  // the same ops in float64; the values of a weighted sum's gradients for x, weight, bias and
+  // the shortcut.
+  for (const auto& hw : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {1, 7}, {4, 4}, {1, 17}, {7, 7}, {14, 14}}) {
+    CAPTURE(hw.first * hw.second);
+    const strata::Shape shape{3, 5, hw.first, hw.second};
+    const Tensor x64 = rand64(shape, 81, -2, 3), r64 = rand64(shape, 82), weights64 = rand64(shape, 83);
+    const Tensor w64 = rand64({5}, 84, 0.5, 2), b64 = rand64({5}, 85);
+    auto run = [&](DType t) {
+      const std::vector<Tensor> params{strata::to_dtype(x64, t).requires_grad_(), strata::to_dtype(w64, t).requires_grad_(),
+                                       strata::to_dtype(b64, t).requires_grad_(), strata::to_dtype(r64, t).requires_grad_()};
+      const Tensor y = strata::batch_norm(params[0], params[1], params[2], strata::zeros({5}, t), strata::ones({5}, t), true,
+                                          0.1, 1e-5, strata::BatchStatistics::per_replica, strata::Activation::relu,
+                                          params[3]);
+      const auto g = strata::grad(strata::sum(y * strata::to_dtype(weights64, t)), params);
+      std::vector<std::vector<double>> out{y.to_vector<double>()};
+      for (std::size_t i = 0; i < params.size(); ++i) out.push_back(g[i].to_vector<double>());
+      return out;
+    };
+    const auto want = run(DType::f64), got = run(DType::f32);
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      CAPTURE(k);
+      double worst = 0, scale = 1e-3;
+      for (double v : want[k]) scale = std::max(scale, std::abs(v));
+      for (std::size_t i = 0; i < want[k].size(); ++i) worst = std::max(worst, std::abs(got[k][i] - want[k][i]));
+      CHECK(worst / scale < 2e-5);
+    }
+  }
+}
+
 TEST_CASE("Layers.BatchNorm: batch statistics in training, running statistics after, PyTorch's names") {
   nn::BatchNorm2d bn(2, 1e-5, 0.1, true, strata::BatchStatistics::per_replica, DType::f64);
   CHECK(names(bn.named_parameters()) == std::vector<std::string>{"weight", "bias"});

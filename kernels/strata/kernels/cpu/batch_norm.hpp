@@ -10,6 +10,11 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>  // std::is_same_v
+#include <vector>
+
+#include <strata/kernels/cpu/batch_norm_avx512.hpp>
+#include <strata/kernels/cpu/cpu_features.hpp>  // has_avx512f
 
 namespace strata::kernels::cpu {
 
@@ -17,10 +22,15 @@ namespace detail {
 inline constexpr int kLanes = 8;
 }  // namespace detail
 
-/// sum[c] += Σ x, sumsq[c] += Σ x² over the images and the plane of channel c.
+/// sum[c] += Σ x, sumsq[c] += Σ x² over the images and the plane of channel c (float on a
+/// CPU with AVX-512: kernels/cpu/batch_norm_avx512.hpp, in double lanes).
 template <class T>
 void channel_moments(std::int64_t images, std::int64_t channels, std::int64_t plane, const T* x, double* sum,
                      double* sumsq) {
+#ifdef STRATA_BATCH_NORM_AVX512
+  if constexpr (std::is_same_v<T, float>)
+    if (has_avx512f()) return batch_norm_avx512::channel_moments(images, channels, plane, x, sum, sumsq);
+#endif
   using detail::kLanes;
   for (std::int64_t c = 0; c < channels && images > 0 && plane > 0; ++c) {
     const T k = x[c * plane];  // the shift
@@ -82,10 +92,20 @@ void batch_norm_apply(std::int64_t images, std::int64_t channels, std::int64_t p
 }
 
 /// sum_dy[c] += Σ dy, sum_dy_h[c] += Σ dy * h with h = (x - mean) * rstd. With `relu_out` (the
-/// output of a fused ReLU) dy is first masked in place where the output is not positive.
+/// output of a fused ReLU) dy is first masked in place where the output is not positive
+/// (float on a CPU with AVX-512: kernels/cpu/batch_norm_avx512.hpp, in double lanes).
 template <class T>
 void batch_norm_grad_sums(std::int64_t images, std::int64_t channels, std::int64_t plane, const T* x, const T* mean,
                           const T* rstd, T* dy, const T* relu_out, double* sum_dy, double* sum_dy_h) {
+#ifdef STRATA_BATCH_NORM_AVX512
+  if constexpr (std::is_same_v<T, float>)
+    if (has_avx512f()) {
+      thread_local std::vector<double> lanes;  // (grows to the widest layer's, then stays)
+      if (lanes.size() < static_cast<std::size_t>(channels * 32)) lanes.resize(static_cast<std::size_t>(channels * 32));
+      return batch_norm_avx512::grad_sums(images, channels, plane, x, mean, rstd, dy, relu_out, sum_dy, sum_dy_h,
+                                          lanes.data());
+    }
+#endif
   using detail::kLanes;
   for (std::int64_t n = 0; n < images; ++n)
     for (std::int64_t c = 0; c < channels; ++c) {

@@ -96,6 +96,7 @@ template <int R, bool kTransA>
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
   const __m512 cb0 = e.col_bias ? _mm512_maskz_loadu_ps(m0, e.col_bias) : zero;
   const __m512 cb1 = e.col_bias ? _mm512_maskz_loadu_ps(m1, e.col_bias + 16) : zero;
+  const bool whole = (m0 & m1) == 0xffff;
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) {
     float* ci = c + i * ldc;
@@ -117,8 +118,13 @@ template <int R, bool kTransA>
       x0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x0, zero, _CMP_GT_OQ), x0);
       x1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x1, zero, _CMP_GT_OQ), x1);
     }
-    _mm512_mask_storeu_ps(ci, m0, x0);
-    _mm512_mask_storeu_ps(ci + 16, m1, x1);
+    if (whole) {  // (a masked store that misses the cache costs several plain ones on AMD cores)
+      _mm512_storeu_ps(ci, x0);
+      _mm512_storeu_ps(ci + 16, x1);
+    } else {
+      _mm512_mask_storeu_ps(ci, m0, x0);
+      _mm512_mask_storeu_ps(ci + 16, m1, x1);
+    }
   }
 }
 

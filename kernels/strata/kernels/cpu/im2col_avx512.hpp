@@ -179,7 +179,11 @@ struct StepReader {
         const __mmask16 store = s->store;
         const float* w = x + c * HW + s->base;
         float* out = row + s->at;
-        if (s->high)
+        // (plain stores where the whole vector lies in the plane: a masked store that misses
+        // the cache costs several times a plain one on AMD cores)
+        if (s->high && store == 0xffff)
+          for (std::int64_t n = 0; n < g.n; ++n, w += image, out += P) _mm512_storeu_ps(out, r.read<true>(w));
+        else if (s->high)
           for (std::int64_t n = 0; n < g.n; ++n, w += image, out += P) _mm512_mask_storeu_ps(out, store, r.read<true>(w));
         else if (store == 0xffff)
           for (std::int64_t n = 0; n < g.n; ++n, w += image, out += P) _mm512_storeu_ps(out, r.read<false>(w));
@@ -216,8 +220,13 @@ template <int B>
         for (int b = 0; b < B; ++b) acc[b] = _mm512_add_ps(acc[b], r.read<false>(w + b * P));
       }
     }
+    if (store == 0xffff) {  // (plain stores where they can be, as im2col)
 #pragma GCC unroll 4
-    for (int b = 0; b < B; ++b) _mm512_mask_storeu_ps(plane + b * image + t0, store, acc[b]);
+      for (int b = 0; b < B; ++b) _mm512_storeu_ps(plane + b * image + t0, acc[b]);
+    } else {
+#pragma GCC unroll 4
+      for (int b = 0; b < B; ++b) _mm512_mask_storeu_ps(plane + b * image + t0, store, acc[b]);
+    }
   }
 }
 
