@@ -31,12 +31,22 @@ void check_against_reference(GemmFn<T> gemm, double tol) {
           for (double beta : {0.0, 1.0, 0.5})
             for (int e = 0; e < 4; ++e) {  // no epilogue; column bias; row bias and ReLU; column bias and ReLU
               std::vector<T> A(a.begin(), a.end()), B(b.begin(), b.end()), C(c0.begin(), c0.end());
+              std::vector<T> sums(static_cast<std::size_t>(m), T(0.25));  // op(A)'s row sums are added to these
               strata::kernels::cpu::GemmArgs<T> g{ta, tb, m, n, k, T(1.5), A.data(), ta ? m : k, B.data(), tb ? k : n,
                                                   static_cast<T>(beta), C.data(), n};
               g.col_bias = e == 1 || e == 3 ? cb.data() : nullptr;
               g.row_bias = e == 2 ? rb.data() : nullptr;
               g.relu = e >= 2;
+              g.a_row_sums = beta == 0.5 ? sums.data() : nullptr;
               gemm(g);
+              if (g.a_row_sums != nullptr) {
+                std::vector<double> want_sums(sums.size(), 0.25);
+                for (std::int64_t i = 0; i < m; ++i)
+                  for (std::int64_t p = 0; p < k; ++p)
+                    want_sums[static_cast<std::size_t>(i)] += a[static_cast<std::size_t>(ta ? p * m + i : i * k + p)];
+                INFO("row sums: m=", m, " n=", n, " k=", k, " ta=", ta, " tb=", tb, " epilogue=", e);
+                CHECK(ref::max_rel_diff(std::vector<double>(sums.begin(), sums.end()), want_sums) < tol);
+              }
               std::vector<double> want(ab.size()), got(C.begin(), C.end());
               for (std::int64_t i = 0; i < m; ++i)
                 for (std::int64_t j = 0; j < n; ++j) {
@@ -125,10 +135,20 @@ void check_avx512_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
     for (std::int64_t i = 0; i < m; ++i)
       for (std::int64_t j = 0; j < n; ++j) C[static_cast<std::size_t>(i * ldc + j)] = NAN;
   strata::kernels::cpu::GemmArgs<float> g{ta, tb, m, n, k, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc};
+  std::vector<float> sums(static_cast<std::size_t>(m), 0.25f);  // op(A)'s row sums (small_gemm takes none)
+  const bool with_sums = run == &strata::kernels::cpu::gemm_avx512;
+  if (with_sums) g.a_row_sums = sums.data();
   run(g);
-  double worst = 0;
+  double worst = 0, worst_sum = 0;
   bool pad_kept = true;
   for (std::int64_t i = 0; i < m; ++i) {
+    double s = 0.25, scale = 0.25;
+    for (std::int64_t p = 0; p < k; ++p) {
+      const double x = A[static_cast<std::size_t>(ta ? p * lda + i : i * lda + p)];
+      s += x;
+      scale += std::abs(x);
+    }
+    if (with_sums) worst_sum = std::max(worst_sum, std::abs(sums[static_cast<std::size_t>(i)] - s) / scale);
     for (std::int64_t j = 0; j < n; ++j) {
       double s = 0, scale = 0;
       for (std::int64_t p = 0; p < k; ++p) {
@@ -148,6 +168,7 @@ void check_avx512_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
   }
   INFO("m=", m, " n=", n, " k=", k, " ta=", ta, " tb=", tb, " alpha=", alpha, " beta=", beta);
   CHECK(worst < 1e-5);
+  CHECK(worst_sum < 1e-5);
   CHECK(pad_kept);
 }
 

@@ -196,10 +196,18 @@ inline void linear_backward(autograd::Node& n, std::uint64_t epoch) {
     using T = decltype(tag);
     T* gp = g.template data<T>();
     if (static_cast<Activation>(n.i[0]) == Activation::relu) kernels::cpu::relu_mask_inplace<T>(N * O, n.out.template data<T>(), gp);
-    if (auto s = autograd::grad_slot(n.in[1], epoch))  // dW = G^T X
-      gemm<T>(true, false, O, I, N, gp, x.template data<T>(), s.dst.template data<T>(), s.accumulate);
-    if (auto s = autograd::grad_slot(n.in[2], epoch))  // db = column sums of G
-      kernels::cpu::column_sums<T>(N, O, gp, s.dst.template data<T>(), s.accumulate);
+    auto db = autograd::grad_slot(n.in[2], epoch);
+    if (auto s = autograd::grad_slot(n.in[1], epoch)) {  // dW = G^T X, and db = column sums of G as G is read
+      kernels::cpu::GemmArgs<T> dw{true, false, O, I, N, T(1), gp, O, x.template data<T>(), I,
+                                   s.accumulate ? T(1) : T(0), s.dst.template data<T>(), I};
+      if (db) {
+        if (!db.accumulate) std::fill_n(db.dst.template data<T>(), O, T(0));
+        dw.a_row_sums = db.dst.template data<T>();
+      }
+      kernels::cpu::gemm(dw);
+    } else if (db) {  // db = column sums of G
+      kernels::cpu::column_sums<T>(N, O, gp, db.dst.template data<T>(), db.accumulate);
+    }
     if (auto s = autograd::grad_slot(n.in[0], epoch))  // dX = G W
       gemm<T>(false, false, N, I, O, gp, w.template data<T>(), s.dst.template data<T>(), s.accumulate);
   });

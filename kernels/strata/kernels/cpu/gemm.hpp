@@ -71,6 +71,7 @@ void gemm_builtin(const GemmArgs<T>& g) {
     else if (g.beta != T(1))
       for (std::int64_t j = 0; j < g.n; ++j) row[j] *= g.beta;
   }
+  add_a_row_sums(g);
   if (g.k == 0 || g.alpha == T(0)) return apply_epilogue(g);
   auto A = [&](std::int64_t i, std::int64_t p) { return g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p]; };
   auto B = [&](std::int64_t p, std::int64_t j) { return g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j]; };
@@ -114,7 +115,7 @@ void gemm_builtin(const GemmArgs<T>& g) {
 /// GEMM through CBLAS.
 template <class T>
 void gemm_blas(const GemmArgs<T>& g) {
-  if (g.m == 0 || g.n == 0) return;
+  if (g.m == 0 || g.n == 0) return add_a_row_sums(g);
   const auto ta = g.trans_a ? CblasTrans : CblasNoTrans;
   const auto tb = g.trans_b ? CblasTrans : CblasNoTrans;
   const auto M = static_cast<blasint>(g.m), N = static_cast<blasint>(g.n), K = static_cast<blasint>(g.k);
@@ -127,6 +128,7 @@ void gemm_blas(const GemmArgs<T>& g) {
   else
     cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, g.alpha, g.a, lda, g.b, ldb, g.beta, g.c, ldc);
   apply_epilogue(g);
+  add_a_row_sums(g);
 }
 #endif
 

@@ -58,18 +58,23 @@ struct TileEpilogue {
 
 /// C[0:R, 0:32] (masked by m0, m1) = alpha * sum_p A(i, p) B(p, :) + (load_c ? beta * C : 0),
 /// then the epilogue e. A(i, p) is a[i * lda + p], or a[p * lda + i] when kTransA; bp is a
-/// packed B panel.
-template <int R, bool kTransA>
+/// packed B panel. kRowSums (with kTransA): row_sums[0:R] += sum_p A(i, p) as well, the R
+/// values of A's row p one masked load (two of the 32 registers, beside the tile's 24).
+template <int R, bool kTransA, bool kRowSums = false>
 [[gnu::target("avx512f")]] inline void micro_tile(std::int64_t kc, const float* a, std::int64_t lda,
                                                   const float* bp, float* c, std::int64_t ldc, float alpha,
                                                   float beta, bool load_c, __mmask16 m0, __mmask16 m1,
-                                                  const TileEpilogue& e) {
+                                                  const TileEpilogue& e, float* row_sums) {
+  static_assert(kTransA || !kRowSums, "row sums are taken from a transposed A");
   __m512 lo[R], hi[R];
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
   if constexpr (kTransA) {
+    [[maybe_unused]] const auto rows = static_cast<__mmask16>((1u << R) - 1);
+    [[maybe_unused]] __m512 sums = _mm512_setzero_ps();
     for (std::int64_t p = 0; p < kc; ++p, a += lda, bp += kNR) {
       const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+      if constexpr (kRowSums) sums = _mm512_add_ps(sums, _mm512_maskz_loadu_ps(rows, a));
 #pragma GCC unroll 12
       for (int i = 0; i < R; ++i) {
         const __m512 ai = _mm512_set1_ps(a[i]);
@@ -77,6 +82,8 @@ template <int R, bool kTransA>
         hi[i] = _mm512_fmadd_ps(ai, b1, hi[i]);
       }
     }
+    if constexpr (kRowSums)
+      _mm512_mask_storeu_ps(row_sums, rows, _mm512_add_ps(_mm512_maskz_loadu_ps(rows, row_sums), sums));
   } else {
     // Rows i, i + 1 and i + 2 off one pointer: [r], [r + lda * 4] and [r + lda * 8] are single
     // addressing modes, so four pointers and lda cover the 12 rows.
@@ -129,16 +136,31 @@ template <int R, bool kTransA>
 }
 
 using TileFn = void (*)(std::int64_t, const float*, std::int64_t, const float*, float*, std::int64_t, float, float,
-                        bool, __mmask16, __mmask16, const TileEpilogue&);
+                        bool, __mmask16, __mmask16, const TileEpilogue&, float*);
 
-template <bool kTransA, int... R>
+template <bool kTransA, bool kRowSums, int... R>
 constexpr auto tile_table(std::integer_sequence<int, R...>) {
-  return std::array<TileFn, sizeof...(R)>{&micro_tile<R + 1, kTransA>...};
+  return std::array<TileFn, sizeof...(R)>{&micro_tile<R + 1, kTransA, kRowSums>...};
+}
+
+/// col_sums[0:w] += the kc rows of a packed panel summed (its padding is zeros).
+[[gnu::target("avx512f")]] inline void add_panel_sums(const float* panel, std::int64_t kc, int w, float* col_sums) {
+  __mmask16 m0, m1;
+  column_masks(w, m0, m1);
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  for (std::int64_t p = 0; p < kc; ++p) {
+    s0 = _mm512_add_ps(s0, _mm512_loadu_ps(panel + p * kNR));
+    s1 = _mm512_add_ps(s1, _mm512_loadu_ps(panel + p * kNR + 16));
+  }
+  _mm512_mask_storeu_ps(col_sums, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, col_sums), s0));
+  _mm512_mask_storeu_ps(col_sums + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, col_sums + 16), s1));
 }
 
 /// Packs B[p0:p0+kc, j0:j0+nc] into panels of kNR columns (zero-padded): panel j at dst + j * kc.
+/// With col_sums, col_sums[j0 + j] += sum_p B(p0 + p, j0 + j), from each panel as it is packed
+/// (still in L1).
 [[gnu::target("avx512f")]] inline void pack_b(const math::GemmArgs<float>& g, std::int64_t p0, std::int64_t kc,
-                                              std::int64_t j0, std::int64_t nc, float* dst) {
+                                              std::int64_t j0, std::int64_t nc, float* dst, float* col_sums) {
   for (std::int64_t jr = 0; jr < nc; jr += kNR, dst += kc * kNR) {
     const auto w = static_cast<int>(std::min<std::int64_t>(kNR, nc - jr));
     if (!g.trans_b) {
@@ -166,20 +188,25 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
         for (std::int64_t p = 0; p < kc; ++p) dst[p * kNR + j] = j < w ? src[p] : 0.0f;
       }
     }
+    if (col_sums != nullptr) add_panel_sums(dst, kc, w, col_sums + j0 + jr);
   }
 }
 
 }  // namespace avx512
 
-/// C = alpha * op(A) * op(B) + beta * C, then g's epilogue, in float with strata's AVX-512
-/// kernel (see the file comment). Call only where has_avx512f(); beta == 0 overwrites C
-/// without reading it.
-[[gnu::target("avx512f")]] inline void gemm_avx512(const math::GemmArgs<float>& g) {
-  using namespace avx512;
-  if (g.m == 0 || g.n == 0) return;
+namespace avx512 {
+
+/// gemm_avx512 with b_col_sums[j] += sum_p op(B)(p, j) taken as B is packed (the transposed
+/// route's op(A) row sums); g.a_row_sums taken by the tiles where A is transposed.
+[[gnu::target("avx512f")]] inline void gemm(const math::GemmArgs<float>& g, float* b_col_sums) {
+  if (g.m == 0 || g.n == 0) {
+    add_a_row_sums(g);
+    return;
+  }
   if (g.k == 0 || g.alpha == 0.0f) {
     for (std::int64_t i = 0; i < g.m; ++i)
       for (std::int64_t j = 0; j < g.n; ++j) g.c[i * g.ldc + j] = g.beta == 0.0f ? 0.0f : g.beta * g.c[i * g.ldc + j];
+    add_a_row_sums(g);  // (b_col_sums come from the transposed route, which has k > 0 and alpha != 0)
     return apply_epilogue(g);
   }
   // Few rows against many columns: packing B (K x N) costs more than the products of the M
@@ -187,11 +214,11 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
   // dW [OC, R] = G colsᵀ), by copies of a deep B otherwise (its forward pass, W cols).
   // Cᵀ = op(B)ᵀ op(A)ᵀ packs op(A)ᵀ instead, K x M; Cᵀ lands in a scratch that is then turned
   // into C (N x M moves against N x M x K products, hence a deep product for the copies' case),
-  // the epilogue with them.
+  // the epilogue with them. op(A)'s row sums are then the packed operand's column sums.
   if (g.n > g.m && (g.trans_b || g.k >= std::max<std::int64_t>(128, 4 * g.m))) {
     thread_local std::vector<float> flipped;
     flipped.resize(static_cast<std::size_t>(g.n * g.m));
-    gemm_avx512({!g.trans_b, !g.trans_a, g.n, g.m, g.k, g.alpha, g.b, g.ldb, g.a, g.lda, 0.0f, flipped.data(), g.m});
+    gemm({!g.trans_b, !g.trans_a, g.n, g.m, g.k, g.alpha, g.b, g.ldb, g.a, g.lda, 0.0f, flipped.data(), g.m}, g.a_row_sums);
     const bool plain = !g.has_epilogue();
     for (std::int64_t i = 0; i < g.m; ++i) {
       float* ci = g.c + i * g.ldc;
@@ -207,16 +234,21 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
     }
     return;
   }
-  static constexpr auto plain = tile_table<false>(std::make_integer_sequence<int, kMR>{});
-  static constexpr auto transposed = tile_table<true>(std::make_integer_sequence<int, kMR>{});
+  static constexpr auto plain = tile_table<false, false>(std::make_integer_sequence<int, kMR>{});
+  static constexpr auto transposed = tile_table<true, false>(std::make_integer_sequence<int, kMR>{});
+  static constexpr auto summing = tile_table<true, true>(std::make_integer_sequence<int, kMR>{});
   const auto& tiles = g.trans_a ? transposed : plain;
+  // A's row sums: by the tiles of the first column panel where A is transposed (its rows of
+  // 12 contiguous), else a pass of their own.
+  const bool tile_sums = g.a_row_sums != nullptr && g.trans_a;
+  if (g.a_row_sums != nullptr && !g.trans_a) add_a_row_sums(g);
   thread_local std::vector<float> packed;  // B's panels
   packed.resize(static_cast<std::size_t>(kKC * (kNC + kNR)));
   for (std::int64_t jc = 0; jc < g.n; jc += kNC) {
     const std::int64_t nc = std::min(kNC, g.n - jc);
     for (std::int64_t pc = 0; pc < g.k; pc += kKC) {
       const std::int64_t kc = std::min(kKC, g.k - pc);
-      pack_b(g, pc, kc, jc, nc, packed.data());
+      pack_b(g, pc, kc, jc, nc, packed.data(), b_col_sums);
       const bool first = pc == 0, last = pc + kc >= g.k;
       const float beta = first ? g.beta : 1.0f;
       const bool load_c = !first || g.beta != 0.0f;
@@ -230,19 +262,28 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
           float* cj = g.c + jc + jr;
           TileEpilogue e;
           if (last) e = {g.col_bias ? g.col_bias + jc + jr : nullptr, nullptr, g.relu};
+          const bool sums = tile_sums && jc == 0 && jr == 0;
+          const auto& run = sums ? summing : tiles;
           for (std::int64_t ir = 0; ir < mc; ir += kMR) {
             const std::int64_t i = ic + ir;
             const auto rows = static_cast<int>(std::min<std::int64_t>(kMR, mc - ir));
             const float* a = g.trans_a ? g.a + pc * g.lda + i : g.a + i * g.lda + pc;
             if (last && g.row_bias) e.row_bias = g.row_bias + i;
-            tiles[static_cast<std::size_t>(rows - 1)](kc, a, g.lda, bp, cj + i * g.ldc, g.ldc, g.alpha, beta, load_c,
-                                                      m0, m1, e);
+            run[static_cast<std::size_t>(rows - 1)](kc, a, g.lda, bp, cj + i * g.ldc, g.ldc, g.alpha, beta, load_c, m0, m1,
+                                                    e, sums ? g.a_row_sums + i : nullptr);
           }
         }
       }
     }
   }
 }
+
+}  // namespace avx512
+
+/// C = alpha * op(A) * op(B) + beta * C, then g's epilogue, in float with strata's AVX-512
+/// kernel (see the file comment), and A's row sums where g asks for them. Call only where
+/// has_avx512f(); beta == 0 overwrites C without reading it.
+[[gnu::target("avx512f")]] inline void gemm_avx512(const math::GemmArgs<float>& g) { avx512::gemm(g, nullptr); }
 #endif
 
 }  // namespace strata::kernels::cpu

@@ -3,11 +3,13 @@
 /// the kernels that cannot apply it as they write C: the built-in one, OpenBLAS, and the
 /// AVX-512 kernel's early and transposed exits. The AVX-512 kernel's tiles apply the same
 /// operations in the same order where they store, so every kernel gives the same bits as a
-/// product followed by a separate bias-and-activation pass.
+/// product followed by a separate bias-and-activation pass. add_a_row_sums is the pass of
+/// op(A)'s row sums (GemmArgs::a_row_sums) for the kernels that do not take them as they read A.
 #pragma once
 
 #include <cstdint>
 
+#include <strata/config.hpp>  // STRATA_RESTRICT
 #include <strata/kernels/cpu/elementwise.hpp>  // bias_act_inplace, row_bias_act_inplace
 #include <strata/kernels/math/gemm_args.hpp>
 
@@ -31,6 +33,26 @@ void apply_epilogue(const math::GemmArgs<T>& g) {
     if (g.col_bias != nullptr || g.row_bias == nullptr)  // the column bias, or the ReLU alone
       bias_act_inplace<T>(1, g.n, ci, g.col_bias, g.relu && g.row_bias == nullptr);
     if (g.row_bias != nullptr) row_bias_act_inplace<T>(1, g.n, ci, g.row_bias + i, g.relu);
+  }
+}
+
+/// g.a_row_sums[i] += Σ_p op(A)(i, p) over the whole depth, in p order (nothing without them).
+template <class T>
+void add_a_row_sums(const math::GemmArgs<T>& g) {
+  if (g.a_row_sums == nullptr) return;
+  T* STRATA_RESTRICT out = g.a_row_sums;
+  if (g.trans_a) {  // op(A)(i, p) = a[p * lda + i]: a row of a at a time, vectorised across i
+    for (std::int64_t p = 0; p < g.k; ++p) {
+      const T* STRATA_RESTRICT row = g.a + p * g.lda;
+      for (std::int64_t i = 0; i < g.m; ++i) out[i] += row[i];
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < g.m; ++i) {
+    const T* STRATA_RESTRICT row = g.a + i * g.lda;
+    T acc = 0;
+    for (std::int64_t p = 0; p < g.k; ++p) acc += row[p];
+    out[i] += acc;
   }
 }
 

@@ -9,7 +9,7 @@
 
 #include <strata/config.hpp>                // STRATA_RESTRICT
 #include <strata/kernels/cpu/blocked.hpp>  // for_each_blocked
-#include <strata/kernels/cpu/gemm_avx512.hpp>  // has_avx512f
+#include <strata/kernels/cpu/cpu_features.hpp>  // has_avx512f
 #include <strata/kernels/math/optim.hpp>   // the element updates, the options and coefficients
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)

@@ -54,8 +54,8 @@ inline cublasHandle_t blas_handle(int device) {
 template <class T>
 void gemm(int device, const math::GemmArgs<T>& g) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "cuBLAS GEMM: float or double");
-  if (g.has_epilogue())  // the device layers run their bias and activation as kernels of their own
-    STRATA_THROW(invalid_argument, "strata.cuda", "GEMM: a bias or ReLU epilogue is a CPU GEMM's only");
+  if (g.has_epilogue() || g.a_row_sums != nullptr)  // the device layers run these as kernels of their own
+    STRATA_THROW(invalid_argument, "strata.cuda", "GEMM: a bias or ReLU epilogue, or A's row sums, is a CPU GEMM's only");
   if (g.m == 0 || g.n == 0) return;
   const std::array<std::int64_t, 6> dims{g.m, g.n, g.k, g.lda, g.ldb, g.ldc};
   for (std::int64_t v : dims)
@@ -88,8 +88,8 @@ template <class T>
 void gemm_strided_batched(int device, const math::GemmArgs<T>& g, std::int64_t stride_a, std::int64_t stride_b,
                           std::int64_t stride_c, std::int64_t batch) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "cuBLAS GEMM: float or double");
-  if (g.has_epilogue())
-    STRATA_THROW(invalid_argument, "strata.cuda", "GEMM: a bias or ReLU epilogue is a CPU GEMM's only");
+  if (g.has_epilogue() || g.a_row_sums != nullptr)
+    STRATA_THROW(invalid_argument, "strata.cuda", "GEMM: a bias or ReLU epilogue, or A's row sums, is a CPU GEMM's only");
   if (g.m == 0 || g.n == 0 || batch == 0) return;
   const std::array<std::int64_t, 7> dims{g.m, g.n, g.k, g.lda, g.ldb, g.ldc, batch};
   for (std::int64_t v : dims)
