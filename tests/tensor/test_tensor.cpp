@@ -103,7 +103,7 @@ TEST_CASE("Tensor.Allocator.LargeBlocksAreWholeHugePages") {
   using strata::detail::HostBacking;
   auto& alloc = strata::CachingHostAllocator::instance();
   const auto aligned_to = [](const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; };
-  const std::int64_t n = static_cast<std::int64_t>(HostBacking::kHugeFrom / sizeof(float)) + 12345;  // past 16 MiB
+  const std::int64_t n = static_cast<std::int64_t>(HostBacking::kHugeFrom / sizeof(float)) + 12345;  // past the threshold
   const void* first = nullptr;
   {
     Tensor big = Tensor::empty({n});

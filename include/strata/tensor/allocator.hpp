@@ -17,15 +17,18 @@
 namespace strata::detail {
 
 /// Host memory from the C runtime, 64-byte aligned (one cache line, AVX-512 wide). Blocks of
-/// kHugeFrom bytes or more (datasets, large embedding tables) are 2 MiB aligned and whole
-/// 2 MiB pages, and ask Linux for transparent huge pages: rows read in random order then
-/// miss the TLB once per 2 MiB instead of once per 4 KiB, which is what a batch's row copy
-/// waits on (a batch of 64 Fashion-MNIST rows: a third less time; docs/performance.md).
+/// kHugeFrom bytes or more (a step's activations and their gradients, datasets, embedding
+/// tables) are 2 MiB aligned and whole 2 MiB pages, and ask Linux for transparent huge pages:
+/// a GEMM sweeping a 2048 x 512 activation in blocks of 256 rows touches 128 pages of 4 KiB a
+/// block, and a step's tensors are far more than the TLB holds (the Transformer's weight
+/// gradients ran 10-20 % slower than from warm pages); rows read in random order (a batch's
+/// copy) miss once per 2 MiB instead of once per 4 KiB. The cost is the rounding: at most
+/// 2 MiB less 64 bytes a block, in peak RSS (docs/performance.md).
 struct HostBacking {
   static constexpr std::size_t kAlignment = 64;
   static constexpr std::size_t kMinBlock = kAlignment;
   static constexpr std::size_t kHugePage = std::size_t{2} << 20;
-  static constexpr std::size_t kHugeFrom = std::size_t{16} << 20;
+  static constexpr std::size_t kHugeFrom = std::size_t{1} << 20;  // 1 MiB: at most half the pages unused
   void* allocate(std::size_t bytes) noexcept {
     if (bytes < kHugeFrom) return std::aligned_alloc(kAlignment, bytes);  // sizes: multiples of 64
     const std::size_t whole = (bytes + kHugePage - 1) / kHugePage * kHugePage;

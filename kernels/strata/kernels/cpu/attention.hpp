@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <strata/kernels/cpu/attention_avx512.hpp>  // the fused scores and softmax, the transposes
 #include <strata/kernels/cpu/gemm.hpp>
 #include <strata/kernels/cpu/small_gemm_avx512.hpp>
 #include <strata/kernels/cpu/softmax.hpp>  // softmax_forward, softmax_backward
@@ -58,6 +59,10 @@ void prefetch_rows(const T* p, std::int64_t rows, std::int64_t cols, std::int64_
 /// call, which costs more than these small products themselves).
 template <class T>
 void transpose_into(std::int64_t rows, std::int64_t cols, const T* src, std::int64_t ld, T* dst) {
+#ifdef STRATA_ATTENTION_AVX512
+  if constexpr (std::is_same_v<T, float>)
+    if (has_avx512f()) return avx512::transpose_into(rows, cols, src, ld, dst);
+#endif
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
 }
@@ -70,6 +75,17 @@ void for_each_row_block(const AttentionShape& s, F&& f) {
     const std::int64_t r1 = std::min(T, r0 + rows);
     f(r0, r1, s.causal ? r1 : T);
   }
+}
+
+/// Whether a head's scores and softmax are taken together in registers
+/// (attention_avx512.hpp): float on AVX-512, every row's keys in one fused tile.
+template <class T>
+bool fused_softmax(const AttentionShape& s) {
+#ifdef STRATA_ATTENTION_AVX512
+  if constexpr (std::is_same_v<T, float>) return s.tokens <= avx512::kFusedKeys && has_avx512f();
+#endif
+  (void)s;
+  return false;
 }
 
 }  // namespace detail
@@ -86,6 +102,7 @@ template <class T>
 void attention_forward(const AttentionShape& s, const T* qkv, T scale, T* probs, T* scratch, T* out) {
   const std::int64_t Tn = s.tokens, D = s.head_width, W = s.width(), ld = 3 * W;
   T *scores = scratch, *kt = scratch + 2 * Tn * Tn;
+  const bool fused = detail::fused_softmax<T>(s);
   for (std::int64_t b = 0; b < s.batch; ++b)
     for (std::int64_t h = 0; h < s.heads; ++h) {
       const T* q = qkv + b * Tn * ld + h * D;
@@ -97,10 +114,19 @@ void attention_forward(const AttentionShape& s, const T* qkv, T scale, T* probs,
         for (int part = 0; part < 3; ++part) detail::prefetch_rows(next + part * W, Tn, D, ld);
       }
       detail::transpose_into<T>(Tn, D, k, ld, kt);
-      detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
-        detail::product<T>(false, r1 - r0, keys, D, q + r0 * ld, ld, kt, Tn, false, scores + r0 * Tn, Tn);
-      });
-      softmax_forward<T>(Tn, Tn, scores, p, scale, s.causal ? Tn : 0);  // query r sees the keys [0, r]
+      if (fused) {
+#ifdef STRATA_ATTENTION_AVX512
+        if constexpr (std::is_same_v<T, float>)
+          detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
+            avx512::attention_probs(r1 - r0, D, q + r0 * ld, ld, kt, Tn, scale, r0 + 1, s.causal, keys, p + r0 * Tn, Tn, Tn);
+          });
+#endif
+      } else {
+        detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
+          detail::product<T>(false, r1 - r0, keys, D, q + r0 * ld, ld, kt, Tn, false, scores + r0 * Tn, Tn);
+        });
+        softmax_forward<T>(Tn, Tn, scores, p, scale, s.causal ? Tn : 0);  // query r sees the keys [0, r]
+      }
       detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
         detail::product<T>(false, r1 - r0, D, keys, p + r0 * Tn, Tn, v, ld, false, o + r0 * W, W);
       });
@@ -114,6 +140,7 @@ void attention_backward(const AttentionShape& s, const T* qkv, const T* probs, c
                         T* dqkv, bool accumulate) {
   const std::int64_t Tn = s.tokens, D = s.head_width, W = s.width(), ld = 3 * W;
   T *dprobs = scratch, *dscores = scratch + Tn * Tn, *vt = scratch + 2 * Tn * Tn;
+  const bool fused = detail::fused_softmax<T>(s);
   for (std::int64_t b = 0; b < s.batch; ++b)
     for (std::int64_t h = 0; h < s.heads; ++h) {
       const T* q = qkv + b * Tn * ld + h * D;
@@ -133,10 +160,20 @@ void attention_backward(const AttentionShape& s, const T* qkv, const T* probs, c
       }
       // dP = dO vᵀ over the seen keys; dS = the softmax's backward of it, 0 where masked.
       detail::transpose_into<T>(Tn, D, v, ld, vt);
-      detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
-        detail::product<T>(false, r1 - r0, keys, D, dO + r0 * W, W, vt, Tn, false, dprobs + r0 * Tn, Tn);
-      });
-      softmax_backward<T>(Tn, Tn, p, dprobs, scale, dscores, false, s.causal ? Tn : 0);
+      if (fused) {
+#ifdef STRATA_ATTENTION_AVX512
+        if constexpr (std::is_same_v<T, float>)
+          detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
+            avx512::attention_dscores(r1 - r0, D, dO + r0 * W, W, vt, Tn, p + r0 * Tn, Tn, scale, r0 + 1, s.causal, keys,
+                                      dscores + r0 * Tn, Tn, Tn);
+          });
+#endif
+      } else {
+        detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
+          detail::product<T>(false, r1 - r0, keys, D, dO + r0 * W, W, vt, Tn, false, dprobs + r0 * Tn, Tn);
+        });
+        softmax_backward<T>(Tn, Tn, p, dprobs, scale, dscores, false, s.causal ? Tn : 0);
+      }
       // dq = dS k, over the keys each block of queries saw.
       detail::for_each_row_block(s, [&](std::int64_t r0, std::int64_t r1, std::int64_t keys) {
         detail::product<T>(false, r1 - r0, D, keys, dscores + r0 * Tn, Tn, k, ld, accumulate, dq + r0 * ld, ld);
