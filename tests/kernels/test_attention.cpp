@@ -39,8 +39,10 @@ double relative_error(const std::vector<A>& got, const std::vector<B>& want) {
 
 TEST_CASE("Kernels.Attention.TransposesMatchElementByElement") {
   // Whole 16 x 16 blocks, edges of rows and of columns, a head's stride in a packed projection.
-  for (const auto& [rows, cols, ld] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{
+  // (no structured bindings: clang 14 cannot capture them in CAPTURE's lambda)
+  for (const auto& shape : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{
            {64, 32, 384}, {16, 16, 16}, {17, 16, 48}, {5, 8, 24}, {33, 48, 50}, {128, 20, 60}, {1, 1, 1}, {31, 47, 47}}) {
+    const std::int64_t rows = std::get<0>(shape), cols = std::get<1>(shape), ld = std::get<2>(shape);
     CAPTURE(rows);
     CAPTURE(cols);
     const auto src = normal_values(static_cast<std::size_t>(rows * ld), 7, 1.0f);
@@ -58,9 +60,10 @@ TEST_CASE("Kernels.Attention.Float32FollowsFloat64") {
   // Rows of 1 to 129 keys around the packs of 16 (129: past the fused tiles' 128, the plain
   // path), head widths of a half pack to three packs, causal or not; the backward pass
   // overwriting and adding to what dqkv holds.
-  for (const auto& [tokens, width] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+  for (const auto& shape : std::vector<std::pair<std::int64_t, std::int64_t>>{
            {1, 8}, {15, 16}, {16, 32}, {17, 16}, {64, 32}, {100, 48}, {128, 32}, {129, 16}})
     for (bool causal : {false, true}) {
+      const std::int64_t tokens = shape.first, width = shape.second;
       CAPTURE(tokens);
       CAPTURE(width);
       CAPTURE(causal);
