@@ -74,6 +74,8 @@ template <int R, bool kTransA, bool kRowSums = false>
     [[maybe_unused]] __m512 sums = _mm512_setzero_ps();
     for (std::int64_t p = 0; p < kc; ++p, a += lda, bp += kNR) {
       const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+      // A's rows lie lda apart, a stride the hardware prefetcher does not follow in time.
+      __builtin_prefetch(a + 8 * lda);
       if constexpr (kRowSums) sums = _mm512_add_ps(sums, _mm512_maskz_loadu_ps(rows, a));
 #pragma GCC unroll 12
       for (int i = 0; i < R; ++i) {
