@@ -4,8 +4,10 @@
 #include "doctest.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -253,6 +255,45 @@ TEST_CASE("Layers.Float32RowKernels: layer norm, log-softmax, softmax, GELU and 
         CHECK(worst / scale < 2e-5);
       }
     }
+}
+
+TEST_CASE("Layers.BasicBlock: its forward pass, gradients and running statistics are the block's definition") {
+  // relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)) written out in plain ops on the
+  // block's own parameters, float64: the output, the gradients of x and of every parameter,
+  // and every running statistic after the step, for a block with an identity shortcut and
+  // one with a downsampling 1x1 convolution.
+  for (const auto& [cin, cout, stride] : std::vector<std::array<std::int64_t, 3>>{{4, 4, 1}, {3, 6, 2}}) {
+    CAPTURE(stride);
+    strata::Generator gen(7);
+    nn::BasicBlock block(cin, cout, stride, strata::BatchStatistics::per_replica, gen, DType::f64);
+    const Tensor x = rand64({3, cin, 7, 7}, 90).requires_grad_(), weights = rand64({3, cout, (6 + stride) / stride, (6 + stride) / stride}, 91);
+    std::map<std::string, Tensor> p, running;
+    for (const auto& [name, t] : block.named_parameters()) p[name] = t;
+    for (const auto& [name, t] : block.named_buffers())
+      if (name.find("num_batches") == std::string::npos) running[name] = strata::to_dtype(t, DType::f64).clone();
+    auto bn = [&](const Tensor& h, const std::string& at) {
+      return strata::batch_norm(h, p[at + ".weight"], p[at + ".bias"], running[at + ".running_mean"],
+                                running[at + ".running_var"], true);
+    };
+    std::vector<Tensor> params{x};
+    for (const auto& [name, t] : block.named_parameters()) params.push_back(t);
+    const Tensor h = strata::relu(bn(strata::conv2d(x, p["conv1.weight"], {}, stride, 1), "bn1"));
+    const Tensor shortcut = stride == 1 ? x : bn(strata::conv2d(x, p["downsample.0.weight"], {}, stride, 0), "downsample.1");
+    const Tensor want = strata::relu(strata::add(bn(strata::conv2d(h, p["conv2.weight"], {}, 1, 1), "bn2"), shortcut));
+    const auto want_grads = strata::grad(strata::sum(want * weights), params);
+    const Tensor got = block(x);
+    check_close(got.to_vector<double>(), want.to_vector<double>());
+    const auto got_grads = strata::grad(strata::sum(got * weights), params);
+    REQUIRE(got_grads.size() == want_grads.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      CAPTURE(i);
+      check_close(got_grads[i].to_vector<double>(), want_grads[i].to_vector<double>());
+    }
+    for (const auto& [name, t] : block.named_buffers()) {
+      CAPTURE(name);
+      if (name.find("num_batches") == std::string::npos) check_close(t.to_vector<double>(), running[name].to_vector<double>());
+    }
+  }
 }
 
 TEST_CASE("Layers.Float32BatchNorm: the fused ReLU and shortcut, forward and backward, in float32 follow float64") {
