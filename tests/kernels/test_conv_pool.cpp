@@ -127,7 +127,9 @@ TEST_CASE("Kernels.Conv2d.ChunkedBatchesMatchTheDefinition") {
   for (const Case c : {Case{5, 16, 26, 26, 4, 3, 1, 0}, Case{5, 64, 12, 12, 6, 5, 1, 0}, Case{3, 120, 13, 13, 3, 3, 2, 1},
                        Case{5, 24, 14, 14, 4, 3, 1, 1}, Case{5, 24, 28, 28, 4, 3, 2, 1}, Case{5, 80, 7, 7, 4, 3, 1, 1},
                        Case{5, 80, 14, 14, 4, 3, 2, 1}, Case{5, 256, 4, 4, 3, 3, 1, 1}, Case{5, 256, 7, 7, 3, 3, 2, 1},
-                       Case{5, 160, 5, 5, 3, 3, 1, 1}}) {
+                       Case{5, 160, 5, 5, 3, 3, 1, 1},
+                       // 1x1 at strides 2 and 3 without padding: the forward pass's columns are saved
+                       Case{5, 200, 28, 28, 4, 1, 2, 0}, Case{5, 100, 40, 40, 3, 1, 2, 0}, Case{4, 400, 30, 30, 3, 1, 3, 0}}) {
     const int OH = (c.H + 2 * c.p - c.K) / c.s + 1, OW = (c.W + 2 * c.p - c.K) / c.s + 1;
     const auto geo = strata::kernels::cpu::ConvGeometry{c.N, c.C, c.H, c.W, c.K, c.K, c.s, c.p};
     REQUIRE(strata::ops::detail::conv_chunk_images(geo, sizeof(double)) < c.N);  // several chunks

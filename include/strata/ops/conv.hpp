@@ -35,6 +35,15 @@ inline std::int64_t conv_chunk_images(const kernels::cpu::ConvGeometry& g, std::
   return std::clamp<std::int64_t>(kChunkBytes / std::max<std::int64_t>(per_image, 1), 1, std::max<std::int64_t>(g.n, 1));
 }
 
+/// Whether a convolution keeps its forward pass's column matrix for the backward pass: a 1x1
+/// one at a stride above 1 without padding (a ResNet's downsampling shortcut). Its columns
+/// are a subsample of x, a quarter of it at stride 2, which the backward pass would otherwise
+/// gather again from x (by then mostly out of cache: a strided read of the whole input for a
+/// few FLOPs a value). The whole batch's columns are built once and saved.
+inline bool keeps_columns(const kernels::cpu::ConvGeometry& g) {
+  return g.kh == 1 && g.kw == 1 && g.pad == 0 && g.stride > 1;
+}
+
 /// The geometry of images [first, first + count) of g's batch.
 inline kernels::cpu::ConvGeometry conv_chunk(kernels::cpu::ConvGeometry g, std::int64_t count) {
   g.n = count;
@@ -69,18 +78,21 @@ inline void conv2d_backward_device(autograd::Node& n, std::uint64_t epoch) {
 }
 
 /// conv2d's backward on the CPU, chunk by chunk (conv_chunk_images): the chunk's column
-/// matrix is rebuilt from the saved input, then gives the weight gradient, and the input
-/// gradient's columns are folded back into the image by col2im while still in cache.
+/// matrix is rebuilt from the saved input (or read from the saved columns: keeps_columns),
+/// then gives the weight gradient, and the input gradient's columns are folded back into the
+/// image by col2im while still in cache. saved = {x or the columns, w}; n.i[3]: columns saved.
 inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
   const Tensor& g = autograd::grad_output(n);
-  const Tensor &x = n.saved[0], &w = n.saved[1];
-  const auto geo = conv_geometry(x, w, n.i[1], n.i[2]);
+  const Tensor &w = n.saved[1];
+  const bool saved_cols = n.i[3] != 0;
+  const Tensor* x = saved_cols ? nullptr : &n.saved[0];
+  const auto geo = conv_geometry(n.in[0], w, n.i[1], n.i[2]);
   const std::int64_t N = geo.n, OC = w.dim(0), P = geo.oh() * geo.ow(), R = geo.rows();
   const std::int64_t image = geo.c * geo.h * geo.w, nb = conv_chunk_images(geo, size_of(g.dtype()));
   auto dx = autograd::grad_slot(n.in[0], epoch);
   auto dw = autograd::grad_slot(n.in[1], epoch);
   auto db = autograd::grad_slot(n.in[2], epoch);
-  Tensor cols = dw ? Tensor::empty({R, nb * P}, g.dtype()) : Tensor();
+  Tensor cols = dw && !saved_cols ? Tensor::empty({R, nb * P}, g.dtype()) : Tensor();
   Tensor dcols = dx ? Tensor::empty({R, nb * P}, g.dtype()) : Tensor();
   Tensor padded = Tensor::empty({kernels::cpu::padded_elements(conv_chunk(geo, nb))}, g.dtype());
   strata::detail::visit_floating(g.dtype(), "conv2d", [&](auto tag) {
@@ -106,12 +118,20 @@ inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
       const auto gc = conv_chunk(geo, cnt);
       T* gi = gp + i0 * OC * P;
       T* pad = padded.template data<T>();
-      if (dw) kernels::cpu::im2col<T>(gc, x.template data<T>() + i0 * image, cols.template data<T>(), pad);
+      // The chunk's columns: rebuilt here, or the saved batch's (its row stride N * P).
+      const T* cc = nullptr;
+      const std::int64_t ldc = saved_cols ? N * P : C;
+      if (dw && saved_cols) {
+        cc = n.saved[0].template data<T>() + i0 * P;
+      } else if (dw) {
+        kernels::cpu::im2col<T>(gc, x->template data<T>() + i0 * image, cols.template data<T>(), pad);
+        cc = cols.template data<T>();
+      }
       if (per_image) {
         for (std::int64_t b = 0; b < cnt; ++b) {
           if (dw)  // dW [OC, R] (+)= g_b cols_b^T
-            gemm_strided<T>(false, true, OC, R, P, gi + b * OC * P, P, cols.template data<T>() + b * P, C,
-                            dw.dst.template data<T>(), R, dw.accumulate || i0 + b > 0);
+            gemm_strided<T>(false, true, OC, R, P, gi + b * OC * P, P, cc + b * P, ldc, dw.dst.template data<T>(), R,
+                            dw.accumulate || i0 + b > 0);
           if (dx)  // dcols_b [R, P] = W^T g_b
             gemm_strided<T>(true, false, R, P, OC, wp, R, gi + b * OC * P, P, dcols.template data<T>() + b * P, C,
                             false);
@@ -124,8 +144,7 @@ inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
                                           dbias.template data<T>());
         if (db) kernels::cpu::copy_or_add<T>(OC, dbias.template data<T>(), db.dst.template data<T>(), db.accumulate || i0 > 0);
         if (dw)  // dW [OC, R] (+)= gT cols^T
-          gemm_strided<T>(false, true, OC, R, C, gtp, C, cols.template data<T>(), C, dw.dst.template data<T>(), R,
-                          dw.accumulate || i0 > 0);
+          gemm_strided<T>(false, true, OC, R, C, gtp, C, cc, ldc, dw.dst.template data<T>(), R, dw.accumulate || i0 > 0);
         if (dx)  // dcols [R, cnt*P] = W^T gT
           gemm_strided<T>(true, false, R, C, OC, wp, R, gtp, C, dcols.template data<T>(), C, false);
       }
@@ -135,15 +154,17 @@ inline void conv2d_backward(autograd::Node& n, std::uint64_t epoch) {
   });
 }
 
-/// Records conv2d's node: its backward reads the contiguous input and weight.
+/// Records conv2d's node: its backward reads the contiguous input (or `cols`, the whole
+/// batch's column matrix, where defined: keeps_columns) and weight.
 inline Tensor record_conv2d(void (*backward)(autograd::Node&, std::uint64_t), const Tensor& out, const Tensor& x,
                             const Tensor& w, const Tensor& b, const Tensor& xc, const Tensor& wc, Activation act,
-                            std::int64_t stride, std::int64_t padding) {
+                            std::int64_t stride, std::int64_t padding, const Tensor& cols = {}) {
   if (auto* n = autograd::record("conv2d", backward, out, x, w, b)) {
-    n->saved = {xc, wc};
+    n->saved = {cols.defined() ? cols : xc, wc};
     n->i[0] = static_cast<std::int64_t>(act);
     n->i[1] = stride;
     n->i[2] = padding;
+    n->i[3] = cols.defined();
   }
   return out;
 }
@@ -179,7 +200,10 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
     return ops::detail::record_conv2d(&ops::detail::conv2d_backward_device, out, x, w, b, xc, wc, act, stride, padding);
   }
   const std::int64_t nb = ops::detail::conv_chunk_images(geo, size_of(x.dtype())), image = geo.c * geo.h * geo.w;
-  Tensor cols = Tensor::empty({R, nb * P}, x.dtype());
+  // The whole batch's columns, kept for the backward pass, when it will run and they are small.
+  const bool keep = ops::detail::keeps_columns(geo) && GradMode::enabled() &&
+                    (autograd::tracks_grad(x) || autograd::tracks_grad(w) || autograd::tracks_grad(b));
+  Tensor cols = Tensor::empty({R, (keep ? N : nb) * P}, x.dtype());
   Tensor out = Tensor::empty({N, OC, geo.oh(), geo.ow()}, x.dtype());
   Tensor tmp = ops::detail::per_image_gemm(P) ? Tensor() : Tensor::empty({OC, nb * P}, x.dtype());
   Tensor padded = Tensor::empty({kernels::cpu::padded_elements(ops::detail::conv_chunk(geo, nb))}, x.dtype());
@@ -190,14 +214,18 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
     const T* wp = wc.template data<T>();
     const T* bp = bc.defined() ? bc.template data<T>() : nullptr;
     const bool relu = act == Activation::relu;
+    if (keep) kernels::cpu::im2col<T>(geo, xc.template data<T>(), cp, padded.template data<T>());
+    const std::int64_t ldc = keep ? N * P : 0;  // the columns' row stride when kept (else the chunk's)
     for (std::int64_t i0 = 0; i0 < N; i0 += nb) {
-      const std::int64_t cnt = std::min(nb, N - i0), C = cnt * P;
-      kernels::cpu::im2col<T>(ops::detail::conv_chunk(geo, cnt), xc.template data<T>() + i0 * image, cp,
-                              padded.template data<T>());
+      const std::int64_t cnt = std::min(nb, N - i0), C = cnt * P, ld = keep ? ldc : C;
+      const T* cc = keep ? cp + i0 * P : cp;
+      if (!keep)
+        kernels::cpu::im2col<T>(ops::detail::conv_chunk(geo, cnt), xc.template data<T>() + i0 * image, cp,
+                                padded.template data<T>());
       T* yi = y + i0 * OC * P;
       if (ops::detail::per_image_gemm(P)) {  // y_b [OC, P] = W cols_b, written in NCHW directly
         for (std::int64_t b = 0; b < cnt; ++b) {  // the bias and activation added as the product is written
-          kernels::cpu::GemmArgs<T> g{false, false, OC, P, R, T(1), wp, R, cp + b * P, C, T(0), yi + b * OC * P, P};
+          kernels::cpu::GemmArgs<T> g{false, false, OC, P, R, T(1), wp, R, cc + b * P, ld, T(0), yi + b * OC * P, P};
           g.row_bias = bp;
           g.relu = relu;
           kernels::cpu::gemm(g);
@@ -205,12 +233,13 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
         continue;
       }
       T* tp = tmp.template data<T>();
-      ops::detail::gemm_strided<T>(false, false, OC, C, R, wp, R, cp, C, tp, C, false);
+      ops::detail::gemm_strided<T>(false, false, OC, C, R, wp, R, cc, ld, tp, C, false);
       for (std::int64_t b = 0; b < cnt; ++b)  // [OC, cnt*P] -> [cnt, OC, P] with bias and activation, one pass
         kernels::cpu::row_bias_act_rows<T>(OC, P, tp + b * P, C, bp, relu, yi + b * OC * P, P);
     }
   });
-  return ops::detail::record_conv2d(&ops::detail::conv2d_backward, out, x, w, b, xc, wc, act, stride, padding);
+  return ops::detail::record_conv2d(&ops::detail::conv2d_backward, out, x, w, b, xc, wc, act, stride, padding,
+                                    keep ? cols : Tensor());
 }
 
 }  // namespace strata
