@@ -262,7 +262,8 @@ TEST_CASE("Layers.BasicBlock: its forward pass, gradients and running statistics
   // block's own parameters, float64: the output, the gradients of x and of every parameter,
   // and every running statistic after the step, for a block with an identity shortcut and
   // one with a downsampling 1x1 convolution.
-  for (const auto& [cin, cout, stride] : std::vector<std::array<std::int64_t, 3>>{{4, 4, 1}, {3, 6, 2}}) {
+  for (const auto& shape : std::vector<std::array<std::int64_t, 3>>{{4, 4, 1}, {3, 6, 2}}) {
+    const std::int64_t cin = shape[0], cout = shape[1], stride = shape[2];  // (no bindings: CAPTURE is a lambda)
     CAPTURE(stride);
     strata::Generator gen(7);
     nn::BasicBlock block(cin, cout, stride, strata::BatchStatistics::per_replica, gen, DType::f64);
@@ -289,9 +290,11 @@ TEST_CASE("Layers.BasicBlock: its forward pass, gradients and running statistics
       CAPTURE(i);
       check_close(got_grads[i].to_vector<double>(), want_grads[i].to_vector<double>());
     }
-    for (const auto& [name, t] : block.named_buffers()) {
+    for (const auto& buffer : block.named_buffers()) {
+      const std::string& name = buffer.first;
       CAPTURE(name);
-      if (name.find("num_batches") == std::string::npos) check_close(t.to_vector<double>(), running[name].to_vector<double>());
+      if (name.find("num_batches") == std::string::npos)
+        check_close(buffer.second.to_vector<double>(), running[name].to_vector<double>());
     }
   }
 }
