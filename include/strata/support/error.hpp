@@ -6,6 +6,9 @@
 /// (invalid_argument): a caller may retry the first kind, never the second.
 #pragma once
 
+#include <initializer_list>
+#include <ios>  // std::ios_base
+#include <ostream>
 #include <sstream>    // std::ostringstream
 #include <stdexcept>  // std::runtime_error
 #include <string>
@@ -84,27 +87,68 @@ class internal_error : public error {
 
 namespace strata::detail {
 
+/// One part of a message, of any type with operator<<: where it lies and the function that
+/// writes it. Messages are joined from these, so the code that formats a part exists once per
+/// type of part, not once per list of types (every check in the library has its own list,
+/// and each list instantiated as a whole was about a tenth of a translation unit's code).
+class MessagePart {
+ public:
+  using Manipulator = std::ios_base& (*)(std::ios_base&);  // std::hex, std::fixed, ...
+
+  template <class T>
+  MessagePart(const T& value) noexcept : value_(&value), write_(&write_as<T>) {}  // implicit: parts convert
+  MessagePart(const char* text) noexcept : value_(text), write_(&write_text) {}   // literals of any length
+  MessagePart(Manipulator manipulator) noexcept : manipulator_(manipulator), write_(&write_manipulator) {}
+  void write(std::ostream& os) const { write_(os, *this); }
+
+ private:
+  template <class T>
+  static void write_as(std::ostream& os, const MessagePart& part) {
+    os << *static_cast<const T*>(part.value_);
+  }
+  static void write_text(std::ostream& os, const MessagePart& part) { os << static_cast<const char*>(part.value_); }
+  static void write_manipulator(std::ostream& os, const MessagePart& part) { os << part.manipulator_; }
+
+  const void* value_ = nullptr;
+  Manipulator manipulator_ = nullptr;
+  void (*write_)(std::ostream&, const MessagePart&);
+};
+
+/// The parts written one after another.
+inline std::string join_parts(std::initializer_list<MessagePart> parts) {
+  std::ostringstream os;
+  for (const MessagePart& part : parts) part.write(os);
+  return os.str();
+}
+
 /// Concatenates every argument with operator<<.
 template <class... Parts>
 std::string make_message(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
+  return join_parts({MessagePart(parts)...});
 }
 
 /// "[id] " and the parts: the text of an error that is reported rather than thrown here (a
 /// line on stderr, a reason handed to the other ranks).
 template <class... Parts>
 std::string error_text(const char* id, const Parts&... parts) {
-  if constexpr (sizeof...(Parts) == 0)
-    return make_message("[", id, "] ");
-  else
-    return make_message("[", id, "] ", parts...);
+  return join_parts({MessagePart("["), MessagePart(id), MessagePart("] "), MessagePart(parts)...});
+}
+
+/// Throws Error("[id] " + the parts + " (file:line)"); out of line and cold, so that a check
+/// adds only a call to the code around it.
+template <class Error>
+[[noreturn, gnu::cold, gnu::noinline]] void throw_parts(const char* id, const char* file, int line,
+                                                         std::initializer_list<MessagePart> parts) {
+  std::ostringstream os;
+  os << '[' << id << "] ";
+  for (const MessagePart& part : parts) part.write(os);
+  os << " (" << file << ':' << line << ')';
+  throw Error(os.str());
 }
 
 template <class Error, class... Parts>
 [[noreturn]] void throw_error(const char* id, const char* file, int line, const Parts&... parts) {
-  throw Error(make_message("[", id, "] ", parts..., " (", file, ":", line, ")"));
+  throw_parts<Error>(id, file, line, {MessagePart(parts)...});
 }
 
 }  // namespace strata::detail
