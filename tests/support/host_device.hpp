@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -67,10 +68,15 @@ inline const strata::DeviceBackend backend{
     [](int) {},
 };
 
+/// How many GEMMs and batched GEMMs the stand-in has run: a test tells one batched call from
+/// a launch per batch entry by them.
+inline std::atomic<std::int64_t> gemm_calls{0}, gemm_batched_calls{0};
+
 inline strata::DeviceKernels make_kernels() {
   strata::DeviceKernels k{};
   k.gemm = [](int, DType t, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t kk, const void* a,
               std::int64_t lda, const void* b, std::int64_t ldb, void* c, std::int64_t ldc, bool acc) {
+    ++gemm_calls;
     floating(t, [&](auto tag) {
       using T = decltype(tag);
       for (std::int64_t i = 0; i < m; ++i)
@@ -85,6 +91,7 @@ inline strata::DeviceKernels make_kernels() {
   k.gemm_batched = [](int, DType t, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t kk, const void* a,
                       std::int64_t lda, std::int64_t sa, const void* b, std::int64_t ldb, std::int64_t sb, void* c,
                       std::int64_t ldc, std::int64_t sc, std::int64_t batch, bool acc) {
+    ++gemm_batched_calls;
     floating(t, [&](auto tag) {
       using T = decltype(tag);
       for (std::int64_t q = 0; q < batch; ++q)

@@ -108,7 +108,7 @@ TEST_CASE("Tensor.DevicePaths: elementwise ops, sum and mean: values and gradien
 TEST_CASE("Tensor.DevicePaths: batched matmul, in one batched GEMM where the batch axes allow it, equals the CPU's") {
   // Contiguous batches (one batched GEMM each way), a transposed view, a 2-D operand every
   // batch entry shares (its gradient summed over the batch: entry by entry), and batch axes
-  // permuted so that no one stride walks them (entry by entry).
+  // permuted so that no one stride walks them (copied contiguous, then one batched GEMM).
   Generator gen(21);
   const Tensor a = normal({2, 3, 4, 5}, 0, 1, gen, DType::f64), b = normal({2, 3, 5, 6}, 0, 1, gen, DType::f64),
                bt = normal({2, 3, 6, 5}, 0, 1, gen, DType::f64), w = normal({5, 6}, 0, 1, gen, DType::f64),
@@ -133,6 +133,43 @@ TEST_CASE("Tensor.DevicePaths: batched matmul, in one batched GEMM where the bat
   both({a, bt}, [](const std::vector<Tensor>& t) { return matmul(t[0], transpose(t[1], -1, -2)); });
   both({a, w}, [](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); });
   both({p, b}, [](const std::vector<Tensor>& t) { return matmul(permute(t[0], {1, 0, 2, 3}), t[1]); });
+}
+
+TEST_CASE("Tensor.DevicePaths: attention over the heads of one projection is one batched GEMM a product, each way") {
+  // q, k and v as MultiheadAttention's device path sees them: strided views of the thirds of a
+  // [B, T, 3 H D] projection seen as [B, 3 H, T, D], whose batch axes (B, H) no one stride walks. Each of
+  // the two products forward and the four gradients is one batched call, not one per (b, h).
+  const std::int64_t B = 3, T = 5, H = 2, D = 4;
+  Generator gen(23);
+  const Tensor qkv = normal({B, T, 3 * H * D}, 0, 1, gen, DType::f64);
+  auto run = [&](Tensor x, std::int64_t* forward_calls, std::int64_t* backward_calls) {
+    x = x.detach().requires_grad_(true);
+    namespace hd = support::host_device;
+    const std::int64_t g0 = hd::gemm_calls, b0 = hd::gemm_batched_calls;
+    const Tensor all = permute(reshape(x, {B, T, 3 * H, D}), {0, 2, 1, 3});
+    const auto third = [&](std::int64_t k) { return ops::detail::slice_node(all, 1, k * H, (k + 1) * H, false); };
+    const Tensor o = scaled_dot_product_attention(third(0), third(1), third(2), true);
+    const std::int64_t g1 = hd::gemm_calls, b1 = hd::gemm_batched_calls;
+    Generator rg(24);
+    const Tensor r = normal(o.shape(), 0, 1, rg, DType::f64).to(o.device());
+    const std::vector<Tensor> wrt{x};
+    std::vector<double> got = o.to_vector<double>();
+    for (double v : grad(sum(o * r), wrt)[0].to_vector<double>()) got.push_back(v);
+    if (forward_calls) {
+      forward_calls[0] = g1 - g0;
+      forward_calls[1] = b1 - b0;
+      backward_calls[0] = hd::gemm_calls - g1;
+      backward_calls[1] = hd::gemm_batched_calls - b1;
+    }
+    return got;
+  };
+  std::int64_t fwd[2] = {-1, -1}, bwd[2] = {-1, -1};
+  const auto on_device = run(qkv.to(kDev), fwd, bwd);
+  check_close(on_device, run(qkv, nullptr, nullptr), 1e-12);
+  CHECK(fwd[0] == 0);  // GEMMs one batch entry at a time
+  CHECK(fwd[1] == 2);  // q kᵀ and p v
+  CHECK(bwd[0] == 0);
+  CHECK(bwd[1] == 4);  // dq, dk, dp, dv
 }
 
 TEST_CASE("Tensor.DevicePaths: linear, reshape, max pooling, flatten and cross-entropy train as on the CPU") {

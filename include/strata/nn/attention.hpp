@@ -45,7 +45,7 @@ class MultiheadAttention : public Module {
     // On the host, one operation reads the heads in place and writes them merged.
     if (!on_device(qkv)) return out_->forward(ops::detail::self_attention(qkv, heads_, causal_));
     // On a device: [B, 3 heads, T, D], a view; q, k and v are its thirds along axis 1, strided
-    // views read in place by the batched matmuls (no copies of the projections).
+    // views, which each matmul copies contiguous once to run its batch as one GEMM call.
     const std::int64_t H = heads_;
     const Tensor all = permute(reshape(qkv, {x.dim(0), x.dim(1), 3 * H, width_ / H}), {0, 2, 1, 3});
     return attend_heads(ops::detail::slice_node(all, 1, 0, H, false), ops::detail::slice_node(all, 1, H, 2 * H, false),

@@ -218,7 +218,8 @@ inline void linear_backward(autograd::Node& n, std::uint64_t epoch) {
 /// The matrix product over the last two axes: a [..., M, K] times b [..., K, N] is
 /// [..., M, N]. Leading (batch) axes must match, or one operand be 2-D and shared by every
 /// batch entry. An operand that is a transposed view (transpose(k, -1, -2)) is read as it
-/// lies, without a copy.
+/// lies, without a copy; on a device, an operand whose batch entries no one stride walks is
+/// copied contiguous, so that the product is one batched GEMM call.
 inline Tensor matmul(const Tensor& a, const Tensor& b) {
   STRATA_CHECK(a.defined() && b.defined(), "matmul: undefined operand");
   STRATA_CHECK(a.ndim() >= 2 && b.ndim() >= 2, "matmul needs operands of at least 2 axes, got ", a.shape(), " and ",
@@ -227,7 +228,16 @@ inline Tensor matmul(const Tensor& a, const Tensor& b) {
   STRATA_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ (", a.dtype(), " vs ", b.dtype(), ")");
   using ops::detail::MatrixLayout;
   const Shape batch = ops::detail::matmul_batch(a.shape(), b.shape());
-  const auto la0 = ops::detail::matrix_layout(a), lb0 = ops::detail::matrix_layout(b);
+  // On a device with a batched GEMM, an operand whose batch entries no one stride walks (the
+  // heads of a [B, T, H, D] projection seen as [B, H, T, D]) is copied contiguous: one copy
+  // and one batched call each way instead of a GEMM launch per entry, forward and backward.
+  const bool one_call = on_device(a) && batch.numel() > 1 && device_kernels("matmul", a, b).gemm_batched != nullptr;
+  const auto layout = [&](const Tensor& t) {
+    auto l = ops::detail::matrix_layout(t);
+    if (l && one_call && !ops::detail::flat_batch_stride(batch, ops::detail::batch_strides(t, batch))) l.reset();
+    return l;
+  };
+  const auto la0 = layout(a), lb0 = layout(b);
   const Tensor ac = la0 ? a : a.contiguous(), bc = lb0 ? b : b.contiguous();
   const MatrixLayout la = la0 ? *la0 : MatrixLayout{false, a.dim(-1)}, lb = lb0 ? *lb0 : MatrixLayout{false, b.dim(-1)};
   const std::int64_t M = a.dim(-2), K = a.dim(-1), N = b.dim(-1);
