@@ -121,9 +121,10 @@ if [ -n "$CS" ]; then
   # the architectures the device is not: API errors inside NCCL, not memory errors (strata
   # checks every CUDA call of its own).
   step memcheck_test_nccl 90 "$CS" --tool memcheck --report-api-errors no --error-exitcode 9 "$BIN/test_nccl" --no-colors
-  for t in test_cuda_kernels test_cuda_tensor; do
-    step "racecheck_$t" 90 "$CS" --tool racecheck --error-exitcode 9 "$BIN/$t" --no-colors
+  for t in test_cuda_kernels test_cuda_tensor test_cuda_training; do
+    step "racecheck_$t" 120 "$CS" --tool racecheck --error-exitcode 9 "$BIN/$t" --no-colors
   done
+  step racecheck_test_nccl 120 "$CS" --tool racecheck --report-api-errors no --error-exitcode 9 "$BIN/test_nccl" --no-colors
 fi
 
 echo "==== summary"
