@@ -43,12 +43,18 @@ void floating(DType t, F&& f) {
 template <class T>
 void put(T& d, T v, bool accumulate) { d = accumulate ? d + v : v; }
 
+/// How many GEMMs and batched GEMMs the stand-in has run, and how many copies it made from a
+/// device to the host: a test tells one batched call from a launch per batch entry, and one
+/// read of a device's result from a read per tensor, by them.
+inline std::atomic<std::int64_t> gemm_calls{0}, gemm_batched_calls{0}, to_host_copies{0};
+
 inline const strata::DeviceBackend backend{
     "host stand-in for cuda",
     []() noexcept { return 2; },
     [](int, std::size_t bytes) -> void* { return ::operator new(std::max<std::size_t>(bytes, 1)); },
     [](int, void* p, std::size_t) noexcept { ::operator delete(p); },
-    [](void* dst, strata::Device, const void* src, strata::Device, std::size_t bytes) {
+    [](void* dst, strata::Device to, const void* src, strata::Device from, std::size_t bytes) {
+      if (to == strata::Device::cpu() && from != strata::Device::cpu()) ++to_host_copies;
       if (bytes != 0) std::memcpy(dst, src, bytes);
     },
     [](int, void* dst, DType t, std::int64_t n, double v) {
@@ -67,10 +73,6 @@ inline const strata::DeviceBackend backend{
     },
     [](int) {},
 };
-
-/// How many GEMMs and batched GEMMs the stand-in has run: a test tells one batched call from
-/// a launch per batch entry by them.
-inline std::atomic<std::int64_t> gemm_calls{0}, gemm_batched_calls{0};
 
 inline strata::DeviceKernels make_kernels() {
   strata::DeviceKernels k{};

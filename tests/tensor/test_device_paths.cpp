@@ -172,6 +172,35 @@ TEST_CASE("Tensor.DevicePaths: attention over the heads of one projection is one
   CHECK(bwd[1] == 4);  // dq, dk, dp, dv
 }
 
+TEST_CASE("Tensor.DevicePaths: the global norm of device gradients is read from the device once, and clips as on the CPU") {
+  Generator gen(25);
+  std::vector<Tensor> start;
+  for (std::int64_t n : {7, 1, 12, 5, 30}) start.push_back(normal({n}, 0, 1, gen, DType::f64));
+  auto clip = [&](Device d, std::int64_t* reads) {
+    std::vector<Tensor> params;
+    for (const Tensor& t : start) params.push_back(t.to(d).detach().requires_grad_(true));
+    Tensor loss = sum(mul(mul(params[0], params[0]), params[0]));
+    for (std::size_t i = 1; i < params.size(); ++i) loss = add(loss, sum(mul(mul(params[i], params[i]), params[i])));
+    const Gradients g = grad(loss, params);
+    const std::int64_t before = support::host_device::to_host_copies;
+    const double norm = optim::GradientTransforms::global_norm(g);
+    if (reads) *reads = support::host_device::to_host_copies - before;
+    optim::GradientTransforms transforms;
+    transforms.max_global_norm = 1.0;
+    transforms.apply(g);
+    std::vector<double> got{norm};
+    for (std::size_t i = 0; i < g.size(); ++i)
+      for (double v : g[i].to_vector<double>()) got.push_back(v);
+    return got;
+  };
+  std::int64_t reads = -1;
+  const auto on_device = clip(kDev, &reads);
+  const auto on_cpu = clip(Device::cpu(), nullptr);
+  REQUIRE(on_cpu[0] > 1.0);  // the clipping applies
+  check_close(on_device, on_cpu, 1e-12);
+  CHECK(reads == 1);  // not one read per gradient
+}
+
 TEST_CASE("Tensor.DevicePaths: linear, reshape, max pooling, flatten and cross-entropy train as on the CPU") {
   for (const char* opt_name : {"sgd", "adam"}) {
     CAPTURE(opt_name);
