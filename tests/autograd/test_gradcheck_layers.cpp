@@ -220,6 +220,10 @@ TEST_CASE("Autograd.Gradcheck.EmbeddingPoolingAttention") {
   expect_gradients_match("conv2d 5x5 stride 3 pad 2", [](const Inputs& v) {
     return weigh(strata::conv2d(v[0], v[1], Tensor(), 3, 2));
   }, {var({1, 2, 7, 8}, 66), var({2, 2, 5, 5}, 67)});
+  // 3x3 at stride 1, 16 channels in and out: Winograd's F(2x2, 3x3), an odd plane (tiles hang over).
+  expect_gradients_match("conv2d 3x3 pad 1, 16 channels (Winograd), relu", [](const Inputs& v) {
+    return weigh(strata::conv2d(v[0], v[1], v[2], 1, 1, strata::Activation::relu));
+  }, {var({2, 16, 3, 5}, 68), var({16, 16, 3, 3}, 69), var({16}, 70)});
   expect_gradients_match("global_avg_pool2d", [](const Inputs& v) { return weigh(strata::global_avg_pool2d(v[0])); },
                          {var({2, 3, 2, 3}, 54)});
   const auto attn = [](bool causal) {

@@ -28,6 +28,39 @@ std::vector<double> conv_ref(const std::vector<double>& x, const std::vector<dou
   return y;
 }
 
+// relu(conv(x, w) + b) and its gradients for the output gradient gy, in double: the definition.
+struct ConvRef {
+  std::vector<double> y, dx, dw, db;
+};
+ConvRef relu_conv_ref(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
+                      const std::vector<double>& gy, int N, int C, int H, int W, int OC, int K, int s, int p) {
+  const int OH = (H + 2 * p - K) / s + 1, OW = (W + 2 * p - K) / s + 1;
+  ConvRef r{conv_ref(x, w, b, N, C, H, W, OC, K, s, p), std::vector<double>(x.size(), 0.0),
+            std::vector<double>(w.size(), 0.0), std::vector<double>(b.size(), 0.0)};
+  std::vector<double> g(gy.size());
+  for (std::size_t k = 0; k < r.y.size(); ++k) {
+    g[k] = r.y[k] > 0 ? gy[k] : 0.0;  // the fused ReLU
+    r.y[k] = std::max(0.0, r.y[k]);
+  }
+  auto at = [](int i, int j, int k, int l, int J, int KK, int L) { return static_cast<std::size_t>(((i * J + j) * KK + k) * L + l); };
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o)
+      for (int i = 0; i < OH; ++i)
+        for (int j = 0; j < OW; ++j) {
+          const double gv = g[at(n, o, i, j, OC, OH, OW)];
+          r.db[static_cast<std::size_t>(o)] += gv;
+          for (int ch = 0; ch < C; ++ch)
+            for (int ki = 0; ki < K; ++ki)
+              for (int kj = 0; kj < K; ++kj) {
+                const int yy = i * s - p + ki, xx = j * s - p + kj;
+                if (yy < 0 || yy >= H || xx < 0 || xx >= W) continue;
+                r.dw[at(o, ch, ki, kj, C, K, K)] += gv * x[at(n, ch, yy, xx, C, H, W)];
+                r.dx[at(n, ch, yy, xx, C, H, W)] += gv * w[at(o, ch, ki, kj, C, K, K)];
+              }
+        }
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("Kernels.Conv2d.MatchesDirectConvolution") {
@@ -132,33 +165,13 @@ TEST_CASE("Kernels.Conv2d.ChunkedBatchesMatchTheDefinition") {
                        Case{5, 200, 28, 28, 4, 1, 2, 0}, Case{5, 100, 40, 40, 3, 1, 2, 0}, Case{4, 400, 30, 30, 3, 1, 3, 0}}) {
     const int OH = (c.H + 2 * c.p - c.K) / c.s + 1, OW = (c.W + 2 * c.p - c.K) / c.s + 1;
     const auto geo = strata::kernels::cpu::ConvGeometry{c.N, c.C, c.H, c.W, c.K, c.K, c.s, c.p};
+    REQUIRE(!strata::ops::detail::runs_winograd(geo, c.OC));  // (Kernels.Conv2d.Winograd* has those)
     REQUIRE(strata::ops::detail::conv_chunk_images(geo, sizeof(double)) < c.N);  // several chunks
     const auto x = ref::random_vector(static_cast<std::size_t>(c.N * c.C * c.H * c.W), 31);
     const auto w = ref::random_vector(static_cast<std::size_t>(c.OC * c.C * c.K * c.K), 32);
     const auto b = ref::random_vector(static_cast<std::size_t>(c.OC), 33);
     const auto gy = ref::random_vector(static_cast<std::size_t>(c.N * c.OC * OH * OW), 34);
-    auto y = conv_ref(x, w, b, c.N, c.C, c.H, c.W, c.OC, c.K, c.s, c.p);
-    std::vector<double> g(gy.size()), dx(x.size(), 0.0), dw(w.size(), 0.0), db(b.size(), 0.0);
-    for (std::size_t k = 0; k < y.size(); ++k) {
-      g[k] = y[k] > 0 ? gy[k] : 0.0;  // the fused ReLU
-      y[k] = std::max(0.0, y[k]);
-    }
-    auto at = [](int i, int j, int k, int l, int J, int K, int L) { return static_cast<std::size_t>(((i * J + j) * K + k) * L + l); };
-    for (int n = 0; n < c.N; ++n)
-      for (int o = 0; o < c.OC; ++o)
-        for (int i = 0; i < OH; ++i)
-          for (int j = 0; j < OW; ++j) {
-            const double gv = g[at(n, o, i, j, c.OC, OH, OW)];
-            db[static_cast<std::size_t>(o)] += gv;
-            for (int ch = 0; ch < c.C; ++ch)
-              for (int ki = 0; ki < c.K; ++ki)
-                for (int kj = 0; kj < c.K; ++kj) {
-                  const int yy = i * c.s - c.p + ki, xx = j * c.s - c.p + kj;
-                  if (yy < 0 || yy >= c.H || xx < 0 || xx >= c.W) continue;
-                  dw[at(o, ch, ki, kj, c.C, c.K, c.K)] += gv * x[at(n, ch, yy, xx, c.C, c.H, c.W)];
-                  dx[at(n, ch, yy, xx, c.C, c.H, c.W)] += gv * w[at(o, ch, ki, kj, c.C, c.K, c.K)];
-                }
-          }
+    auto [y, dx, dw, db] = relu_conv_ref(x, w, b, gy, c.N, c.C, c.H, c.W, c.OC, c.K, c.s, c.p);
     auto X = strata::from_vector<double>({c.N, c.C, c.H, c.W}, x, strata::DType::f64).requires_grad_();
     auto Wt = strata::from_vector<double>({c.OC, c.C, c.K, c.K}, w, strata::DType::f64).requires_grad_();
     auto B = strata::from_vector<double>({c.OC}, b, strata::DType::f64).requires_grad_();
@@ -175,6 +188,67 @@ TEST_CASE("Kernels.Conv2d.ChunkedBatchesMatchTheDefinition") {
     for (auto& v : dw) v *= 2;
     CHECK(ref::max_rel_diff(X.grad().to_vector<double>(), dx) < 1e-12);
     CHECK(ref::max_rel_diff(Wt.grad().to_vector<double>(), dw) < 1e-12);
+  }
+}
+
+// 3x3 convolutions at stride 1 with 16 channels or more in and out go by Winograd's F(2x2, 3x3)
+// (kernels/cpu/winograd.hpp): forward and all three gradients, bias and ReLU fused, against the
+// definition in double, and in float within a few units of float's rounding of the sums'
+// magnitude. Paddings 0, 1 and 2; planes of even and odd sides (the last tiles hang over), of
+// one pixel, wider than tall; the ResNet's planes (14, 7, 4); several chunks of images and the
+// per-image weight-gradient GEMMs (16x16 outputs). The second backward pass adds to the
+// first's gradients. Under STRATA_CONV=im2col (tests/meson.build) the same cases hold the
+// im2col path to the same bounds.
+TEST_CASE("Kernels.Conv2d.WinogradMatchesTheDefinition") {
+  struct Case { int N, C, H, W, OC, p; };
+  for (const Case c : {Case{3, 16, 14, 14, 16, 1}, Case{5, 32, 7, 7, 24, 1}, Case{4, 64, 4, 4, 32, 1},
+                       Case{2, 16, 9, 6, 20, 0}, Case{2, 17, 5, 8, 16, 2}, Case{3, 16, 1, 1, 16, 1},
+                       Case{2, 16, 3, 3, 16, 0}, Case{2, 16, 16, 16, 16, 1}, Case{40, 32, 14, 14, 32, 1}}) {
+    CAPTURE(c.N);
+    CAPTURE(c.C);
+    CAPTURE(c.H);
+    CAPTURE(c.W);
+    CAPTURE(c.p);
+    const int OH = c.H + 2 * c.p - 2, OW = c.W + 2 * c.p - 2;
+    const auto geo = strata::kernels::cpu::ConvGeometry{c.N, c.C, c.H, c.W, 3, 3, 1, c.p};
+    CHECK(strata::ops::detail::runs_winograd(geo, c.OC) == strata::kernels::cpu::winograd::enabled());
+    const auto x = ref::random_vector(static_cast<std::size_t>(c.N * c.C * c.H * c.W), 41);
+    const auto w = ref::random_vector(static_cast<std::size_t>(c.OC * c.C * 9), 42);
+    const auto b = ref::random_vector(static_cast<std::size_t>(c.OC), 43);
+    const auto gy = ref::random_vector(static_cast<std::size_t>(c.N * c.OC * OH * OW), 44);
+    auto [y, dx, dw, db] = relu_conv_ref(x, w, b, gy, c.N, c.C, c.H, c.W, c.OC, 3, 1, c.p);
+    for (auto dt : {strata::DType::f64, strata::DType::f32}) {
+      CAPTURE(dt);
+      // Bounds on the largest error against the largest value: float64's rounding, or float's
+      // over sums of up to 9 C terms of magnitude about 1.
+      const double tol = dt == strata::DType::f64 ? 1e-12 : 2e-5;
+      const auto close = [&](const strata::Tensor& t, const std::vector<double>& want, double scale) {
+        const auto got = t.to_vector<double>();
+        double err = 0, mag = 0;
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          err = std::max(err, std::abs(got[i] - scale * want[i]));
+          mag = std::max(mag, std::abs(scale * want[i]));
+        }
+        return err <= tol * mag;
+      };
+      auto X = strata::from_vector<double>({c.N, c.C, c.H, c.W}, x, dt).requires_grad_();
+      auto Wt = strata::from_vector<double>({c.OC, c.C, 3, 3}, w, dt).requires_grad_();
+      auto B = strata::from_vector<double>({c.OC}, b, dt).requires_grad_();
+      auto out = strata::conv2d(X, Wt, B, 1, c.p, strata::Activation::relu);
+      CHECK(close(out, y, 1));
+      const auto G = strata::from_vector<double>(out.shape(), gy, dt);
+      strata::backward(out, G);
+      CHECK(close(X.grad(), dx, 1));
+      CHECK(close(Wt.grad(), dw, 1));
+      CHECK(close(B.grad(), db, 1));
+      out = strata::conv2d(X, Wt, B, 1, c.p, strata::Activation::relu);
+      strata::backward(out, G, strata::GradAccumulation::accumulate);
+      CHECK(close(X.grad(), dx, 2));
+      CHECK(close(Wt.grad(), dw, 2));
+      // Without bias and activation: the plain convolution.
+      const auto plain = conv_ref(x, w, std::vector<double>(b.size(), 0.0), c.N, c.C, c.H, c.W, c.OC, 3, 1, c.p);
+      CHECK(close(strata::conv2d(X.detach(), Wt.detach(), {}, 1, c.p), plain, 1));
+    }
   }
 }
 

@@ -1,12 +1,15 @@
 /// \file
-/// Differentiable 2-D convolution (NCHW, im2col + one GEMM per batch, optional fused bias and
-/// ReLU). Pooling is in ops/pool.hpp (included here: the layers that follow a convolution).
+/// Differentiable 2-D convolution (NCHW, optional fused bias and ReLU): on the CPU by im2col and
+/// GEMMs over chunks of the batch, or, for 3x3 ones at stride 1, by Winograd's F(2x2, 3x3)
+/// (kernels/cpu/winograd.hpp). Pooling is in ops/pool.hpp
+/// (included here: the layers that follow a convolution).
 #pragma once
 
 #include <algorithm>  // std::clamp, std::min
 #include <cstdint>
 
 #include <strata/kernels/cpu/conv.hpp>  // im2col, col2im
+#include <strata/kernels/cpu/winograd.hpp>
 #include <strata/ops/linalg.hpp>        // Activation, ops::detail::gemm
 #include <strata/ops/pool.hpp>          // max_pool2d, avg_pool2d
 #include <strata/tensor/device_kernels.hpp>  // the device path
@@ -44,6 +47,28 @@ inline bool keeps_columns(const kernels::cpu::ConvGeometry& g) {
   return g.kh == 1 && g.kw == 1 && g.pad == 0 && g.stride > 1;
 }
 
+/// Whether a CPU convolution goes by Winograd's F(2x2, 3x3), forward and backward: 3x3, stride
+/// 1, 16 channels or more in and out (kernels/cpu/winograd.hpp; STRATA_CONV=im2col turns it off).
+inline bool runs_winograd(const kernels::cpu::ConvGeometry& g, std::int64_t out_channels) {
+  return kernels::cpu::winograd::applies(g, out_channels) && kernels::cpu::winograd::enabled();
+}
+
+/// y (+)= act(conv(x, w) + b) by Winograd's F(2x2, 3x3); w [K, C, 3, 3] turned into the input
+/// gradient's filter when `adjoint` (x then the output gradient, g its geometry, K = C of w).
+template <class T>
+void winograd_conv(const kernels::cpu::ConvGeometry& g, std::int64_t K, const T* x, const T* w, bool adjoint,
+                   const T* b, bool relu, bool accumulate, T* y) {
+  namespace wg = kernels::cpu::winograd;
+  const DType dt = dtype_of<T>::value;
+  Tensor u = Tensor::empty({wg::kEntries, K, g.c}, dt);
+  Tensor ws = Tensor::empty({wg::workspace_elements(g, K, sizeof(T))}, dt);
+  if (adjoint)
+    wg::filter_transform<T>(g.c, K, w, true, u.template data<T>());
+  else
+    wg::filter_transform<T>(K, g.c, w, false, u.template data<T>());
+  wg::convolve<T>(g, K, x, u.template data<T>(), b, relu, accumulate, y, ws.template data<T>());
+}
+
 /// The geometry of images [first, first + count) of g's batch.
 inline kernels::cpu::ConvGeometry conv_chunk(kernels::cpu::ConvGeometry g, std::int64_t count) {
   g.n = count;
@@ -75,6 +100,37 @@ inline void conv2d_backward_device(autograd::Node& n, std::uint64_t epoch) {
     dk.conv_backward_filter(dev, g.dtype(), geo, OC, x.raw_data(), g.raw_data(), s.dst.raw_data(), s.accumulate);
   if (auto s = autograd::grad_slot(n.in[0], epoch))
     dk.conv_backward_data(dev, g.dtype(), geo, OC, w.raw_data(), g.raw_data(), s.dst.raw_data(), s.accumulate);
+}
+
+/// conv2d's backward by Winograd's F(2x2, 3x3) (runs_winograd): the output gradient masked by
+/// the fused ReLU in place, the bias gradient its sums, the weight gradient from the
+/// transforms of x and of it, the input gradient its convolution with w turned by 180° and its
+/// channel axes swapped, at padding 2 - p. saved = {x, w}.
+inline void conv2d_backward_winograd(autograd::Node& n, std::uint64_t epoch) {
+  const Tensor& g = autograd::grad_output(n);
+  const Tensor &x = n.saved[0], &w = n.saved[1];
+  const auto geo = conv_geometry(x, w, n.i[1], n.i[2]);
+  const std::int64_t N = geo.n, OC = w.dim(0), P = geo.oh() * geo.ow();
+  namespace wg = kernels::cpu::winograd;
+  strata::detail::visit_floating(g.dtype(), "conv2d", [&](auto tag) {
+    using T = decltype(tag);
+    T* gp = g.template data<T>();
+    if (static_cast<Activation>(n.i[0]) == Activation::relu)
+      kernels::cpu::relu_mask_inplace<T>(g.numel(), n.out.template data<T>(), gp);
+    if (auto db = autograd::grad_slot(n.in[2], epoch))
+      for (std::int64_t b = 0; b < N; ++b)
+        kernels::cpu::row_sums<T>(OC, P, gp + b * OC * P, P, db.dst.template data<T>(), db.accumulate || b > 0);
+    if (auto dw = autograd::grad_slot(n.in[1], epoch)) {
+      Tensor ws = Tensor::empty({wg::filter_gradient_workspace(geo, OC, sizeof(T))}, g.dtype());
+      wg::filter_gradient<T>(geo, OC, x.template data<T>(), gp, dw.accumulate, dw.dst.template data<T>(),
+                             ws.template data<T>());
+    }
+    if (auto dx = autograd::grad_slot(n.in[0], epoch)) {
+      const kernels::cpu::ConvGeometry adjoint{N, OC, geo.oh(), geo.ow(), 3, 3, 1, 2 - geo.pad};
+      winograd_conv<T>(adjoint, geo.c, gp, w.template data<T>(), true, nullptr, false, dx.accumulate,
+                       dx.dst.template data<T>());
+    }
+  });
 }
 
 /// conv2d's backward on the CPU, chunk by chunk (conv_chunk_images): the chunk's column
@@ -198,6 +254,17 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
       dk.channel_bias_act(dev, x.dtype(), N, OC, P, out.raw_data(), bc.defined() ? bc.raw_data() : nullptr,
                           act == Activation::relu, out.raw_data());
     return ops::detail::record_conv2d(&ops::detail::conv2d_backward_device, out, x, w, b, xc, wc, act, stride, padding);
+  }
+  if (ops::detail::runs_winograd(geo, OC)) {
+    Tensor out = Tensor::empty({N, OC, geo.oh(), geo.ow()}, x.dtype());
+    strata::detail::visit_floating(x.dtype(), "conv2d", [&](auto tag) {
+      using T = decltype(tag);
+      ops::detail::winograd_conv<T>(geo, OC, xc.template data<T>(), wc.template data<T>(), false,
+                                    bc.defined() ? bc.template data<T>() : nullptr, act == Activation::relu, false,
+                                    out.template data<T>());
+    });
+    return ops::detail::record_conv2d(&ops::detail::conv2d_backward_winograd, out, x, w, b, xc, wc, act, stride,
+                                      padding);
   }
   const std::int64_t nb = ops::detail::conv_chunk_images(geo, size_of(x.dtype())), image = geo.c * geo.h * geo.w;
   // The whole batch's columns, kept for the backward pass, when it will run and they are small.
