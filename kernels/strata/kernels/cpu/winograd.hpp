@@ -103,23 +103,6 @@ void filter_transform(std::int64_t K, std::int64_t C, const T* STRATA_RESTRICT w
 
 namespace detail {
 
-/// One image x [C, h, w] as the tiles read it: d [hp, wp, C], channels last (the transforms
-/// then run along the channels, contiguous), with `pad` zeros on the top and left and as many
-/// as the tiles need on the bottom and right.
-template <class T>
-[[gnu::always_inline]] inline void bordered_channels_last(const Tiling t, std::int64_t C, std::int64_t h,
-                                                          std::int64_t w, std::int64_t pad, const T* STRATA_RESTRICT x,
-                                                          T* STRATA_RESTRICT d) {
-  std::fill_n(d, t.hp * t.wp * C, T(0));
-  const std::int64_t rows = std::min(h, t.hp - pad), cols = std::min(w, t.wp - pad);
-  for (std::int64_t y = 0; y < rows; ++y)
-    for (std::int64_t k = 0; k < cols; ++k) {
-      T* STRATA_RESTRICT o = d + ((pad + y) * t.wp + pad + k) * C;
-      const T* STRATA_RESTRICT in = x + y * w + k;
-      for (std::int64_t c = 0; c < C; ++c) o[c] = in[c * h * w];
-    }
-}
-
 /// A vector of kBytes / sizeof(T) lanes (GCC's and Clang's vector extensions: SSE on the
 /// baseline x86-64, AVX-512 inside the functions compiled for it), or T itself (one lane) for
 /// the channels left over. Moved through memory by reference, never passed by value.
@@ -135,6 +118,52 @@ template <class V, class T>
 template <class V, class T>
 [[gnu::always_inline]] inline void store(T* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
+}
+
+/// d[j * ds + i] = s[i * ss + j] for a 4x4 block: four vector loads, eight shuffles, four stores.
+template <class T>
+[[gnu::always_inline]] inline void transpose4(const T* s, std::int64_t ss, T* d, std::int64_t ds) {
+  using V = typename Lanes<T, 4 * static_cast<int>(sizeof(T))>::V;
+  V r0, r1, r2, r3;
+  load(r0, s);
+  load(r1, s + ss);
+  load(r2, s + 2 * ss);
+  load(r3, s + 3 * ss);
+  const V t0 = __builtin_shufflevector(r0, r1, 0, 4, 1, 5), t1 = __builtin_shufflevector(r0, r1, 2, 6, 3, 7);
+  const V t2 = __builtin_shufflevector(r2, r3, 0, 4, 1, 5), t3 = __builtin_shufflevector(r2, r3, 2, 6, 3, 7);
+  const V c0 = __builtin_shufflevector(t0, t2, 0, 1, 4, 5), c1 = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+  const V c2 = __builtin_shufflevector(t1, t3, 0, 1, 4, 5), c3 = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+  store(d, c0);
+  store(d + ds, c1);
+  store(d + 2 * ds, c2);
+  store(d + 3 * ds, c3);
+}
+
+/// d[j * ds + i] = s[i * ss + j] for i < rows, j < cols: 4x4 blocks, the edges one by one.
+template <class T>
+[[gnu::always_inline]] inline void transpose_block(std::int64_t rows, std::int64_t cols, const T* s, std::int64_t ss, T* d,
+                                             std::int64_t ds) {
+  const std::int64_t r4 = rows / 4 * 4, c4 = cols / 4 * 4;
+  for (std::int64_t i = 0; i < r4; i += 4) {
+    for (std::int64_t j = 0; j < c4; j += 4) transpose4(s + i * ss + j, ss, d + j * ds + i, ds);
+    for (std::int64_t j = c4; j < cols; ++j)
+      for (std::int64_t k = i; k < i + 4; ++k) d[j * ds + k] = s[k * ss + j];
+  }
+  for (std::int64_t i = r4; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) d[j * ds + i] = s[i * ss + j];
+}
+
+/// One image x [C, h, w] as the tiles read it: d [hp, wp, C], channels last (the transforms
+/// then run along the channels, contiguous), with `pad` zeros on the top and left and as many
+/// as the tiles need on the bottom and right.
+template <class T>
+[[gnu::always_inline]] inline void bordered_channels_last(const Tiling t, std::int64_t C, std::int64_t h,
+                                                          std::int64_t w, std::int64_t pad, const T* STRATA_RESTRICT x,
+                                                          T* STRATA_RESTRICT d) {
+  std::fill_n(d, t.hp * t.wp * C, T(0));
+  const std::int64_t rows = std::min(h, t.hp - pad), cols = std::min(w, t.wp - pad);
+  for (std::int64_t y = 0; y < rows; ++y)  // row y of every plane, [C, cols], turned into [cols, C]
+    transpose_block(C, cols, x + y * w, h * w, d + ((pad + y) * t.wp + pad) * C, C);
 }
 
 /// (Bᵀ d B)[ξ] for V's lanes of consecutive channels: d(i, j) at at[i * row + j * C], ξ's
@@ -214,6 +243,7 @@ template <class T, int kBytes>
       for (; k < K; ++k) output_lanes<T>(mt + k, entry, o00 + k, o01 + k, o10 + k, o11 + k);
     }
   const std::int64_t P = t.oh * t.ow;
+  if (bias == nullptr && !relu && !accumulate) return transpose_block(P, K, o, K, y, P);  // (a plain convolution's)
   for (std::int64_t k = 0; k < K; ++k) {
     const T b = bias != nullptr ? bias[k] : T(0);
     T* STRATA_RESTRICT dst = y + k * P;
