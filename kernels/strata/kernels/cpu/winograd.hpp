@@ -66,9 +66,10 @@ inline bool enabled() {
   return on;
 }
 
-/// Whether a convolution runs this way (when enabled()): 3x3 at stride 1 with a padding of at most 2 (so the
-/// input gradient's padding 2 - p is one too), and at least 16 channels in and out, the depth
-/// of the GEMMs both ways (fewer, and the transforms cost more than the products they save).
+/// Whether a convolution runs this way (when enabled()): 3x3 at stride 1 with a padding of at
+/// most 2 (so the input gradient's padding 2 - p is one too), and at least 16 channels in and
+/// out, the depth of the GEMMs both ways (fewer, and the transforms cost more than the
+/// products they save).
 inline bool applies(const math::ConvGeometry& g, std::int64_t out_channels) noexcept {
   return g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad <= 2 && g.c >= 16 && out_channels >= 16;
 }
