@@ -397,4 +397,67 @@ inline double max_relative_difference(const std::vector<std::vector<float>>& a, 
   return worst;
 }
 
+/// Two per-replica norms of the same input: in training mode a(x), b(x), a(2x), whose
+/// running-statistics updates queue up in that order until the step's end; in evaluation
+/// mode b(a(x)).
+class TwoNorms : public strata::nn::Module {
+ public:
+  TwoNorms() {
+    a_ = &register_module("a", std::make_unique<strata::nn::BatchNorm1d>(6));
+    b_ = &register_module("b", std::make_unique<strata::nn::BatchNorm1d>(6, 1e-5, 0.3));
+  }
+  Tensor forward(const Tensor& x) override {
+    if (!is_training()) return (*b_)((*a_)(x));
+    (void)(*a_)(x);
+    (void)(*b_)(x);
+    return (*a_)(strata::mul(x, 2.0));
+  }
+
+ private:
+  strata::nn::Module *a_, *b_;
+};
+
+/// Three steps of TwoNorms (global batches of 25, 25 and 10 rows), each a training-mode
+/// forward then an evaluation-mode one inside the step, against one device doing the same on
+/// the global batch: the largest relative difference of the evaluation outputs (each replica
+/// its rows) and of every replica's running statistics at the end.
+template <strata::Strategy S>
+double per_replica_norms_difference(S& strategy) {
+  strata::Generator g(9);
+  const Tensor x = strata::add(strata::uniform({60, 6}, -1, 1, g), strata::full({60, 6}, 0.5));
+  const strata::data::TensorDataset data(x, x);
+  auto net = strategy.scope([] { return TwoNorms(); });
+  TwoNorms ref;
+  double worst = 0;
+  int steps = 0;
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(data).batch(25))) {
+    const std::int64_t start = 25 * steps++;
+    const Tensor global = strata::slice(x, 0, start, std::min<std::int64_t>(start + 25, 60));
+    (void)ref(global);
+    ref.eval();
+    const Tensor want = ref(global);
+    ref.train();
+    const auto got = strategy.run([&](strata::ReplicaContext&, const strata::data::Batch& b) {
+      strata::nn::Module& local = net;  // this replica's copy
+      (void)local(b.x);
+      local.eval();
+      const Tensor y = local(b.x);
+      local.train();
+      return max_relative_difference({y.to_vector<float>()},
+                                     {strata::slice(want, 0, b.global_offset, b.global_offset + b.size).to_vector<float>()});
+    }, batch);
+    for (std::size_t r = 0; r < got.size(); ++r) worst = std::max(worst, got[r]);
+  }
+  if (steps != 3) return INFINITY;
+  const auto held = strategy.run([&](strata::ReplicaContext&) {  // every replica's running statistics
+    const strata::nn::Module& local = net;
+    double w = 0;
+    for (std::size_t k = 0; k < ref.buffers().size(); ++k)
+      w = std::max(w, max_relative_difference({local.buffers()[k].to_vector<float>()}, {ref.buffers()[k].to_vector<float>()}));
+    return w;
+  });
+  for (std::size_t r = 0; r < held.size(); ++r) worst = std::max(worst, held[r]);
+  return worst;
+}
+
 }  // namespace equivalence

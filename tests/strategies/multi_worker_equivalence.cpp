@@ -178,6 +178,16 @@ int check_all() {
     std::printf("%s rank %d of %d: SyncBatchNorm (%s): parameters and running statistics differ by %.3g (relative)\n",
                 ok ? "ok  " : "FAIL", rank, n, conv ? "conv" : "mlp", diff);
   }
+  // Per-replica norms: their running statistics follow the global batch's, settled at the end
+  // of each step in one sum across the processes (and before an evaluation-mode norm).
+  {
+    const double diff = equivalence::per_replica_norms_difference(strategy);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: per-replica BatchNorm: evaluation outputs and running statistics differ by %.3g "
+                "(relative)\n",
+                ok ? "ok  " : "FAIL", rank, n, diff);
+  }
   // A dataset of three inputs and no labels, for a model of two (global batch 25, uneven).
   {
     strata::OneDeviceStrategy one;

@@ -992,3 +992,16 @@ TEST_CASE("Strategy.BatchNormPerReplica: each replica's rows normalised alone, r
       CHECK(net.replica(r).buffers()[k].to_vector<float>() == net.replica(0).buffers()[k].to_vector<float>());
   CHECK(net.replica(0).buffers()[2].to_vector<float>()[0] == 3.0f);  // num_batches_tracked
 }
+
+TEST_CASE("Strategy.BatchNormPerReplica: running statistics settle in order at the step's end, and before an "
+          "evaluation-mode norm reads them") {
+  // Three training-mode norms then evaluation-mode ones in each step (equivalence::TwoNorms):
+  // the evaluation reads every update, applied in order, and every replica ends with one
+  // device's running statistics over the global batch (25, 25 and 10 rows).
+  for (int n : {2, 3}) {
+    strata::MirroredStrategy mirrored(n);
+    CHECK(equivalence::per_replica_norms_difference(mirrored) < 1e-5);
+    strata::CentralStorageStrategy central(n);
+    CHECK(equivalence::per_replica_norms_difference(central) < 1e-5);
+  }
+}

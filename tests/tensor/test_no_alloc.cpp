@@ -147,6 +147,9 @@ TEST_CASE("Tensor.Allocator.SteadyStateMirroredStepAllocatesNothingPerStep") {
   CHECK(steady_state_allocations(sharded, strata::models::fashion_mnist_mlp, {1, 28, 28}) <= 2);
   strata::CentralStorageStrategy central(2);
   CHECK(steady_state_allocations(central, strata::models::fashion_mnist_mlp, {1, 28, 28}) <= 2);
+  // Per-replica norms: their running statistics queue up until the step's end.
+  strata::MirroredStrategy resnet(2, {.bucket_bytes = 256 * 1024, .split_update = strata::UpdateSplit::on});
+  CHECK(steady_state_allocations(resnet, [] { return strata::models::fashion_mnist_resnet(); }, {1, 28, 28}, 4) <= 2);
 }
 
 #if STRATA_HAS_GLOO

@@ -17,7 +17,8 @@
 #include <strata/kernels/cpu/elementwise.hpp>  // copy_or_add
 #include <strata/kernels/cpu/layer_norm.hpp>
 #include <strata/ops/linalg.hpp>                 // Activation
-#include <strata/support/replica_scope.hpp>  // replica_info: the synchronised statistics
+#include <strata/ops/replica_statistics.hpp>     // sum_over_replicas, the deferred running statistics
+#include <strata/support/replica_scope.hpp>      // replica_info: the replicas in sync
 #include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
@@ -60,16 +61,6 @@ inline std::span<double> scratch(std::size_t n) {
   if (buf.size() < n) buf.resize(n);
   std::fill(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n), 0.0);
   return {buf.data(), n};
-}
-
-/// Adds `values` over the replicas in sync (when there are several): the sums of this
-/// replica's rows become the global batch's.
-inline void sum_over_replicas(std::span<double> values) {
-  const ReplicaInfo& info = replica_info();
-  if (info.replicas_in_sync <= 1) return;
-  STRATA_CHECK(info.sum_over_replicas != nullptr,
-               "batch_norm: this strategy gives its replicas no way to combine batch statistics");
-  info.sum_over_replicas(info.sum_context, values);
 }
 
 /// [N, C, ...]: images, channels and the plane (the product of the axes after C).
@@ -224,10 +215,12 @@ inline Tensor layer_norm(const Tensor& x, const Tensor& weight = {}, const Tenso
 /// Batch normalisation of x [N, C] or [N, C, H, W] per channel. In training mode the batch's
 /// statistics normalise: over the replica's rows (BatchStatistics::per_replica), or over the
 /// global batch of the replicas in sync (BatchStatistics::global). The running statistics
-/// move towards the global batch's in either mode (one sum across the replicas in forward),
-/// so every replica holds the same running statistics, those one device would hold:
-/// running = (1 - momentum) running + momentum batch, the variance unbiased (PyTorch's rule).
-/// In evaluation mode the running statistics normalise. weight and bias ([C]) may be undefined.
+/// move towards the global batch's in either mode, so every replica holds the same running
+/// statistics, those one device would hold: running = (1 - momentum) running + momentum batch,
+/// the variance unbiased (PyTorch's rule). Per replica, inside a strategy's step, the update
+/// waits for the step's end (or the next evaluation-mode norm), where the replicas add every
+/// norm's sums in one call (ops::detail::PendingRunningStatistics). In evaluation mode the
+/// running statistics normalise. weight and bias ([C]) may be undefined.
 ///
 /// `act` and `residual` fuse what follows a batch norm in a ResNet: the result is
 /// act(batch_norm(x) + residual) (residual shaped like x, or undefined), one pass forward and
@@ -254,8 +247,9 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
     STRATA_CHECK(!t->defined() || (t->ndim() == 1 && t->dim(0) == C && t->dtype() == x.dtype()),
                  "batch_norm: per-channel tensors must be [", C, "] of ", x.dtype(), ", got ", t->shape(), " of ",
                  t->dtype());
-  STRATA_CHECK(training || (running_mean.defined() && running_var.defined()),
-               "batch_norm in evaluation mode needs running statistics");
+  STRATA_CHECK(running_mean.defined() == running_var.defined(),
+               "batch_norm: running_mean and running_var must both be given or both left out");
+  STRATA_CHECK(training || running_mean.defined(), "batch_norm in evaluation mode needs running statistics");
   STRATA_CHECK(eps > 0 && momentum >= 0 && momentum <= 1, "batch_norm: eps ", eps, " must be positive and momentum ",
                momentum, " in [0, 1]");
   const Tensor xc = x.contiguous();
@@ -263,9 +257,15 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   // mean, 1/sqrt(var + eps) per channel, made on the host (and copied to the device).
   Tensor stats = Tensor::empty({2, C}, x.dtype());
-  // The running statistics as the host sees them: themselves, or copies of a device's.
-  const Tensor rm = dev && running_mean.defined() ? running_mean.to(Device::cpu()) : running_mean;
-  const Tensor rv = dev && running_var.defined() ? running_var.to(Device::cpu()) : running_var;
+  ops::detail::PendingRunningStatistics& pending = ops::detail::pending_running_statistics();
+  // A per-replica norm's running statistics wait for the end of the step, where the replicas
+  // sum every norm's statistics at once; an evaluation-mode norm reads them, so they settle first.
+  const bool defer = training && which == BatchStatistics::per_replica && pending.deferring() &&
+                     replica_info().replicas_in_sync > 1;
+  if (!training) pending.settle();
+  // The running statistics as evaluation mode reads them: themselves, or copies of a device's.
+  const Tensor rm = dev && !training ? running_mean.to(Device::cpu()) : running_mean;
+  const Tensor rv = dev && !training ? running_var.to(Device::cpu()) : running_var;
   double count = static_cast<double>(N * P);
   // Σx, Σx², count per channel: this replica's (local), then the global batch's (global).
   const auto width = static_cast<std::size_t>(2 * C + 1);
@@ -284,36 +284,34 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
         kernels::cpu::channel_moments<T>(N, C, P, xc.template data<T>(), local.data(), local.data() + C);
       });
     }
+    local[width - 1] = count;
+    std::copy(local.begin(), local.end(), global.begin());
+    // The global batch's sums now: what SyncBatchNorm normalises by, or what the running
+    // statistics follow when they cannot wait (no step to settle them at the end of).
+    if (which == BatchStatistics::global || (running_mean.defined() && !defer)) ops::detail::sum_over_replicas(global);
+    const std::span<const double> own = which == BatchStatistics::global ? global : local;
+    count = own[width - 1];
+    STRATA_CHECK(count > 1 || (which == BatchStatistics::per_replica && count == 0),
+                 "batch_norm in training mode needs more than one value per channel, got ", count,
+                 which == BatchStatistics::global ? " over the global batch" : " (x ", x.shape(), ")");
+    if (running_mean.defined()) {
+      if (defer)
+        pending.add(running_mean, running_var, momentum, local);
+      else
+        ops::detail::update_running_statistics(running_mean, running_var, momentum, global);
+    }
   }
   strata::detail::visit_floating(x.dtype(), "batch_norm", [&](auto tag) {
     using T = decltype(tag);
     T* mean = stats.template data<T>();
     T* rstd = mean + C;
     if (training) {
-      local[width - 1] = count;
-      std::copy(local.begin(), local.end(), global.begin());
-      ops::detail::sum_over_replicas(global);  // the running statistics follow the global batch in either mode
       const std::span<const double> own = which == BatchStatistics::global ? global : local;
-      count = own[width - 1];
-      STRATA_CHECK(count > 1 || (which == BatchStatistics::per_replica && count == 0),
-                   "batch_norm in training mode needs more than one value per channel, got ", count,
-                   which == BatchStatistics::global ? " over the global batch" : " (x ", x.shape(), ")");
-      const double total = global[width - 1];
       for (std::int64_t c = 0; c < C; ++c) {
-        const auto moments = [&](std::span<const double> s, double n) {
-          const double m = n > 0 ? s[static_cast<std::size_t>(c)] / n : 0.0;
-          return std::pair{m, n > 0 ? std::max(0.0, s[static_cast<std::size_t>(C + c)] / n - m * m) : 0.0};
-        };
-        const auto [m, var] = moments(own, count);
+        const double m = count > 0 ? own[static_cast<std::size_t>(c)] / count : 0.0;
+        const double var = count > 0 ? std::max(0.0, own[static_cast<std::size_t>(C + c)] / count - m * m) : 0.0;
         mean[c] = static_cast<T>(m);
         rstd[c] = static_cast<T>(1.0 / std::sqrt(var + eps));
-        if (rm.defined() && total > 1) {
-          const auto [gm, gvar] = moments(global, total);
-          T* rmp = rm.template data<T>();
-          T* rvp = rv.template data<T>();
-          rmp[c] = static_cast<T>((1 - momentum) * rmp[c] + momentum * gm);
-          rvp[c] = static_cast<T>((1 - momentum) * rvp[c] + momentum * gvar * total / (total - 1));
-        }
       }
     } else {
       const T* rmp = rm.template data<T>();
@@ -331,10 +329,6 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
                                       out.template data<T>());
   });
   if (dev) {
-    if (training && running_mean.defined()) {
-      Tensor(running_mean).copy_(rm);  // (a handle: the caller's tensor)
-      Tensor(running_var).copy_(rv);
-    }
     stats = stats.to(x.device());
     const auto raw = [](const Tensor& t) -> const void* { return t.defined() ? t.raw_data() : nullptr; };
     device_kernels("batch_norm", x)

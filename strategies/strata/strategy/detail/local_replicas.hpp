@@ -18,6 +18,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/data/pipeline.hpp>   // split_begin
 #include <strata/nn/init.hpp>         // default_generator
+#include <strata/ops/replica_statistics.hpp>  // the deferred running statistics
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>  // StatisticsScope: the sums go through all_reduce
 #include <strata/strategy/replicated.hpp>
@@ -90,17 +91,26 @@ inline data::Batch batch_rows(const data::Batch& global, std::int64_t lo, std::i
 /// Lets the layers add statistics over the replicas in sync through the replica's context
 /// (ReplicaInfo::sum_over_replicas, for nn::SyncBatchNorm), for the scope's lifetime. The
 /// context's all_reduce follows the gradient buckets already in flight, so a sum issued in
-/// the middle of backward keeps every replica's collectives in one order.
+/// the middle of backward keeps every replica's collectives in one order. The per-replica
+/// norms' running statistics wait until settle(), at the end of the replica's step: one sum
+/// for all of them (ops::detail::PendingRunningStatistics); a step that throws drops them.
 class StatisticsScope {
  public:
-  explicit StatisticsScope(ReplicaContext& ctx) noexcept : saved_(replica_info_slot()) {
+  explicit StatisticsScope(ReplicaContext& ctx) : saved_(replica_info_slot()) {
     ReplicaInfo& info = replica_info_slot();
     info.sum_over_replicas = &sum;
     info.sum_context = &ctx;
+    ops::detail::pending_running_statistics().begin();
   }
-  ~StatisticsScope() { replica_info_slot() = saved_; }
+  ~StatisticsScope() {
+    ops::detail::pending_running_statistics().end();
+    replica_info_slot() = saved_;
+  }
   StatisticsScope(const StatisticsScope&) = delete;
   StatisticsScope& operator=(const StatisticsScope&) = delete;
+
+  /// The step's running-statistics updates, summed over the replicas and applied.
+  void settle() { ops::detail::pending_running_statistics().settle(); }
 
  private:
   static void sum(void* ctx, std::span<double> values) {
@@ -113,12 +123,20 @@ class StatisticsScope {
 };
 
 /// fn(ctx, rows), with the layers told which rows of which step they run (BatchScope) and how
-/// to combine statistics across the replicas in sync (StatisticsScope).
+/// to combine statistics across the replicas in sync (StatisticsScope); the step's deferred
+/// statistics settle after fn returns.
 template <class F, class Ctx>
 decltype(auto) run_on_rows(F& fn, Ctx& ctx, const data::Batch& rows) {
   StatisticsScope statistics(ctx);
   BatchScope scope(rows.epoch, rows.index, rows.global_offset);
-  return fn(ctx, rows);
+  if constexpr (std::is_void_v<decltype(fn(ctx, rows))>) {
+    fn(ctx, rows);
+    statistics.settle();
+  } else {
+    decltype(auto) out = fn(ctx, rows);
+    statistics.settle();
+    return out;
+  }
 }
 
 /// Local replica r's rows of a global batch split evenly between n replicas.
