@@ -2,9 +2,11 @@
 // it runs in this process: OPENBLAS_CORETYPE names them), or against the built-in blocked kernel
 // in a build without OpenBLAS, on the shapes of the reference models' layers. The two run in
 // alternating rounds of the same process; one JSON line per shape with the median GFLOP/s of
-// each and their ratio (docs/performance.md, "GEMM kernels").
+// each and their ratio (docs/performance.md, "GEMM kernels"). With --cold every call is timed
+// alone after 64 MiB of other memory was written, so that its operands and output come from
+// memory, as a layer's do in a training step whose activations outgrow the caches.
 //
-//   OPENBLAS_NUM_THREADS=1 build/bench/bench_gemm [--rounds 9]
+//   OPENBLAS_NUM_THREADS=1 build/bench/bench_gemm [--rounds 9] [--cold]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +39,20 @@ double seconds_per_call(GemmFn f, const kc::GemmArgs<float>& g) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
 }
 
+// Seconds per call, each call timed alone after every line of `evict` was written.
+double seconds_per_cold_call(GemmFn f, const kc::GemmArgs<float>& g, std::vector<float>& evict) {
+  const double flops = 2.0 * static_cast<double>(g.m * g.n * g.k);
+  const int calls = std::max(3, static_cast<int>(1e9 / flops));
+  double seconds = 0;
+  for (int i = 0; i < calls; ++i) {
+    for (std::size_t k = 0; k < evict.size(); k += 16) evict[k] += 1.0f;
+    const auto t0 = std::chrono::steady_clock::now();
+    f(g);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return seconds / calls;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -46,10 +62,14 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int rounds = 9;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::max(1, std::atoi(argv[i + 1]));
+  bool cold = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--cold") == 0) cold = true;
+  }
 #ifndef STRATA_GEMM_AVX512
   (void)rounds;
+  (void)cold;
   std::printf("{\"bench\": \"gemm\", \"skipped\": \"strata's AVX-512 GEMM is built for x86-64 with GCC or clang only\"}\n");
 }
 #else
@@ -79,6 +99,10 @@ int main(int argc, char** argv) {
       {"resnet conv dx: W^T G", 576, 3136, 64, true, false},
       {"square", 512, 512, 512, false, false},
   };
+  std::vector<float> evict(cold ? std::size_t{16} << 20 : 0);  // 64 MiB: twice the largest L3 here
+  const auto time = [&](GemmFn f, const kc::GemmArgs<float>& g) {
+    return cold ? seconds_per_cold_call(f, g, evict) : seconds_per_call(f, g);
+  };
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const Shape& s : shapes) {
@@ -90,17 +114,17 @@ int main(int argc, char** argv) {
                                 b.data(), s.tb ? s.k : s.n, 0.0f, c.data(), s.n};
     std::vector<double> mine, theirs;
     for (int r = 0; r < rounds; ++r) {
-      mine.push_back(seconds_per_call(&kc::gemm_avx512, g));
-      theirs.push_back(seconds_per_call(peer, g));
+      mine.push_back(time(&kc::gemm_avx512, g));
+      theirs.push_back(time(peer, g));
     }
     const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
     const double ours = flops / median(mine) / 1e9, peers = flops / median(theirs) / 1e9;
     std::printf(
         "{\"bench\": \"gemm\", \"shape\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"trans_a\": %d, "
-        "\"trans_b\": %d, \"rounds\": %d, \"strata_avx512_gflops\": %.1f, \"peer\": \"%s\", \"peer_gflops\": %.1f, "
+        "\"trans_b\": %d, \"operands\": \"%s\", \"rounds\": %d, \"strata_avx512_gflops\": %.1f, \"peer\": \"%s\", \"peer_gflops\": %.1f, "
         "\"ratio\": %.3f}\n",
         s.what, static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), s.ta, s.tb,
-        rounds, ours, peer_name.c_str(), peers, ours / peers);
+        cold ? "cold" : "hot", rounds, ours, peer_name.c_str(), peers, ours / peers);
   }
 }
 #endif
