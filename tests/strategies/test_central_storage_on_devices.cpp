@@ -45,6 +45,14 @@ TEST_CASE("Strategy.CentralStorageOnDevices.SyncBatchNorm") {
   }
 }
 
+TEST_CASE("Strategy.CentralStorageOnDevices.BatchNormPerReplica") {
+  // Per-replica norms on the devices: their running statistics wait for the step's end (after
+  // the update has moved them to the host) and end as one device's over the global batch.
+  REQUIRE(installed);
+  CentralStorageStrategy<> strategy(std::vector{Device::cuda(0), Device::cuda(1)});
+  CHECK(equivalence::per_replica_norms_difference(strategy) < 1e-5);
+}
+
 TEST_CASE("Strategy.CentralStorageOnDevices.HostVariablesAndDeviceReplicas") {
   REQUIRE(installed);
   CentralStorageStrategy<> strategy(std::vector{Device::cuda(0), Device::cuda(1)});

@@ -35,6 +35,14 @@ TEST_CASE("Strategy.MirroredOnDevices.EquivalentToOneDevice") {
       [] { return std::make_unique<OnDevices>(2, MirroredOptions{.bucket_bytes = 2048}); });  // several buckets
 }
 
+TEST_CASE("Strategy.MirroredOnDevices.BatchNormPerReplica") {
+  // Per-replica norms on the devices: their running statistics, summed once at the step's end,
+  // end as one device's over the global batch on both replicas.
+  REQUIRE(installed);
+  OnDevices strategy(2);
+  CHECK(equivalence::per_replica_norms_difference(strategy) < 1e-5);
+}
+
 TEST_CASE("Strategy.MirroredOnDevices.CopiesAndRowsLiveOnTheirDevices") {
   REQUIRE(installed);
   OnDevices strategy;  // every device the program sees: 2
