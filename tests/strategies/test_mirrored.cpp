@@ -1005,3 +1005,50 @@ TEST_CASE("Strategy.BatchNormPerReplica: running statistics settle in order at t
     CHECK(equivalence::per_replica_norms_difference(central) < 1e-5);
   }
 }
+
+TEST_CASE("Strategy.BatchNormPerReplica: run(fn) without a batch, and a step that throws") {
+  // A step that takes its own rows (run(fn): replica r the rows r * 5 .. r * 5 + 4) combines
+  // the norms' statistics as a distributed batch's step does.
+  strata::Generator g(4);
+  const Tensor x = strata::add(strata::uniform({10, 6}, -1, 1, g), strata::full({10, 6}, 0.5));
+  equivalence::TwoNorms ref;
+  (void)ref(x);
+  const auto same_as_ref = [&](auto& net) {
+    for (std::size_t r = 0; r < 2; ++r)
+      for (std::size_t k = 0; k < ref.buffers().size(); ++k)
+        CHECK(equivalence::max_relative_difference({net.replica(r).buffers()[k].template to_vector<float>()},
+                                                   {ref.buffers()[k].to_vector<float>()}) < 1e-6);
+  };
+  const auto own_rows = [&](strata::ReplicaContext& ctx) {
+    const std::int64_t r = ctx.replica_id_in_sync_group();
+    return strata::slice(x, 0, 5 * r, 5 * r + 5);
+  };
+  {
+    strata::MirroredStrategy strategy(2);
+    auto net = strategy.scope([] { return equivalence::TwoNorms(); });
+    strategy.run([&](strata::ReplicaContext& ctx) {
+      strata::nn::Module& local = net;
+      (void)local(own_rows(ctx));
+    });
+    same_as_ref(net);
+  }
+  // Replica 1 throws after its norms queued their sums; replica 0, waiting at the step's end
+  // to sum them, is released and the replica's own error reaches the caller. Nothing queued
+  // stays behind on any thread: a new strategy's step ends where one device's does.
+  {
+    strata::MirroredStrategy strategy(2);
+    auto net = strategy.scope([] { return equivalence::TwoNorms(); });
+    CHECK_THROWS_WITH(strategy.run([&](strata::ReplicaContext& ctx) {
+      strata::nn::Module& local = net;
+      (void)local(own_rows(ctx));
+      if (ctx.replica_id_in_sync_group() == 1) throw std::runtime_error("replica 1 broke");
+    }), "replica 1 broke");
+  }
+  strata::MirroredStrategy strategy(2);
+  auto net = strategy.scope([] { return equivalence::TwoNorms(); });
+  strategy.run([&](strata::ReplicaContext& ctx) {
+    strata::nn::Module& local = net;
+    (void)local(own_rows(ctx));
+  });
+  same_as_ref(net);
+}

@@ -145,7 +145,8 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
   template <class F>
     requires std::invocable<F&, ReplicaContext&>
   auto run(F&& fn) {
-    return run_replica<std::invoke_result_t<F&, ReplicaContext&>>([&](ReplicaContext& ctx) { return fn(ctx); });
+    return run_replica<std::invoke_result_t<F&, ReplicaContext&>>(
+        [&](ReplicaContext& ctx) { return detail::run_with_statistics(fn, ctx); });
   }
 
   /// Communication time of the gradient all-reduces so far (this process's replica 0).

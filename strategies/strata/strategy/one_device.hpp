@@ -79,7 +79,7 @@ class OneDeviceStrategy : detail::RejectsReplicaValues, public detail::TakesArit
   auto run(F&& fn) {
     using R = std::invoke_result_t<F&, ReplicaContext&>;
     Context ctx;
-    return detail::run_single_replica<R>(ctx, fn);
+    return detail::run_single_replica<R>(ctx, [&](ReplicaContext& c) { return detail::run_with_statistics(fn, c); });
   }
 
   /// The values of every replica concatenated along axis 0: the one replica's value.

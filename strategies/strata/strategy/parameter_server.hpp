@@ -226,7 +226,8 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
   template <class F>
     requires std::invocable<F&, ReplicaContext&>
   auto run(F&& fn) {
-    return run_replica<std::invoke_result_t<F&, ReplicaContext&>>([&](ReplicaContext& ctx) { return fn(ctx); });
+    return run_replica<std::invoke_result_t<F&, ReplicaContext&>>(
+        [&](ReplicaContext& ctx) { return detail::run_with_statistics(fn, ctx); });
   }
 
   /// The bytes this worker pushed to and pulled from the servers in its steps (zero on a server).

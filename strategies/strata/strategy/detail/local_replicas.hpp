@@ -122,21 +122,28 @@ class StatisticsScope {
   ReplicaInfo saved_;
 };
 
-/// fn(ctx, rows), with the layers told which rows of which step they run (BatchScope) and how
-/// to combine statistics across the replicas in sync (StatisticsScope); the step's deferred
-/// statistics settle after fn returns.
+/// fn(ctx), with the layers told how to combine statistics across the replicas in sync
+/// (StatisticsScope); the step's deferred statistics settle after fn returns.
 template <class F, class Ctx>
-decltype(auto) run_on_rows(F& fn, Ctx& ctx, const data::Batch& rows) {
+decltype(auto) run_with_statistics(F& fn, Ctx& ctx) {
   StatisticsScope statistics(ctx);
-  BatchScope scope(rows.epoch, rows.index, rows.global_offset);
-  if constexpr (std::is_void_v<decltype(fn(ctx, rows))>) {
-    fn(ctx, rows);
+  if constexpr (std::is_void_v<decltype(fn(ctx))>) {
+    fn(ctx);
     statistics.settle();
   } else {
-    decltype(auto) out = fn(ctx, rows);
+    decltype(auto) out = fn(ctx);
     statistics.settle();
     return out;
   }
+}
+
+/// fn(ctx, rows), with the layers told which rows of which step they run (BatchScope), and
+/// run_with_statistics.
+template <class F, class Ctx>
+decltype(auto) run_on_rows(F& fn, Ctx& ctx, const data::Batch& rows) {
+  BatchScope scope(rows.epoch, rows.index, rows.global_offset);
+  auto on_rows = [&](Ctx& c) -> decltype(auto) { return fn(c, rows); };
+  return run_with_statistics(on_rows, ctx);
 }
 
 /// Local replica r's rows of a global batch split evenly between n replicas.

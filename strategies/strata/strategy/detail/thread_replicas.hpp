@@ -96,7 +96,8 @@ class ThreadReplicas : RejectsReplicaValues, public TakesArithmeticValues<Thread
   template <class F>
     requires std::invocable<F&, ReplicaContext&>
   auto run(F&& fn) {
-    return run_replicas<std::invoke_result_t<F&, ReplicaContext&>>([&](ReplicaContext& ctx, int) { return fn(ctx); });
+    return run_replicas<std::invoke_result_t<F&, ReplicaContext&>>(
+        [&](ReplicaContext& ctx, int) { return run_with_statistics(fn, ctx); });
   }
 
   /// The replicas' values concatenated along axis 0, in replica order (tf's Strategy.gather).
