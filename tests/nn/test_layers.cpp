@@ -32,6 +32,22 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
   }
 }
 
+/// Float32 against float64: every output of run(f32) within 2e-5 of run(f64)'s, relative to
+/// that output's largest magnitude (at least 1e-3).
+template <class Run>
+void check_float_near_double(Run&& run) {
+  const std::vector<std::vector<double>> want = run(DType::f64), got = run(DType::f32);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    CAPTURE(k);
+    REQUIRE(got[k].size() == want[k].size());
+    double worst = 0, scale = 1e-3;
+    for (double v : want[k]) scale = std::max(scale, std::abs(v));
+    for (std::size_t i = 0; i < want[k].size(); ++i) worst = std::max(worst, std::abs(got[k][i] - want[k][i]));
+    CHECK(worst / scale < 2e-5);
+  }
+}
+
 std::vector<std::string> names(const std::vector<std::pair<std::string, Tensor>>& named) {
   std::vector<std::string> out;
   for (const auto& [n, t] : named) out.push_back(n);
@@ -224,14 +240,7 @@ TEST_CASE("Layers.Float32RowKernels: layer norm, log-softmax, softmax, GELU and 
       for (std::size_t i = 0; i < 3; ++i) out.push_back(g[i].to_vector<double>());
       return out;
     };
-    const auto want = run(DType::f64), got = run(DType::f32);
-    for (std::size_t k = 0; k < want.size(); ++k) {
-      CAPTURE(k);
-      double worst = 0, scale = 1e-3;
-      for (double v : want[k]) scale = std::max(scale, std::abs(v));
-      for (std::size_t i = 0; i < want[k].size(); ++i) worst = std::max(worst, std::abs(got[k][i] - want[k][i]));
-      CHECK(worst / scale < 2e-5);
-    }
+    check_float_near_double(run);
   }
   // Self-attention's packed heads (its softmax rows in one call per head, the masked entries
   // of the scores and their gradients never read): 1 token, a block and a part, 4 whole blocks.
@@ -247,13 +256,7 @@ TEST_CASE("Layers.Float32RowKernels: layer norm, log-softmax, softmax, GELU and 
         const auto g = strata::grad(strata::sum(out * strata::to_dtype(weights64, t)), params);
         return std::vector<std::vector<double>>{out.to_vector<double>(), g[0].to_vector<double>()};
       };
-      const auto want = run(DType::f64), got = run(DType::f32);
-      for (std::size_t k = 0; k < want.size(); ++k) {
-        double worst = 0, scale = 1e-3;
-        for (double v : want[k]) scale = std::max(scale, std::abs(v));
-        for (std::size_t i = 0; i < want[k].size(); ++i) worst = std::max(worst, std::abs(got[k][i] - want[k][i]));
-        CHECK(worst / scale < 2e-5);
-      }
+      check_float_near_double(run);
     }
 }
 
@@ -320,14 +323,7 @@ TEST_CASE("Layers.Float32BatchNorm: the fused ReLU and shortcut, forward and bac
       for (std::size_t i = 0; i < params.size(); ++i) out.push_back(g[i].to_vector<double>());
       return out;
     };
-    const auto want = run(DType::f64), got = run(DType::f32);
-    for (std::size_t k = 0; k < want.size(); ++k) {
-      CAPTURE(k);
-      double worst = 0, scale = 1e-3;
-      for (double v : want[k]) scale = std::max(scale, std::abs(v));
-      for (std::size_t i = 0; i < want[k].size(); ++i) worst = std::max(worst, std::abs(got[k][i] - want[k][i]));
-      CHECK(worst / scale < 2e-5);
-    }
+    check_float_near_double(run);
   }
 }
 

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>  // setenv
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -395,6 +397,51 @@ inline double max_relative_difference(const std::vector<std::vector<float>>& a, 
     worst = std::max(worst, diff / std::max(scale, 1e-12));
   }
   return worst;
+}
+
+/// One device's parameters after training `s` in whole batches (s.accumulation's micro-batches
+/// sum to the same gradient): the reference every strategy is held to.
+inline std::vector<std::vector<float>> one_device_reference(const Setup& s, std::vector<double>* losses = nullptr) {
+  strata::OneDeviceStrategy one;
+  Setup plain = s;
+  plain.accumulation = 1;
+  return train_steps(one, plain, losses);
+}
+
+/// How far `strategy`'s parameters after training `s` are from `ref` (max_relative_difference).
+template <strata::Strategy S>
+double train_difference(S& strategy, const Setup& s, const std::vector<std::vector<float>>& ref) {
+  return max_relative_difference(train_steps(strategy, s), ref);
+}
+
+/// How far weights saved by the chief are, loaded into a fresh one-device model, from this
+/// rank's trained parameters (`held`) and from one device's (`loaded`, against `ref`).
+struct SavedWeightsDifference {
+  double held = 1, loaded = 1;
+};
+
+/// Trains `s` under a multi-process `strategy`; the chief saves the weights to `path`, every
+/// rank loads them into a fresh model, and the chief removes the file once every rank has read it.
+template <strata::Strategy S>
+SavedWeightsDifference saved_weights_difference(S& strategy, Setup s, const std::vector<std::vector<float>>& ref,
+                                                const std::filesystem::path& path) {
+  SavedWeightsDifference d;
+  s.after_training = [&](strata::nn::Module& trained) {
+    if (strategy.is_chief()) strata::save_weights(trained, path);
+    double written = 0;  // every rank waits for the chief's file
+    strategy.sum_across_processes(std::span<double>(&written, 1));
+    auto fresh = model(false);
+    strata::load_weights(fresh, path);
+    std::vector<std::vector<float>> mine, loaded;
+    for (const strata::Tensor& p : trained.parameters()) mine.push_back(p.to_vector<float>());
+    for (const strata::Tensor& p : fresh.parameters()) loaded.push_back(p.to_vector<float>());
+    d.held = max_relative_difference(loaded, mine);
+    d.loaded = max_relative_difference(loaded, ref);
+    strategy.sum_across_processes(std::span<double>(&written, 1));  // every rank has read it
+    if (strategy.is_chief()) std::filesystem::remove(path);
+  };
+  (void)train_steps(strategy, s);
+  return d;
 }
 
 /// Two per-replica norms of the same input: in training mode a(x), b(x), a(2x), whose

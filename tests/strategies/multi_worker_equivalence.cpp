@@ -56,11 +56,8 @@ int check_all() {
       equivalence::Setup s;
       s.conv = conv;
       s.accumulation = k;
-      equivalence::Setup plain = s;
-      plain.accumulation = 1;
-      strata::OneDeviceStrategy one;
       std::vector<double> ref_losses, losses;
-      const auto ref = equivalence::train_steps(one, plain, &ref_losses);
+      const auto ref = equivalence::one_device_reference(s, &ref_losses);
       const auto got = equivalence::train_steps(strategy, s, &losses);
       const double diff = equivalence::max_relative_difference(got, ref);
       double loss_diff = losses.size() == ref_losses.size() ? 0.0 : 1.0;
@@ -81,7 +78,7 @@ int check_all() {
     s.clip_norm = loss == equivalence::Loss::smoothed_cross_entropy ? 0.1 : 0;  // and global-norm clipping
     strata::OneDeviceStrategy one;
     const auto ref = equivalence::train_steps(one, s);
-    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const double diff = equivalence::train_difference(strategy, s, ref);
     const bool ok = diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
@@ -94,22 +91,7 @@ int check_all() {
     strata::OneDeviceStrategy one;
     const auto ref = equivalence::train_steps(one, s);
     const auto path = std::filesystem::temp_directory_path() / ("strata_mwm_weights_" + std::to_string(n) + ".weights");
-    double loaded_diff = 1, held_diff = 1;
-    s.after_training = [&](strata::nn::Module& trained) {
-      if (strategy.is_chief()) strata::save_weights(trained, path);
-      double written = 0;  // every rank waits for the chief's file
-      strategy.sum_across_processes(std::span<double>(&written, 1));
-      auto fresh = equivalence::model(false);
-      strata::load_weights(fresh, path);
-      std::vector<std::vector<float>> mine, loaded;
-      for (const strata::Tensor& p : trained.parameters()) mine.push_back(p.to_vector<float>());
-      for (const strata::Tensor& p : fresh.parameters()) loaded.push_back(p.to_vector<float>());
-      held_diff = equivalence::max_relative_difference(loaded, mine);
-      loaded_diff = equivalence::max_relative_difference(loaded, ref);
-      strategy.sum_across_processes(std::span<double>(&written, 1));  // every rank has read it
-      if (strategy.is_chief()) std::filesystem::remove(path);
-    };
-    (void)equivalence::train_steps(strategy, s);
+    const auto [held_diff, loaded_diff] = equivalence::saved_weights_difference(strategy, s, ref, path);
     const bool ok = held_diff == 0 && loaded_diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: save_weights from the chief, loaded into a one-device model: %.3g from this rank's "
@@ -122,11 +104,8 @@ int check_all() {
     s.dropout = true;
     s.global_batch = 25;
     s.accumulation = k;
-    equivalence::Setup plain = s;
-    plain.accumulation = 1;
-    strata::OneDeviceStrategy one;
-    const auto ref = equivalence::train_steps(one, plain);
-    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const auto ref = equivalence::one_device_reference(s);
+    const double diff = equivalence::train_difference(strategy, s, ref);
     const bool ok = diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: dropout, k=%d: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL", rank, n, k,
@@ -142,12 +121,9 @@ int check_all() {
       s.table = true;
       s.global_batch = 25;
       s.accumulation = k;
-      equivalence::Setup plain = s;
-      plain.accumulation = 1;
-      strata::OneDeviceStrategy one;
-      const auto ref = equivalence::train_steps(one, plain);
+      const auto ref = equivalence::one_device_reference(s);
       const strata::GradientStats before = strategy.gradient_stats();
-      const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+      const double diff = equivalence::train_difference(strategy, s, ref);
       const strata::GradientStats after = strategy.gradient_stats();
       const bool gather = std::string_view(way) == "gather";
       const std::int64_t steps = after.steps - before.steps;
@@ -172,7 +148,7 @@ int check_all() {
     s.examples = 20 * 25 + 10;
     strata::OneDeviceStrategy one;
     const auto ref = equivalence::train_steps(one, s);
-    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const double diff = equivalence::train_difference(strategy, s, ref);
     const bool ok = diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: SyncBatchNorm (%s): parameters and running statistics differ by %.3g (relative)\n",
@@ -208,7 +184,7 @@ int check_all() {
     own.per_worker_input = true;
     strata::OneDeviceStrategy one;
     const auto ref = equivalence::train_steps(one, plain);
-    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, own), ref);
+    const double diff = equivalence::train_difference(strategy, own, ref);
     const bool ok = diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: per-worker input function: parameters differ by %.3g (relative)\n",
@@ -513,10 +489,10 @@ int check_compression(int n, int rank) {
     double diff = 0;
     if constexpr (std::is_constructible_v<C, const std::string&>) {  // Gloo: a fresh rendezvous prefix
       strata::MultiWorkerMirroredStrategy<C> strategy(o, "compressed_" + std::string(name));
-      diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+      diff = equivalence::train_difference(strategy, s, ref);
     } else {
       strata::MultiWorkerMirroredStrategy<C> strategy(o);
-      diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+      diff = equivalence::train_difference(strategy, s, ref);
     }
     const double bound = steps * (2 * n - 1) * u;
     const bool ok = diff <= bound && diff > 0;  // > 0: the bytes did travel in 16 bits

@@ -21,10 +21,7 @@ void check_uneven_batches_on_two_devices(Make&& make) {
       s.accumulation = k;
       s.clip_norm = clip ? 0.5 : 0.0;
       std::vector<double> want_losses, got_losses;
-      strata::OneDeviceStrategy one;
-      Setup plain = s;
-      plain.accumulation = 1;
-      const auto want = train_steps(one, plain, &want_losses);
+      const auto want = one_device_reference(s, &want_losses);
       CAPTURE(k);
       CAPTURE(clip);
       auto strategy = make();

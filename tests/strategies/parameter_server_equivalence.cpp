@@ -51,11 +51,8 @@ int check_sync(int servers) {
         equivalence::Setup s;
         s.conv = conv;
         s.accumulation = k;
-        equivalence::Setup plain = s;
-        plain.accumulation = 1;
-        strata::OneDeviceStrategy one;
         std::vector<double> ref_losses, losses;
-        const auto ref = equivalence::train_steps(one, plain, &ref_losses);
+        const auto ref = equivalence::one_device_reference(s, &ref_losses);
         // 2 KiB partitions: the 32x32 and conv-to-dense weights are split over the servers.
         strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .update_on_servers = on_servers, .partition_bytes = 2048});
         const auto got = equivalence::train_steps(strategy, s, &losses);
@@ -87,7 +84,7 @@ int check_sync(int servers) {
     // Clipping runs on the workers, before the update: the workers update (update_on_servers = false).
     strata::ParameterServerStrategy<C, strata::ps::Sync> strategy(
         {.servers = servers, .update_on_servers = s.clip_norm == 0, .partition_bytes = 2048});
-    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const double diff = equivalence::train_difference(strategy, s, ref);
     const bool ok = diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d: sync, %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
@@ -141,22 +138,7 @@ int check_sync(int servers) {
     strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .partition_bytes = 2048});
     const auto path = std::filesystem::temp_directory_path() /
                       ("strata_ps_weights_" + std::to_string(servers) + "_" + std::to_string(strategy.num_workers()) + ".weights");
-    double loaded_diff = 1, held_diff = 1;
-    s.after_training = [&](strata::nn::Module& trained) {
-      if (strategy.is_chief()) strata::save_weights(trained, path);
-      double written = 0;  // every rank waits for the chief's file
-      strategy.sum_across_processes(std::span<double>(&written, 1));
-      auto fresh = equivalence::model(false);
-      strata::load_weights(fresh, path);
-      std::vector<std::vector<float>> mine, loaded;
-      for (const strata::Tensor& p : trained.parameters()) mine.push_back(p.to_vector<float>());
-      for (const strata::Tensor& p : fresh.parameters()) loaded.push_back(p.to_vector<float>());
-      held_diff = equivalence::max_relative_difference(loaded, mine);
-      loaded_diff = equivalence::max_relative_difference(loaded, ref);
-      strategy.sum_across_processes(std::span<double>(&written, 1));  // every rank has read it
-      if (strategy.is_chief()) std::filesystem::remove(path);
-    };
-    (void)equivalence::train_steps(strategy, s);
+    const auto [held_diff, loaded_diff] = equivalence::saved_weights_difference(strategy, s, ref, path);
     const bool ok = held_diff == 0 && loaded_diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d: save_weights from the chief, loaded into a one-device model: %.3g from this rank's "
@@ -171,7 +153,7 @@ int check_sync(int servers) {
     strata::OneDeviceStrategy one;
     const auto ref = equivalence::train_steps(one, s);
     strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .partition_bytes = 2048});
-    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref);
+    const double diff = equivalence::train_difference(strategy, s, ref);
     const bool ok = diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d: sync, dropout: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
@@ -223,7 +205,7 @@ int check_sync(int servers) {
     strata::OneDeviceStrategy one;
     const auto ref = equivalence::train_steps(one, plain);
     strata::ParameterServerStrategy<C, strata::ps::Sync> strategy({.servers = servers, .partition_bytes = 2048});
-    const double diff = equivalence::max_relative_difference(equivalence::train_steps(strategy, own), ref);
+    const double diff = equivalence::train_difference(strategy, own, ref);
     const bool ok = diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d: sync, per-worker input function: parameters differ by %.3g (relative)\n",

@@ -24,16 +24,7 @@ using strata::Tensor;
 static_assert(strata::Strategy<strata::MirroredStrategy<>>);
 static_assert(strata::Strategy<strata::CentralStorageStrategy<>>);
 
-namespace {
-
-std::vector<std::vector<float>> reference(const equivalence::Setup& s, std::vector<double>* losses = nullptr) {
-  strata::OneDeviceStrategy one;
-  equivalence::Setup plain = s;
-  plain.accumulation = 1;
-  return equivalence::train_steps(one, plain, losses);
-}
-
-}  // namespace
+using equivalence::one_device_reference;
 
 TEST_CASE("Strategy.Mirrored.EquivalentToOneDevice") {
   for (bool conv : {false, true})
@@ -42,7 +33,7 @@ TEST_CASE("Strategy.Mirrored.EquivalentToOneDevice") {
       s.conv = conv;
       s.accumulation = k;
       std::vector<double> ref_losses;
-      const auto ref = reference(s, &ref_losses);
+      const auto ref = one_device_reference(s, &ref_losses);
       // Small buckets, so the MLP spreads over several and their order matters. Whole
       // gradients (the default), and sharded ones (each replica reduces only its share) with
       // the update split in every step and switching between split and whole.
@@ -88,7 +79,7 @@ TEST_CASE("Strategy.Mirrored.MeasuredRowsFollowSpeedAndTrainTheSame") {
         equivalence::Setup s;
         s.accumulation = k;
         std::vector<double> ref_losses;
-        const auto ref = reference(s, &ref_losses);
+        const auto ref = one_device_reference(s, &ref_losses);
         const int slow = n - 1;
         std::vector<std::vector<std::int64_t>> rows(static_cast<std::size_t>(n));  // [replica][step]
         s.on_replica_rows = [&](int r, std::int64_t count) {
@@ -175,29 +166,37 @@ TEST_CASE("Strategy.Mirrored.ShardedGradientsWholeWhenRead") {
 // padding) trains exactly as the partial batch does on one device.
 TEST_CASE("Strategy.Mirrored.PaddedLastBatchEquivalentToPartial") {
   equivalence::Setup s;
-  const auto ref = reference(s);
+  const auto ref = one_device_reference(s);
   s.remainder = strata::data::Remainder::pad;
   for (int n : {1, 2, 3, 4}) {
     CAPTURE(n);
     strata::MirroredStrategy strategy(n);
-    CHECK(equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref) < 1e-5);
+    CHECK(equivalence::train_difference(strategy, s, ref) < 1e-5);
   }
   strata::OneDeviceStrategy one;
-  CHECK(equivalence::max_relative_difference(equivalence::train_steps(one, s), ref) < 1e-6);
+  CHECK(equivalence::train_difference(one, s, ref) < 1e-6);
 }
 
 TEST_CASE("Strategy.CentralStorage.EquivalentToOneDevice") {
   for (int k : {1, 2}) {
     equivalence::Setup s;
     s.accumulation = k;
-    const auto ref = reference(s);
+    const auto ref = one_device_reference(s);
     for (int n : {2, 3, 4}) {
       CAPTURE(k);
       CAPTURE(n);
       strata::CentralStorageStrategy strategy(n);
-      CHECK(equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref) < 1e-5);
+      CHECK(equivalence::train_difference(strategy, s, ref) < 1e-5);
     }
   }
+}
+
+/// Mirrored and CentralStorage over n replicas both train s to within 1e-5 of one device (ref).
+static void check_mirrored_and_central(int n, const equivalence::Setup& s, const std::vector<std::vector<float>>& ref) {
+  strata::MirroredStrategy mirrored(n);
+  CHECK(equivalence::train_difference(mirrored, s, ref) < 1e-5);
+  strata::CentralStorageStrategy central(n);
+  CHECK(equivalence::train_difference(central, s, ref) < 1e-5);
 }
 
 /// The plain setup on a global batch of `global`, with `loss`.
@@ -212,14 +211,11 @@ TEST_CASE("Strategy.ScheduleEquivalentToOneDevice") {
   equivalence::Setup s;
   s.schedule = true;
   s.global_batch = 25;
-  const auto ref = reference(s);
-  CHECK(equivalence::max_relative_difference(reference(setup(25)), ref) > 1e-3);
+  const auto ref = one_device_reference(s);
+  CHECK(equivalence::max_relative_difference(one_device_reference(setup(25)), ref) > 1e-3);
   for (int n : {2, 3}) {
     CAPTURE(n);
-    strata::MirroredStrategy mirrored(n);
-    CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, s), ref) < 1e-5);
-    strata::CentralStorageStrategy central(n);
-    CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, s), ref) < 1e-5);
+    check_mirrored_and_central(n, s, ref);
   }
 }
 
@@ -227,25 +223,25 @@ TEST_CASE("Strategy.GlobalNormClippingEquivalentToOneDevice") {
   equivalence::Setup s;
   s.clip_norm = 0.5;
   s.global_batch = 25;
-  const auto ref = reference(s);
-  CHECK(equivalence::max_relative_difference(reference(setup(25)), ref) > 1e-3);
+  const auto ref = one_device_reference(s);
+  CHECK(equivalence::max_relative_difference(one_device_reference(setup(25)), ref) > 1e-3);
   // The clip multi_worker_equivalence and parameter_server_equivalence run changes the result too.
   equivalence::Setup smoothed = setup(25, equivalence::Loss::smoothed_cross_entropy);
-  const auto unclipped = reference(smoothed);
+  const auto unclipped = one_device_reference(smoothed);
   smoothed.clip_norm = 0.1;
-  CHECK(equivalence::max_relative_difference(reference(smoothed), unclipped) > 1e-3);
+  CHECK(equivalence::max_relative_difference(one_device_reference(smoothed), unclipped) > 1e-3);
   for (int n : {2, 3}) {
     CAPTURE(n);
     strata::MirroredStrategy mirrored(n);
-    CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, s), ref) < 1e-5);
+    CHECK(equivalence::train_difference(mirrored, s, ref) < 1e-5);
     // Sharded gradients with the update split (each replica updates its share), small buckets.
     strata::MirroredStrategy sharded(n, {.bucket_bytes = 2048, .split_update = strata::UpdateSplit::on,
                                          .gradients = strata::GradientLayout::sharded});
-    CHECK(equivalence::max_relative_difference(equivalence::train_steps(sharded, s), ref) < 1e-5);
+    CHECK(equivalence::train_difference(sharded, s, ref) < 1e-5);
     strata::MirroredStrategy split(n, {.bucket_bytes = 2048, .split_update = strata::UpdateSplit::on});
-    CHECK(equivalence::max_relative_difference(equivalence::train_steps(split, s), ref) < 1e-5);
+    CHECK(equivalence::train_difference(split, s, ref) < 1e-5);
     strata::CentralStorageStrategy central(n);
-    CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, s), ref) < 1e-5);
+    CHECK(equivalence::train_difference(central, s, ref) < 1e-5);
   }
 }
 
@@ -257,15 +253,12 @@ TEST_CASE("Strategy.EveryLossEquivalentToOneDevice") {
       equivalence::Setup s;
       s.loss = loss;
       s.global_batch = global;
-      const auto ref = reference(s);
+      const auto ref = one_device_reference(s);
       for (int n : {2, 3}) {
         CAPTURE(static_cast<int>(loss));
         CAPTURE(global);
         CAPTURE(n);
-        strata::MirroredStrategy mirrored(n);
-        CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, s), ref) < 1e-5);
-        strata::CentralStorageStrategy central(n);
-        CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, s), ref) < 1e-5);
+        check_mirrored_and_central(n, s, ref);
       }
     }
 }
@@ -280,7 +273,7 @@ TEST_CASE("Strategy.DropoutEquivalentToOneDevice") {
       s.dropout = true;
       s.conv = conv;
       s.global_batch = global;
-      const auto ref = reference(s);
+      const auto ref = one_device_reference(s);
       for (int n : {2, 3})
         for (int k : {1, 2}) {
           CAPTURE(conv);
@@ -289,10 +282,7 @@ TEST_CASE("Strategy.DropoutEquivalentToOneDevice") {
           CAPTURE(k);
           equivalence::Setup sk = s;
           sk.accumulation = k;
-          strata::MirroredStrategy mirrored(n);
-          CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, sk), ref) < 1e-5);
-          strata::CentralStorageStrategy central(n);
-          CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, sk), ref) < 1e-5);
+          check_mirrored_and_central(n, sk, ref);
         }
     }
 }
@@ -308,15 +298,12 @@ TEST_CASE("Strategy.SyncBatchNormEquivalentToOneDevice") {
       s.conv = conv;
       s.global_batch = global;
       s.examples = 20 * global + 10;
-      const auto ref = reference(s);
+      const auto ref = one_device_reference(s);
       for (int n : {2, 3}) {
         CAPTURE(conv);
         CAPTURE(global);
         CAPTURE(n);
-        strata::MirroredStrategy mirrored(n);
-        CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, s), ref) < 1e-5);
-        strata::CentralStorageStrategy central(n);
-        CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, s), ref) < 1e-5);
+        check_mirrored_and_central(n, s, ref);
       }
     }
 }
@@ -331,12 +318,12 @@ TEST_CASE("Strategy.SparseTableEquivalentToOneDevice") {
     s.table = true;
     s.global_batch = global;
     s.examples = 20 * global + 10;
-    const auto ref = reference(s);
+    const auto ref = one_device_reference(s);
     equivalence::Setup dense = s, dense_rule = s;
     dense.table_gradient = strata::TableGradient::dense;
     dense_rule.sparse_updates = strata::optim::SparseUpdates::dense;
-    const auto dense_ref = reference(dense);
-    CHECK(equivalence::max_relative_difference(reference(dense_rule), dense_ref) == 0);
+    const auto dense_ref = one_device_reference(dense);
+    CHECK(equivalence::max_relative_difference(one_device_reference(dense_rule), dense_ref) == 0);
     CHECK(equivalence::max_relative_difference(ref, dense_ref) > 1e-3);  // lazy momentum is another rule
     for (const char* way : {"gather", "dense"}) {
       const equivalence::ScopedEnv env("STRATA_ROW_AGGREGATION", way);
@@ -350,15 +337,15 @@ TEST_CASE("Strategy.SparseTableEquivalentToOneDevice") {
           equivalence::Setup sk = s;
           sk.accumulation = k;
           strata::MirroredStrategy mirrored(n);
-          CHECK(equivalence::max_relative_difference(equivalence::train_steps(mirrored, sk), ref) < 1e-5);
+          CHECK(equivalence::train_difference(mirrored, sk, ref) < 1e-5);
           const strata::GradientStats st = mirrored.gradient_stats();
           CHECK(st.tables_gathered == (gather ? st.steps : 0));  // the way asked for, every step
           CHECK(st.tables_dense == (gather ? 0 : st.steps));
           CHECK(st.table_touched_bytes > 0);
           strata::MirroredStrategy split(n, {.split_update = strata::UpdateSplit::on});
-          CHECK(equivalence::max_relative_difference(equivalence::train_steps(split, sk), ref) < 1e-5);
+          CHECK(equivalence::train_difference(split, sk, ref) < 1e-5);
           strata::CentralStorageStrategy central(n);
-          CHECK(equivalence::max_relative_difference(equivalence::train_steps(central, sk), ref) < 1e-5);
+          CHECK(equivalence::train_difference(central, sk, ref) < 1e-5);
         }
     }
     for (int n : {2, 3})  // sharded sums: the table is one more dense bucket
@@ -367,7 +354,7 @@ TEST_CASE("Strategy.SparseTableEquivalentToOneDevice") {
         sk.accumulation = k;
         strata::MirroredStrategy sharded(n, {.split_update = strata::UpdateSplit::on,
                                              .gradients = strata::GradientLayout::sharded});
-        CHECK(equivalence::max_relative_difference(equivalence::train_steps(sharded, sk), ref) < 1e-5);
+        CHECK(equivalence::train_difference(sharded, sk, ref) < 1e-5);
         CHECK(sharded.gradient_stats().tables_gathered + sharded.gradient_stats().tables_dense == 0);
       }
   }
@@ -537,7 +524,7 @@ TEST_CASE("Strategy.Mirrored.EmptyReplicaBatch") {
   strata::OneDeviceStrategy one;
   const auto ref = equivalence::train_steps(one, s);
   strata::MirroredStrategy strategy(4);
-  CHECK(equivalence::max_relative_difference(equivalence::train_steps(strategy, s), ref) < 1e-5);
+  CHECK(equivalence::train_difference(strategy, s, ref) < 1e-5);
 }
 
 // RELIABILITY D3: a NaN (then an Inf) in one replica's gradients at one step. Skip: every
