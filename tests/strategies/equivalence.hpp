@@ -399,6 +399,22 @@ inline double max_relative_difference(const std::vector<std::vector<float>>& a, 
   return worst;
 }
 
+/// The users' losses as the multi-process equivalences run them: `loss` on a global batch of 25,
+/// MSE with a cosine schedule with warm-up, the label-smoothed cross-entropy clipped to norm 0.1.
+inline Setup user_loss_setup(Loss loss) {
+  Setup s;
+  s.loss = loss;
+  s.global_batch = 25;
+  s.schedule = loss == Loss::mse;
+  s.clip_norm = loss == Loss::smoothed_cross_entropy ? 0.1 : 0;
+  return s;
+}
+
+/// What user_loss_setup(loss) trains, in words.
+inline const char* user_loss_name(Loss loss) {
+  return loss == Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1";
+}
+
 /// One device's parameters after training `s` in whole batches (s.accumulation's micro-batches
 /// sum to the same gradient): the reference every strategy is held to.
 inline std::vector<std::vector<float>> one_device_reference(const Setup& s, std::vector<double>* losses = nullptr) {

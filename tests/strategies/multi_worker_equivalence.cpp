@@ -71,18 +71,13 @@ int check_all() {
   // The user's losses: MSE and a label-smoothed cross-entropy (compute_average_loss), on a
   // global batch of 25 (uneven over 2 and 3 processes).
   for (auto loss : {equivalence::Loss::mse, equivalence::Loss::smoothed_cross_entropy}) {
-    equivalence::Setup s;
-    s.loss = loss;
-    s.global_batch = 25;
-    s.schedule = loss == equivalence::Loss::mse;                          // and a cosine schedule with warm-up
-    s.clip_norm = loss == equivalence::Loss::smoothed_cross_entropy ? 0.1 : 0;  // and global-norm clipping
-    strata::OneDeviceStrategy one;
-    const auto ref = equivalence::train_steps(one, s);
+    const equivalence::Setup s = equivalence::user_loss_setup(loss);
+    const auto ref = equivalence::one_device_reference(s);
     const double diff = equivalence::train_difference(strategy, s, ref);
     const bool ok = diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
-                rank, n, loss == equivalence::Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1", diff);
+                rank, n, equivalence::user_loss_name(loss), diff);
   }
   // Weights for inference from the chief: a fresh one-device model loaded from the file holds
   // what every rank holds, bit for bit, and what one device trained.

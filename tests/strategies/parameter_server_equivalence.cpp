@@ -74,13 +74,8 @@ int check_sync(int servers) {
   // The user's losses: MSE and a label-smoothed cross-entropy (compute_average_loss), on a
   // global batch of 25 (uneven over the workers).
   for (auto loss : {equivalence::Loss::mse, equivalence::Loss::smoothed_cross_entropy}) {
-    equivalence::Setup s;
-    s.loss = loss;
-    s.global_batch = 25;
-    s.schedule = loss == equivalence::Loss::mse;                          // and a cosine schedule with warm-up
-    s.clip_norm = loss == equivalence::Loss::smoothed_cross_entropy ? 0.1 : 0;  // and global-norm clipping
-    strata::OneDeviceStrategy one;
-    const auto ref = equivalence::train_steps(one, s);
+    const equivalence::Setup s = equivalence::user_loss_setup(loss);
+    const auto ref = equivalence::one_device_reference(s);
     // Clipping runs on the workers, before the update: the workers update (update_on_servers = false).
     strata::ParameterServerStrategy<C, strata::ps::Sync> strategy(
         {.servers = servers, .update_on_servers = s.clip_norm == 0, .partition_bytes = 2048});
@@ -88,7 +83,7 @@ int check_sync(int servers) {
     const bool ok = diff < 1e-5;
     failures += ok ? 0 : 1;
     std::printf("%s rank %d: sync, %s, global batch 25: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
-                strategy.rank(), loss == equivalence::Loss::mse ? "mse with a cosine schedule" : "smoothed cross-entropy clipped to norm 0.1", diff);
+                strategy.rank(), equivalence::user_loss_name(loss), diff);
   }
   // A table with row-sparse gradients, cut by rows over the servers: each worker pushes the
   // rows it touched; the lazy rule or the dense one, on the servers or on the workers; a
