@@ -44,14 +44,16 @@ void product(bool ta, std::int64_t m, std::int64_t n, std::int64_t k, const T* a
   gemm(math::GemmArgs<T>{ta, false, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc});
 }
 
-/// Asks the cache for `rows` rows of `cols` elements, `ld` apart: the next head's operands,
-/// fetched while this head computes (a head's rows are lines far apart, which the hardware
-/// prefetcher does not pick up before the head's small products are done).
+/// Asks L2 for `rows` rows of `cols` elements, `ld` apart: the next head's operands, fetched
+/// while this head computes (a head's rows are lines far apart, which the hardware prefetcher
+/// does not pick up before the head's small products are done). Into L2, not L1: a head's
+/// own operands, turned keys and probabilities fill a 32 KiB L1, and the next head's lines
+/// brought there evicted them (on Zen 4 no faster than no prefetch at all).
 template <class T>
 void prefetch_rows(const T* p, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
   constexpr auto line = static_cast<std::int64_t>(64 / sizeof(T));
   for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; c += line) __builtin_prefetch(p + r * ld + c);
+    for (std::int64_t c = 0; c < cols; c += line) __builtin_prefetch(p + r * ld + c, 0, 2);
 }
 
 /// dst [cols, rows] = src [rows, cols] (row stride ld): a head's keys or values turned so that
