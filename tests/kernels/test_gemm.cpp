@@ -245,12 +245,16 @@ TEST_CASE("Kernels.GemmKernel.FollowsTheCpuTheBlasAndStrataGemm") {
     CHECK(kernel.name == fallback);  // never the AVX-512 kernel on a CPU without AVX-512
   } else if (mode == "strata") {
     CHECK(kernel.name == "strata-avx512");
+    CHECK(!kernel.split());
   } else if (mode == "blas") {
     CHECK(kernel.name == fallback);
   } else {
 #if STRATA_HAS_BLAS
-    // auto: OpenBLAS's own AVX-512 kernels stay; narrower ones give way to strata's.
-    CHECK(kernel.avx512() == !kc::detail::is_avx512_core(kc::blas_core().used));
+    // auto: narrower OpenBLAS kernels give way to strata's; beside OpenBLAS's own AVX-512
+    // kernels, strata's takes the products that read A by rows and OpenBLAS the transposed ones.
+    CHECK(kernel.avx512());
+    CHECK(kernel.split() == kc::detail::is_avx512_core(kc::blas_core().used));
+    CHECK(kernel.name == (kernel.split() ? "strata-avx512+openblas" : "strata-avx512"));
 #else
     CHECK(kernel.avx512());
 #endif

@@ -134,9 +134,12 @@ void gemm_blas(const GemmArgs<T>& g) {
 
 /// The kernel that runs float GEMMs in this process, and why (gemm_kernel()).
 struct GemmKernel {
-  std::string name;    ///< "strata-avx512", "openblas" or "builtin"
+  std::string name;    ///< "strata-avx512", "strata-avx512+openblas", "openblas" or "builtin"
   std::string reason;  ///< why this one
-  bool avx512() const noexcept { return name == "strata-avx512"; }
+  /// strata's AVX-512 kernel runs the float GEMMs, all of them or (split()) those it leads.
+  bool avx512() const noexcept { return name.rfind("strata-avx512", 0) == 0; }
+  /// OpenBLAS keeps the products whose A is read transposed (the weight gradients, G^T X).
+  bool split() const noexcept { return name == "strata-avx512+openblas"; }
 };
 
 namespace detail {
@@ -167,7 +170,10 @@ inline GemmKernel select_gemm_kernel() {
   if (mode == "blas") return {fallback, "STRATA_GEMM=blas"};
 #if STRATA_HAS_BLAS
   const std::string& core = blas_core().used;
-  if (is_avx512_core(core)) return {"openblas", "OpenBLAS runs its AVX-512 kernels (" + core + ")" + note};
+  if (is_avx512_core(core))
+    return {"strata-avx512+openblas", "OpenBLAS runs its AVX-512 kernels (" + core +
+                                          "): strata's takes the products that read A by rows, OpenBLAS the "
+                                          "transposed ones" + note};
   return {"strata-avx512", "OpenBLAS runs its " + core + " kernels, narrower than this CPU's AVX-512" + note};
 #else
   return {"strata-avx512", "this CPU has AVX-512 and the build has no OpenBLAS" + note};
@@ -189,7 +195,8 @@ void gemm(const GemmArgs<T>& g) {
 #ifdef STRATA_GEMM_AVX512
   if constexpr (std::is_same_v<T, float>) {
     // strata's kernel is single-threaded: OpenBLAS keeps the GEMMs it was given threads for.
-    if (gemm_kernel().avx512()
+    const GemmKernel& kernel = gemm_kernel();
+    if (kernel.avx512() && !(kernel.split() && g.trans_a)
 #if STRATA_HAS_BLAS
         && openblas_get_num_threads() == 1
 #endif
