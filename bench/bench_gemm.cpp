@@ -89,10 +89,14 @@ int main(int argc, char** argv) {
   // (batch 64, a 64-channel 3 x 3 layer on 7 x 7 planes) products, forward and backward.
   const Shape shapes[] = {
       {"transformer qkv: x W^T", 2048, 384, 128, false, true},
+      {"transformer mlp up: x W^T", 2048, 512, 128, false, true},
       {"transformer mlp down: x W^T", 2048, 128, 512, false, true},
-      {"transformer mlp up: dY W", 2048, 128, 512, false, false},
-      {"transformer dW: G^T X", 512, 128, 2048, true, false},
-      {"transformer dW: G^T X", 128, 128, 2048, true, false},
+      {"transformer mlp up dX: G W", 2048, 128, 512, false, false},
+      {"transformer mlp down dX: G W", 2048, 512, 128, false, false},
+      {"transformer qkv dX: G W", 2048, 128, 384, false, false},
+      {"transformer mlp up dW: G^T X", 512, 128, 2048, true, false},
+      {"transformer qkv dW: G^T X", 384, 128, 2048, true, false},
+      {"transformer proj dW: G^T X", 128, 128, 2048, true, false},
       {"attention: P V", 64, 32, 64, false, false},
       {"resnet conv: W cols", 64, 3136, 576, false, false},
       {"resnet conv dW: G cols^T", 64, 576, 3136, false, true},

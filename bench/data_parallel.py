@@ -86,7 +86,9 @@ def peer_env(env, build):
     BLAS calls (Debian's torch takes its linear layers' GEMMs from the same OpenBLAS) run the
     same kernels; a peer left on a fallback OpenBLAS chose would flatter the ratio. Where strata
     runs its own AVX-512 GEMM (strata-info's "gemm kernel"), the peer gets OpenBLAS's AVX-512
-    kernels, SkylakeX: the nearest it has, whatever OPENBLAS_CORETYPE the host pins."""
+    kernels, SkylakeX: the nearest it has, whatever OPENBLAS_CORETYPE the host pins. Where strata
+    splits its GEMMs with OpenBLAS's own AVX-512 kernels (strata-avx512+openblas), the peer gets
+    those same kernels."""
     if strata_info_line(build, "gemm kernel") == "strata-avx512":
         return dict(env, OPENBLAS_CORETYPE="SkylakeX")
     kernels = blas_kernels(build)
