@@ -232,6 +232,42 @@ TEST_CASE("Kernels.Gemm.Avx512MatchesFloat64Reference") {
 }
 #endif
 
+#if defined(STRATA_GEMM_AVX512) && STRATA_HAS_BLAS
+TEST_CASE("Kernels.GemmKernel.SplitRunsEachProductOnItsKernel") {
+  // Split by shape (OpenBLAS runs AVX-512 kernels of its own): a product that reads A by rows
+  // gives strata's kernel's bits, one with A transposed OpenBLAS's. The two kernels sum in
+  // different orders, so on these shapes their bits differ and each equality names its kernel.
+  namespace kc = strata::kernels::cpu;
+  if (!kc::gemm_kernel().split()) {
+    MESSAGE("gemm kernel ", kc::gemm_kernel().name, ": no split to check");
+    return;
+  }
+  // strata's kernel is single-threaded and gives way to a multi-threaded OpenBLAS.
+  struct OneBlasThread {
+    int before = openblas_get_num_threads();
+    OneBlasThread() { kc::set_blas_threads(1); }
+    ~OneBlasThread() { kc::set_blas_threads(before); }
+  } one_thread;
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true}) {
+      const std::int64_t m = 37, n = 45, k = 300, lda = ta ? m : k, ldb = tb ? k : n;
+      const auto a = ref::random_vector(static_cast<std::size_t>(m * k), 31);
+      const auto b = ref::random_vector(static_cast<std::size_t>(k * n), 32);
+      const std::vector<float> A(a.begin(), a.end()), B(b.begin(), b.end());
+      std::vector<float> dispatched(static_cast<std::size_t>(m * n)), strata(dispatched), blas(dispatched);
+      const auto run = [&](void (*f)(const kc::GemmArgs<float>&), std::vector<float>& c) {
+        f(kc::GemmArgs<float>{ta, tb, m, n, k, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, c.data(), n});
+      };
+      run(&kc::gemm<float>, dispatched);
+      run(&kc::gemm_avx512, strata);
+      run(&kc::gemm_blas<float>, blas);
+      INFO("ta=", ta, " tb=", tb);
+      REQUIRE(strata != blas);  // else the check below could not tell them apart
+      CHECK(dispatched == (ta ? blas : strata));
+    }
+}
+#endif
+
 TEST_CASE("Kernels.GemmKernel.FollowsTheCpuTheBlasAndStrataGemm") {
   namespace kc = strata::kernels::cpu;
   const kc::GemmKernel& kernel = kc::gemm_kernel();
