@@ -116,6 +116,45 @@ TEST_CASE("NN.Losses: cross-entropy with label smoothing, NLL, and padding rows"
                        doctest::Contains("label_smoothing must be in [0, 1]"), invalid_argument);
 }
 
+TEST_CASE("NN.Losses: per-example cross-entropy in float32 follows float64, large logits and padding rows included") {
+  // The fused per-row kernel (Reduction::none) over a language model's 114 classes, whose
+  // float exponentials run in vector packs: values and the gradient of Σ w_r loss_r against
+  // float64 loops, logits up to ±60 (stable: logsumexp, not log of a softmax that underflows).
+  const std::int64_t n = 37, c = 114;
+  const Tensor logits64 = f64({n, c}, 21, -60, 60);
+  std::vector<std::int64_t> y;
+  for (std::int64_t r = 0; r < n; ++r) y.push_back(r % 9 == 4 ? kPadLabel : (r * 31) % c);
+  const Tensor w64 = f64({n}, 22, 0.5, 1.5);
+  const auto nls = neg_log_softmax(logits64);
+  const auto w = values(w64);
+  std::vector<double> want_loss, want_grad(static_cast<std::size_t>(n * c), 0.0);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    want_loss.push_back(y[ur] == kPadLabel ? 0.0 : nls[ur][static_cast<std::size_t>(y[ur])]);
+    if (y[ur] == kPadLabel) continue;
+    for (std::int64_t k = 0; k < c; ++k) {  // w_r (softmax - onehot), softmax = e^{-(-log p)}
+      const auto i = static_cast<std::size_t>(r * c + k);
+      want_grad[i] = w[ur] * (std::exp(-nls[ur][static_cast<std::size_t>(k)]) - (k == y[ur] ? 1.0 : 0.0));
+    }
+  }
+  Tensor logits = to_dtype(logits64, DType::f32).requires_grad_(true);
+  const Tensor per = nn::cross_entropy(logits, labels_of(y), Reduction::none);
+  REQUIRE(per.shape() == Shape{n});
+  const auto got = values(to_dtype(per, DType::f64));
+  for (std::size_t r = 0; r < got.size(); ++r) {
+    CAPTURE(r);
+    CHECK(got[r] == doctest::Approx(want_loss[r]).epsilon(1e-5).scale(1e-5));
+  }
+  const std::vector<Tensor> inputs{logits};
+  const auto grads = grad(sum(mul(per, to_dtype(w64, DType::f32))), inputs);
+  const auto g = values(to_dtype(grads[0], DType::f64));
+  REQUIRE(g.size() == want_grad.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    CAPTURE(i);
+    CHECK(g[i] == doctest::Approx(want_grad[i]).epsilon(1e-5).scale(1e-6));
+  }
+}
+
 TEST_CASE("NN.Losses: gradients equal finite differences") {
   const Tensor t = f64({4, 3}, 11), z = f64({4, 3}, 12, 0, 1);
   const std::vector<std::int64_t> y{1, kPadLabel, 2, 0};
@@ -127,6 +166,7 @@ TEST_CASE("NN.Losses: gradients equal finite differences") {
       {"bce_with_logits", [&](const Tensor& p) { return nn::bce_with_logits(p, z, Reduction::none); }},
       {"nll", [&](const Tensor& p) { return nn::nll_loss(log_softmax(p), labels_of(y), Reduction::none); }},
       {"cross_entropy smoothed", [&](const Tensor& p) { return nn::cross_entropy(p, labels_of(y), Reduction::none, 0, 0.2); }},
+      {"cross_entropy per example", [&](const Tensor& p) { return nn::cross_entropy(p, labels_of(y), Reduction::none); }},
       {"cross_entropy fused", [&](const Tensor& p) { return nn::cross_entropy(p, labels_of(y), Reduction::sum_over_global_batch, 7); }},
       {"compute_average_loss", [&](const Tensor& p) { return compute_average_loss(nn::mse_loss(p, t, Reduction::none), 10); }},
   };

@@ -187,6 +187,8 @@ inline Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reductio
   if (r != Reduction::none && label_smoothing == 0.0)  // the fused kernel: one pass, and a device path
     return softmax_cross_entropy(logits, labels,
                                  detail::reduction_scale("cross_entropy", r, logits.dim(0), global_batch));
+  if (label_smoothing == 0.0 && logits.device() == Device::cpu())  // per example, fused on the host
+    return softmax_cross_entropy_rows(logits, labels);
   const std::int64_t classes = logits.dim(1);
   Tensor logp = log_softmax(logits);
   Tensor per = neg(sum(mul(detail::one_hot("cross_entropy", labels, classes, logits), logp), {1}));

@@ -68,6 +68,36 @@ inline void softmax_xent_backward(autograd::Node& n, std::uint64_t epoch) {
   });
 }
 
+/// softmax_cross_entropy_rows' backward: dlogits[r] = g[r] (softmax(logits[r]) - onehot(r)).
+inline void softmax_xent_rows_backward(autograd::Node& n, std::uint64_t epoch) {
+  auto s = autograd::grad_slot(n.in[0], epoch);
+  if (!s) return;
+  const Tensor &prob = n.saved[0], &labels = n.saved[1];
+  const Tensor g = autograd::grad_output(n).contiguous();
+  strata::detail::visit_floating(prob.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    visit_label(labels.dtype(), [&](auto ltag) {
+      using L = decltype(ltag);
+      kernels::cpu::softmax_xent_backward<T, L>(prob.dim(0), prob.dim(1), prob.template data<T>(),
+                                                labels.template data<L>(), T(1), s.dst.template data<T>(), s.accumulate,
+                                                g.template data<T>());
+    });
+  });
+}
+
+/// Checks the labels of a softmax cross-entropy over `cols` classes: class indices in
+/// [0, cols) or kPadLabel; a device's labels are copied to the host for it.
+inline void check_class_labels(const Tensor& labels, std::int64_t cols) {
+  const Tensor host = labels.to(Device::cpu());
+  visit_label(host.dtype(), [&](auto ltag) {
+    using L = decltype(ltag);
+    const L* l = host.template data<L>();
+    for (std::int64_t r = 0; r < host.dim(0); ++r)
+      STRATA_CHECK((l[r] >= 0 && static_cast<std::int64_t>(l[r]) < cols) || l[r] == kPadLabel, "cross_entropy: label ",
+                   +l[r], " of row ", r, " is outside [0, ", cols, ") and is not the padding label ", kPadLabel);
+  });
+}
+
 /// The logistic function, in a form that does not overflow for either sign of x.
 template <class T>
 T logistic(T x) {
@@ -156,14 +186,7 @@ inline Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, 
   STRATA_CHECK(logits.dim(1) > 0, "cross_entropy over zero classes: logits ", logits.shape());
   const std::int64_t rows = logits.dim(0), cols = logits.dim(1);
   Tensor xc = logits.contiguous(), lc = labels.contiguous();
-  const Tensor host_labels = lc.to(Device::cpu());  // checked on the host (a device's labels: one small copy)
-  ops::detail::visit_label(lc.dtype(), [&](auto ltag) {
-    using L = decltype(ltag);
-    const L* l = host_labels.template data<L>();
-    for (std::int64_t r = 0; r < rows; ++r)
-      STRATA_CHECK((l[r] >= 0 && static_cast<std::int64_t>(l[r]) < cols) || l[r] == kPadLabel, "cross_entropy: label ",
-                   +l[r], " at row ", r, " is outside [0, ", cols, ") and is not the padding label ", kPadLabel);
-  });
+  ops::detail::check_class_labels(lc, cols);
   Tensor prob = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   Tensor out = Tensor::empty({}, logits.dtype(), logits.device());
   if (on_device(logits)) {
@@ -185,6 +208,33 @@ inline Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, 
     n->saved = {prob, lc};
     n->f[0] = scale;
   }
+  return out;
+}
+
+/// Each row's logsumexp(logits[r]) - logits[r, labels[r]] as a [N] tensor (0 for a padding row,
+/// label kPadLabel): the per-example softmax cross-entropy, fused (one pass forward, one back,
+/// no one-hot and no log-probabilities kept), on the host. Labels as softmax_cross_entropy's.
+inline Tensor softmax_cross_entropy_rows(const Tensor& logits, const Tensor& labels) {
+  STRATA_CHECK(logits.defined() && logits.ndim() == 2, "cross_entropy needs logits [N, C], got ", logits.shape());
+  STRATA_CHECK(labels.defined() && labels.ndim() == 1 && labels.dim(0) == logits.dim(0), "cross_entropy: labels shape ",
+               labels.shape(), " does not match logits ", logits.shape());
+  STRATA_CHECK(logits.dim(1) > 0, "cross_entropy over zero classes: logits ", logits.shape());
+  require_host("cross_entropy", logits, labels);
+  const std::int64_t rows = logits.dim(0), cols = logits.dim(1);
+  Tensor xc = logits.contiguous(), lc = labels.contiguous();
+  ops::detail::check_class_labels(lc, cols);
+  Tensor prob = Tensor::empty(logits.shape(), logits.dtype());
+  Tensor out = Tensor::empty({rows}, logits.dtype());
+  strata::detail::visit_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    ops::detail::visit_label(lc.dtype(), [&](auto ltag) {
+      using L = decltype(ltag);
+      (void)kernels::cpu::softmax_xent_forward<T, L>(rows, cols, xc.template data<T>(), lc.template data<L>(),
+                                                     prob.template data<T>(), out.template data<T>());
+    });
+  });
+  if (auto* n = autograd::record("cross_entropy", &ops::detail::softmax_xent_rows_backward, out, logits))
+    n->saved = {prob, lc};
   return out;
 }
 

@@ -3,10 +3,12 @@
 /// cross-entropy, numerically stable (the row maximum is subtracted before exponentiating).
 #pragma once
 
+#include <algorithm>  // std::fill_n
 #include <cmath>
 #include <cstdint>
 #include <type_traits>  // std::is_same_v
 
+#include <strata/config.hpp>               // STRATA_RESTRICT
 #include <strata/kernels/cpu/fast_math.hpp>  // exp_shifted_sum, max_of
 #include <strata/kernels/cpu/vecdot.hpp>     // dot, sum
 
@@ -195,40 +197,47 @@ void log_softmax_backward(std::int64_t rows, std::int64_t cols, const T* y, cons
   }
 }
 
-/// Per-row loss[r] = logsumexp(x[r]) - x[r, label[r]]; `prob` receives softmax(x) for the
-/// backward pass. Returns the sum of the row losses (accumulated in double).
+/// Per-row loss[r] = logsumexp(x[r]) - x[r, label[r]], 0 for a padding row (label < 0);
+/// `prob` receives softmax(x) for the backward pass, and `row_loss`, when given, each row's
+/// loss. Returns the sum of the row losses (accumulated in double). The exponentials are
+/// softmax_forward's (packs in float).
 template <class T, class Label>
-double softmax_xent_forward(std::int64_t rows, std::int64_t cols, const T* x, const Label* label, T* prob) {
+double softmax_xent_forward(std::int64_t rows, std::int64_t cols, const T* x, const Label* label, T* prob,
+                            T* row_loss = nullptr) {
   double total = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
     T* pr = prob + r * cols;
-    T mx = xr[0];
-    for (std::int64_t c = 1; c < cols; ++c) mx = xr[c] > mx ? xr[c] : mx;
-    T s = 0;
-    for (std::int64_t c = 0; c < cols; ++c) {
-      pr[c] = std::exp(xr[c] - mx);
-      s += pr[c];
-    }
+    const T mx = max_of<T>(cols, xr);
+    const T s = exp_shifted_sum<T>(cols, xr, T(1), mx, pr);
     const T inv = T(1) / s;
     for (std::int64_t c = 0; c < cols; ++c) pr[c] *= inv;
-    if (label[r] >= 0) total += static_cast<double>(mx + std::log(s) - xr[label[r]]);  // < 0: a padding row
+    const T loss = label[r] >= 0 ? mx + std::log(s) - xr[label[r]] : T(0);
+    if (row_loss != nullptr) row_loss[r] = loss;
+    total += static_cast<double>(loss);
   }
   return total;
 }
 
-/// dx[r, c] = scale * (prob[r, c] - [c == label[r]]); 0 for a padding row (label < 0).
+/// dx[r, c] = scale * row_scale[r] * (prob[r, c] - [c == label[r]]) (row_scale null: 1); 0 for a
+/// padding row (label < 0).
 template <class T, class Label>
 void softmax_xent_backward(std::int64_t rows, std::int64_t cols, const T* prob, const Label* label, T scale, T* dx,
-                           bool accumulate) {
+                           bool accumulate, const T* row_scale = nullptr) {
   for (std::int64_t r = 0; r < rows; ++r) {
-    const T* pr = prob + r * cols;
-    T* dr = dx + r * cols;
-    const bool pad = label[r] < 0;
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const T v = pad ? T(0) : scale * (pr[c] - (c == static_cast<std::int64_t>(label[r]) ? T(1) : T(0)));
-      dr[c] = accumulate ? dr[c] + v : v;
+    const T* STRATA_RESTRICT pr = prob + r * cols;
+    T* STRATA_RESTRICT dr = dx + r * cols;
+    if (label[r] < 0) {  // a padding row
+      if (!accumulate) std::fill_n(dr, cols, T(0));
+      continue;
     }
+    const T sr = row_scale != nullptr ? scale * row_scale[r] : scale;
+    // sr p, then sr less at the label: one pass without a compare per element
+    if (accumulate)
+      for (std::int64_t c = 0; c < cols; ++c) dr[c] += sr * pr[c];
+    else
+      for (std::int64_t c = 0; c < cols; ++c) dr[c] = sr * pr[c];
+    dr[label[r]] -= sr;
   }
 }
 
