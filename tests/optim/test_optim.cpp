@@ -177,6 +177,50 @@ TEST_CASE("Optim.Schedules: the optimizer's rate follows its step count, also af
   CHECK(w.item() == doctest::Approx(run(5).first).epsilon(1e-14));  // five steps, uninterrupted
 }
 
+TEST_CASE("Optim.GradientTransforms: float32 gradients clip by their global norm as float64 says") {
+  // Sizes around the host sum's blocks of 1024 and lanes of 16 (tails of every kind), values
+  // over six decades; the reference is the float64 norm of the same float values.
+  strata::Generator gen(41);
+  std::vector<Tensor> params;
+  for (std::int64_t n : {1, 15, 16, 1023, 1024, 1025, 5000, 70001}) {
+    Tensor v = strata::mul(strata::normal({n}, 0, 1, gen), strata::exp(strata::uniform({n}, -7, 7, gen)));
+    params.push_back(v.requires_grad_(true));
+  }
+  Tensor loss = strata::sum(strata::mul(params[0], params[0].detach()));
+  for (std::size_t i = 1; i < params.size(); ++i)
+    loss = strata::add(loss, strata::sum(strata::mul(params[i], params[i].detach())));
+  const strata::Gradients g = strata::grad(loss, params);  // p itself
+  double sq = 0;
+  std::vector<std::vector<float>> before;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    before.push_back(g[i].to_vector<float>());
+    for (float v : before.back()) sq += static_cast<double>(v) * v;
+  }
+  const double norm = strata::optim::GradientTransforms::global_norm(g);
+  CHECK(norm == doctest::Approx(std::sqrt(sq)).epsilon(1e-6));
+  strata::optim::GradientTransforms clip;
+  clip.max_global_norm = norm / 3;
+  clip.apply(g);
+  const auto factor = static_cast<float>(clip.max_global_norm / norm);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const std::vector<float> after = g[i].to_vector<float>();
+    REQUIRE(after.size() == before[i].size());
+    std::size_t wrong = 0;
+    for (std::size_t j = 0; j < after.size(); ++j) wrong += after[j] != before[i][j] * factor;
+    CHECK(wrong == 0);
+  }
+  // Under the bound nothing changes; a NaN norm passes the gradients through (as tf does).
+  clip.max_global_norm = 1e30;
+  const std::vector<float> kept = g[7].to_vector<float>();
+  clip.apply(g);
+  CHECK(g[7].to_vector<float>() == kept);
+  g[2].copy_(strata::full({16}, NAN));
+  CHECK(std::isnan(strata::optim::GradientTransforms::global_norm(g)));
+  clip.max_global_norm = 1;
+  clip.apply(g);
+  CHECK(g[7].to_vector<float>() == kept);
+}
+
 TEST_CASE("Optim.GradientTransforms: clipping by global norm and by value, and a user's transform") {
   auto step = [](auto configure, std::vector<double> g0, std::vector<double> g1) {
     strata::Tensor a = strata::zeros({2}, strata::DType::f64).requires_grad_(true);
