@@ -56,6 +56,20 @@ struct TileEpilogue {
   bool relu = false;
 };
 
+/// Asks for the line at p in a state that can be written (PREFETCHW). A store to a line that is
+/// not in the cache waits for the line to be read first; a layer's output written from cold
+/// (its rows last touched a step ago) held a tile's stores on those reads, from memory.
+[[gnu::target("avx512f")]] inline void prefetch_for_write(const float* p) { asm volatile("prefetchw %0" : : "m"(*p)); }
+
+/// The tile's C lines (R rows of two 64-byte lines, the second only where the tile reaches it)
+/// asked for writing, one in each of the depth loop's first 2R steps: the reads overlap the
+/// tile's products instead of its stores. 2048 x 512 x 128 with C last written long before
+/// (other outputs in between): 113.6 -> 131.3 GFLOP/s, with C in memory 106.4 -> 116.7.
+[[gnu::target("avx512f")]] inline void prefetch_tile_row(std::int64_t p, int rows, float* c, std::int64_t ldc,
+                                                         __mmask16 m1) {
+  if (p < 2 * rows && ((p & 1) == 0 || m1 != 0)) prefetch_for_write(c + (p >> 1) * ldc + (p & 1) * 16);
+}
+
 /// C[0:R, 0:32] (masked by m0, m1) = alpha * sum_p A(i, p) B(p, :) + (load_c ? beta * C : 0),
 /// then the epilogue e. A(i, p) is a[i * lda + p], or a[p * lda + i] when kTransA; bp is a
 /// packed B panel. kRowSums (with kTransA): row_sums[0:R] += sum_p A(i, p) as well, the R
@@ -76,6 +90,7 @@ template <int R, bool kTransA, bool kRowSums = false>
       const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
       // A's rows lie lda apart, a stride the hardware prefetcher does not follow in time.
       __builtin_prefetch(a + 8 * lda);
+      prefetch_tile_row(p, R, c, ldc, m1);
       if constexpr (kRowSums) sums = _mm512_add_ps(sums, _mm512_maskz_loadu_ps(rows, a));
 #pragma GCC unroll 12
       for (int i = 0; i < R; ++i) {
@@ -94,6 +109,7 @@ template <int R, bool kTransA, bool kRowSums = false>
     for (int q = 0; q < (R + 2) / 3; ++q) r[q] = a + 3 * q * lda;
     for (std::int64_t p = 0; p < kc; ++p, bp += kNR) {
       const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+      prefetch_tile_row(p, R, c, ldc, m1);
 #pragma GCC unroll 12
       for (int i = 0; i < R; ++i) {
         const __m512 ai = _mm512_set1_ps(r[i / 3][(i % 3) * lda + p]);
