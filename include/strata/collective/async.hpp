@@ -100,6 +100,9 @@ class AsyncWorker {
 
  private:
   struct State {
+    // Room for a step's buckets and more: queueing a job does not grow the queue (an
+    // allocation in a training step) unless more than this many are waiting at once.
+    State() { jobs.reserve(64); }
     std::thread thread;
     std::mutex mu;
     std::condition_variable cv;

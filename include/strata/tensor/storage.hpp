@@ -4,6 +4,7 @@
 /// neither data nor bookkeeping from the system.
 #pragma once
 
+#include <algorithm>  // std::max
 #include <atomic>
 #include <cstddef>
 #include <memory>  // shared_ptr
@@ -19,7 +20,9 @@
 namespace strata::detail {
 
 /// A free list of fixed-size objects shared by all threads. The objects are constructed in
-/// place on acquire and destroyed on release; only their memory is recycled.
+/// place on acquire and destroyed on release; only their memory is recycled. The free list
+/// keeps room for every object made, reserved when the object is made, so giving one back
+/// never allocates.
 template <class T>
 class ObjectPool {
  public:
@@ -35,9 +38,13 @@ class ObjectPool {
       if (!free_.empty()) {
         mem = free_.back();
         free_.pop_back();
+      } else {
+        // Room for it in the free list first: if that throws, nothing was made.
+        if (free_.capacity() < made_ + 1) free_.reserve(std::max<std::size_t>(64, 2 * free_.capacity()));
+        mem = ::operator new(sizeof(T));
+        ++made_;
       }
     }
-    if (mem == nullptr) mem = ::operator new(sizeof(T));
     try {
       return new (mem) T(std::forward<Args>(args)...);
     } catch (...) {
@@ -49,18 +56,20 @@ class ObjectPool {
     p->~T();
     give_back(p);
   }
+  /// Objects taken from the system so far (the most ever alive at once).
+  std::size_t made() const {
+    std::lock_guard lock(mu_);
+    return made_;
+  }
 
  private:
   void give_back(void* mem) noexcept {
     std::lock_guard lock(mu_);
-    try {
-      free_.push_back(mem);
-    } catch (...) {
-      ::operator delete(mem);
-    }
+    free_.push_back(mem);  // never grows: room was reserved when `mem` was made
   }
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<void*> free_;
+  std::size_t made_ = 0;
 };
 
 /// A block of memory and the device it lives on (host memory from the caching host
