@@ -6,23 +6,12 @@
 
 #include <strata/strata.hpp>
 
+#include "support/gradcheck.hpp"
+
 using strata::Tensor;
-using Inputs = std::vector<Tensor>;
-
-namespace {
-
-Tensor var(const strata::Shape& s, std::uint64_t seed, double lo = -1, double hi = 1) {
-  strata::Generator g(seed);
-  return strata::uniform(s, lo, hi, g, strata::DType::f64).requires_grad_();
-}
-
-void expect_gradients_match(const char* what, const std::function<Tensor(const Inputs&)>& fn, const Inputs& in) {
-  const auto r = strata::gradcheck(fn, in);
-  INFO(what, ": ", r.message, " (max abs error ", r.max_abs_error, ")");
-  CHECK(r.ok);
-}
-
-}  // namespace
+using support::expect_gradients_match;
+using support::Inputs;
+using support::var;
 
 TEST_CASE("Autograd.Gradcheck.BinaryWithBroadcasting") {
   const Inputs in{var({3, 1, 4}, 1), var({2, 1}, 2, 0.5, 1.5)};

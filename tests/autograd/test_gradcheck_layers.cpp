@@ -10,26 +10,19 @@
 
 #include <strata/strata.hpp>
 
+#include "support/gradcheck.hpp"
+
 using strata::Tensor;
-using Inputs = std::vector<Tensor>;
+using support::expect_gradients_match;
+using support::Inputs;
+using support::var;
 
 namespace {
-
-Tensor var(const strata::Shape& s, std::uint64_t seed, double lo = -1, double hi = 1) {
-  strata::Generator g(seed);
-  return strata::uniform(s, lo, hi, g, strata::DType::f64).requires_grad_();
-}
 
 // A fixed weight per output element, so that a gradient written to the wrong element shows.
 Tensor weigh(const Tensor& y) {
   strata::Generator g(99);
   return y * strata::uniform(y.shape(), 0.5, 1.5, g, strata::DType::f64);
-}
-
-void expect_gradients_match(const char* what, const std::function<Tensor(const Inputs&)>& fn, const Inputs& in) {
-  const auto r = strata::gradcheck(fn, in);
-  INFO(what, ": ", r.message, " (max abs error ", r.max_abs_error, ")");
-  CHECK(r.ok);
 }
 
 }  // namespace

@@ -13,12 +13,8 @@
 
 using namespace strata;
 
-namespace {
-const bool installed = (support::host_device::install(), true);
-}  // namespace
-
 TEST_CASE("Strategy.CentralStorageOnDevices.EquivalentToOneDevice") {
-  REQUIRE(installed);
+  REQUIRE(support::host_device::installed);
   equivalence::check_uneven_batches_on_two_devices(
       [] { return std::make_unique<CentralStorageStrategy<>>(std::vector{Device::cuda(0), Device::cuda(1)}); });
 }
@@ -27,7 +23,7 @@ TEST_CASE("Strategy.CentralStorageOnDevices.SyncBatchNorm") {
   // Statistics over the global batch (13 + 12 rows, the last batch 3 + 2) summed on the host:
   // parameters and running statistics end where one replica on the CPU ends, and the running
   // statistics are on the host outside run(), as the variables are.
-  REQUIRE(installed);
+  REQUIRE(support::host_device::installed);
   {  // (the MLP: the stand-in devices have no convolutions, which need cuDNN)
     equivalence::Setup s;
     s.sync_batch_norm = true;
@@ -48,13 +44,13 @@ TEST_CASE("Strategy.CentralStorageOnDevices.SyncBatchNorm") {
 TEST_CASE("Strategy.CentralStorageOnDevices.BatchNormPerReplica") {
   // Per-replica norms on the devices: their running statistics wait for the step's end (after
   // the update has moved them to the host) and end as one device's over the global batch.
-  REQUIRE(installed);
+  REQUIRE(support::host_device::installed);
   CentralStorageStrategy<> strategy(std::vector{Device::cuda(0), Device::cuda(1)});
   CHECK(equivalence::per_replica_norms_difference(strategy) < 1e-5);
 }
 
 TEST_CASE("Strategy.CentralStorageOnDevices.HostVariablesAndDeviceReplicas") {
-  REQUIRE(installed);
+  REQUIRE(support::host_device::installed);
   CentralStorageStrategy<> strategy(std::vector{Device::cuda(0), Device::cuda(1)});
   manual_seed(3);
   auto model = strategy.scope([] { return equivalence::model(false); });

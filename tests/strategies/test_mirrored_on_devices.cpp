@@ -22,14 +22,8 @@ using OnDevices = MirroredStrategy<HostDeviceCollective>;
 static_assert(Strategy<OnDevices>);
 static_assert(collective::DeviceCollective<HostDeviceCollective>);
 
-namespace {
-
-const bool installed = (support::host_device::install(), true);
-
-}  // namespace
-
 TEST_CASE("Strategy.MirroredOnDevices.EquivalentToOneDevice") {
-  REQUIRE(installed);
+  REQUIRE(support::host_device::installed);
   REQUIRE(cuda_device_count() == 2);
   equivalence::check_uneven_batches_on_two_devices(
       [] { return std::make_unique<OnDevices>(2, MirroredOptions{.bucket_bytes = 2048}); });  // several buckets
@@ -38,13 +32,13 @@ TEST_CASE("Strategy.MirroredOnDevices.EquivalentToOneDevice") {
 TEST_CASE("Strategy.MirroredOnDevices.BatchNormPerReplica") {
   // Per-replica norms on the devices: their running statistics, summed once at the step's end,
   // end as one device's over the global batch on both replicas.
-  REQUIRE(installed);
+  REQUIRE(support::host_device::installed);
   OnDevices strategy(2);
   CHECK(equivalence::per_replica_norms_difference(strategy) < 1e-5);
 }
 
 TEST_CASE("Strategy.MirroredOnDevices.CopiesAndRowsLiveOnTheirDevices") {
-  REQUIRE(installed);
+  REQUIRE(support::host_device::installed);
   OnDevices strategy;  // every device the program sees: 2
   REQUIRE(strategy.num_replicas_in_sync() == 2);
   manual_seed(3);
@@ -78,7 +72,7 @@ TEST_CASE("Strategy.MirroredOnDevices.CopiesAndRowsLiveOnTheirDevices") {
 }
 
 TEST_CASE("Strategy.MirroredOnDevices.MisuseIsNamed") {
-  REQUIRE(installed);
+  REQUIRE(support::host_device::installed);
   CHECK_THROWS_WITH_AS(OnDevices(std::vector{Device::cuda(0), Device::cuda(0)}), doctest::Contains("named twice"),
                        std::exception);
   CHECK_THROWS_WITH_AS(OnDevices(std::vector{Device::cpu(), Device::cuda(1)}), doctest::Contains("on GPUs"),

@@ -369,4 +369,8 @@ inline void install() {
   strata::register_cuda_kernels(&kernels);
 }
 
+/// Installed when the program starts (every test file of the program names it, so that none
+/// depends on another's being linked in).
+inline const bool installed = (install(), true);
+
 }  // namespace support::host_device
