@@ -7,10 +7,11 @@ Each round runs every configuration once, in an order of its own (a fixed-seed s
 this host a 2-replica run that follows a 1-replica one (its second core idle for a second) is
 slower in most pairs, and a fixed order, or a rotation of one, would charge that to the same
 configuration every round. The figures are medians over the rounds.
-Both sides count examples/s the same way: wall time over the steps after the first 20
-(strata's steady_examples_per_s; pytorch_ddp.py's --warmup 20). One JSON line per
+Both sides count examples/s the same way: wall time over the same number of steps (--steps)
+after the first 20 (strata's steady_examples_per_s; pytorch_ddp.py's --warmup 20). One JSON line per
 configuration: examples/s, the ratio to DDP, the scaling efficiency (2-replica examples/s /
-(2 x the 1-replica examples/s of the same implementation)), the scaling over whole runs
+(2 x the 1-replica examples/s of the same implementation)), both also taken within each
+round (ratio_per_round, scaling_per_round: [min, median, max]), the scaling over whole runs
 (warm-up steps included), and the gradient all-reduce time per step with the share of it
 hidden behind backward.
 DDP runs the OpenBLAS kernels strata runs, or OpenBLAS's AVX-512 ones where strata runs its own
@@ -21,7 +22,7 @@ On a host whose two cores slow each other down (shared caches, memory bandwidth,
 hypervisor), no data-parallel run can scale better than that; `scaling_vs_ceiling` is a
 configuration's scaling efficiency over it.
 
-    /usr/bin/python3 bench/data_parallel.py --build build [--rounds 3] [--models mlp,cnn]
+    /usr/bin/python3 bench/data_parallel.py --build build [--rounds 3] [--models mlp,cnn] [--steps N]
 """
 import argparse
 import json
@@ -95,6 +96,14 @@ def peer_env(env, build):
     return dict(env, OPENBLAS_CORETYPE=kernels) if kernels else dict(env)
 
 
+def per_round(num, den, factor=1.0):
+    """[min, median, max] over the rounds of num[i] / (factor * den[i]): a figure taken within
+    each round, where the two runs it compares ran minutes apart at most, so that the host's
+    load drifting between rounds moves both; the spread says how far one round can mislead."""
+    q = sorted(n / (factor * d) for n, d in zip(num, den))
+    return [round(q[0], 3), round(statistics.median(q), 3), round(q[-1], 3)]
+
+
 def median_of(runs, key):
     values = [r[key] for r in runs if r.get(key) is not None]
     return round(statistics.median(values), 4) if values else None
@@ -105,14 +114,16 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="mlp,cnn")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="timed steps of each run, after 20 warm-up steps (default: 300 for the MLP, else 60)")
     a = ap.parse_args()
     env = run_env()
     penv = peer_env(env, a.build)
     fm = os.path.join(a.build, "examples", "fashion_mnist")
     run = os.path.join(a.build, "tools", "strata-run")
     for model in a.models.split(","):
-        steps = "300" if model == "mlp" else "60"
-        common = ["--model", model, "--max-steps", steps, "--no-eval", "--quiet"]
+        timed = a.steps or (300 if model == "mlp" else 60)
+        common = ["--model", model, "--max-steps", str(20 + timed), "--no-eval", "--quiet"]
         configs = {
             "one_device": [fm] + common,
             "one_device_pair": [fm] + common,  # run twice at once by pair_json: the ceiling
@@ -124,8 +135,10 @@ def main():
                                          ["--strategy", "multi_worker_mirrored", "--collective", "mpi"],
             "multi_worker_mirrored_gloo": [run, "-np", "2", fm] + common +
                                           ["--strategy", "multi_worker_mirrored", "--collective", "gloo"],
-            "ddp_1": [sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "1"],
-            "ddp_2": [sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "2"],
+            "ddp_1": [sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "1",
+                      "--steps", str(timed)],
+            "ddp_2": [sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "2",
+                      "--steps", str(timed)],
         }
         got = {k: [] for k in configs}
         shuffle = random.Random(2026)
@@ -140,6 +153,7 @@ def main():
         med = {k: statistics.median(rate(r) for r in v) for k, v in got.items()}
         whole = {k: statistics.median(r["examples_per_s"] for r in v) for k, v in got.items()}
         ceiling = med["one_device_pair"] / (2 * med["one_device"])
+        rates = {k: [rate(r) for r in v] for k, v in got.items()}
         for k in ("mirrored", "mirrored_sharded", "mirrored_sharded_measured_rows", "multi_worker_mirrored_mpi",
                   "multi_worker_mirrored_gloo"):
             print(json.dumps({
@@ -151,6 +165,8 @@ def main():
                 "ceiling_scaling": round(ceiling, 3),
                 "scaling_vs_ceiling": round(med[k] / med["one_device_pair"], 3),
                 "peer_scaling_efficiency": round(med["ddp_2"] / (2 * med["ddp_1"]), 3),
+                "ratio_per_round": per_round(rates[k], rates["ddp_2"]),
+                "scaling_per_round": per_round(rates[k], rates["one_device"], 2.0),
                 "one_replica_img_s": round(med["one_device"], 1),
                 "allreduce_ms_per_step": median_of(got[k], "allreduce_ms_per_step"),
                 "allreduce_hidden": median_of(got[k], "allreduce_hidden"),

@@ -3,7 +3,8 @@
 one device, Mirrored over 2 threads and MultiWorkerMirrored over 2 mpirun processes, against
 pytorch_transformer.py with --nproc 1 and 2 (DDP, gloo), batch B per replica, in shuffled
 rounds. Prints one JSON line per strata strategy: global characters/s from the median step
-time, the ratio to DDP's, and both sides' scaling from one replica to two. Beside them, two
+time, the ratio to DDP's, and both sides' scaling from one replica to two, the first two also
+taken within each round ([min, median, max] over the rounds). Beside them, two
 one-device runs at once with nothing between them (the host's ceiling: what two cores give
 two independent copies; data_parallel.py's one_device_pair), and each scaling against it.
 
@@ -17,7 +18,7 @@ import statistics
 import subprocess
 import sys
 
-from data_parallel import last_json, parse_last_json, peer_env, run_env
+from data_parallel import last_json, parse_last_json, peer_env, per_round, run_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -77,6 +78,8 @@ def main():
             "peer_scaling_efficiency": round(rate["ddp_2"] / (2 * rate["ddp_1"]), 3),
             "host_ceiling": round(rate["one_device_pair"] / (2 * rate["one_device"]), 3),
             "scaling_vs_ceiling": round(rate[k] / rate["one_device_pair"], 3),
+            "ratio_per_round": per_round(got[k], got["ddp_2"]),
+            "scaling_per_round": per_round(got[k], got["one_device"], 2.0),
             "one_replica_chars_s": round(rate["one_device"], 1), "peer_one_replica_chars_s": round(rate["ddp_1"], 1),
         }), flush=True)
 
