@@ -40,6 +40,26 @@ inline void zero_gradient(const Tensor& leaf, std::uint64_t epoch) {
   ag.grad_epoch = epoch;
 }
 
+/// The backward pass of a node whose output has no elements (a replica's share of a batch
+/// that left it no rows): the output depends on no input element, so every input's gradient
+/// through it is zero. Written here, once for every op, instead of by each op's backward
+/// function, whose loops over the batch would write nothing and leave a buffer's stale values.
+inline void pass_zeros(const Node& n, std::uint64_t epoch) {
+  for (std::size_t k = 0; k < n.in.size(); ++k) {
+    const Tensor& t = n.in[k];
+    if (!t.defined() || !tracks_grad(t)) continue;
+    bool seen = false;
+    for (std::size_t j = 0; j < k; ++j) seen = seen || same_tensor(n.in[j], t);
+    if (seen) continue;
+    auto& ag = t.impl()->ag;
+    if (t.is_leaf() && ag.row_sparse && t.device().kind == DeviceKind::cpu) {
+      if (ag.grad_epoch != epoch) zero_gradient(t, epoch);  // no rows; rows written by another path stay
+      continue;
+    }
+    if (GradSlot s = grad_slot(t, epoch); s && !s.accumulate) s.dst.fill_(0.0);
+  }
+}
+
 inline void fire_hooks(const Tensor& leaf, std::uint64_t epoch) {
   auto& ag = leaf.impl()->ag;
   if (!ag.hooks) return;
@@ -90,7 +110,10 @@ inline std::uint64_t backward(const Tensor& root, const Tensor& seed = {},
       Node& n = nodes[static_cast<std::size_t>(i)];
       auto& oag = n.out.impl()->ag;
       if (oag.grad_epoch == epoch && oag.grad.defined()) {
-        n.backward(n, epoch);
+        if (n.out.numel() == 0 && !n.joins_replicas)
+          autograd::detail::pass_zeros(n, epoch);
+        else
+          n.backward(n, epoch);
         oag.grad = Tensor();  // an intermediate's gradient is dead once its node has run
       }
       // Fire the hooks of leaves whose first consumer this is: nothing earlier reads them.
@@ -150,7 +173,7 @@ struct Gradients {
     make_whole();
     return params[i].grad();
   }
-  /// Gradient i's rows where it is row-sparse (docs/sparse_design.md), else undefined: read
+  /// Gradient i's rows where it is row-sparse (docs/design/sparse_tables.md), else undefined: read
   /// it before operator[], which makes it dense.
   RowGrad rows(std::size_t i) const {
     make_whole();

@@ -32,6 +32,9 @@ struct Node {
   std::array<Tensor, 2> saved;
   std::array<double, 2> f{};
   std::array<std::int64_t, 6> i{};
+  /// Whether the backward pass meets the other replicas (SyncBatchNorm's sums): it then runs
+  /// even for an empty output, where every other node only passes zeros on.
+  bool joins_replicas = false;
 };
 
 namespace detail {
@@ -146,7 +149,7 @@ inline bool pass_gradient(const Tensor& t, const Tensor& g, std::uint64_t epoch)
 
 /// Adds rows to `t`'s gradient in pass `epoch`: row index[j] of the gradient gains rows[j]
 /// (`width` values each; t is [V, ...] with V * width elements). A leaf keeps them as a
-/// row-sparse gradient, its duplicates combined (docs/sparse_design.md); where the gradient
+/// row-sparse gradient, its duplicates combined (docs/design/sparse_tables.md); where the gradient
 /// is already dense in this pass, or t is not a leaf, they are added into the dense one.
 template <class T, class I>
 void add_grad_rows(const Tensor& t, std::uint64_t epoch, std::int64_t n, std::int64_t width, const I* index,

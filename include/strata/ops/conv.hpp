@@ -249,6 +249,9 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
     const auto& dk = ops::detail::device_conv_kernels(xc, wc, bc);
     Tensor out = Tensor::empty({N, OC, geo.oh(), geo.ow()}, x.dtype(), x.device());
     const int dev = x.device().index;
+    if (N == 0)  // no images: nothing to compute (cuDNN takes no empty batch)
+      return ops::detail::record_conv2d(&ops::detail::conv2d_backward_device, out, x, w, b, xc, wc, act, stride,
+                                        padding);
     dk.conv_forward(dev, x.dtype(), geo, OC, xc.raw_data(), wc.raw_data(), out.raw_data());
     if (bc.defined() || act == Activation::relu)
       dk.channel_bias_act(dev, x.dtype(), N, OC, P, out.raw_data(), bc.defined() ? bc.raw_data() : nullptr,

@@ -342,6 +342,7 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
     n->i[1] = static_cast<std::int64_t>(which);
     n->i[2] = act == Activation::relu;
     n->f[0] = count;
+    n->joins_replicas = training && which == BatchStatistics::global;  // its sums meet the others' even with no rows
   }
   return out;
 }

@@ -1,0 +1,180 @@
+// An epoch whose last batch is smaller than the replica count: the replicas it leaves without
+// rows still take part in the step, with zero gradients, so N replicas end the epoch where one
+// device ends it. The reference models (the CNN, the ResNet with per-replica BatchNorm and
+// with SyncBatchNorm, a small character Transformer) on 11 examples in global batches of 5:
+// 5, 5 and 1 rows, uneven over 2, 3 and 4 replicas, and a last step that leaves all but one
+// without rows.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <strata/models/char_transformer.hpp>
+#include <strata/models/fashion_mnist.hpp>
+#include <strata/strata.hpp>
+
+#include "strategies/equivalence.hpp"  // max_relative_difference
+
+namespace zero_rows {
+
+using strata::Tensor;
+
+enum class Model { cnn, resnet, resnet_sync, transformer };
+inline constexpr Model kModels[] = {Model::cnn, Model::resnet, Model::resnet_sync, Model::transformer};
+
+inline const char* name(Model m) {
+  switch (m) {
+    case Model::cnn: return "cnn";
+    case Model::resnet: return "resnet (BatchNorm)";
+    case Model::resnet_sync: return "resnet (SyncBatchNorm)";
+    case Model::transformer: return "transformer";
+  }
+  return "?";
+}
+
+inline constexpr std::int64_t kExamples = 11, kGlobalBatch = 5, kTokens = 8, kVocab = 13;
+
+/// Images [11, 1, 28, 28] with 10 classes, or token windows [11, 8] and their next tokens.
+inline strata::data::TensorDataset dataset(Model m) {
+  strata::Generator g(21);
+  if (m == Model::transformer) {
+    std::vector<std::int64_t> tokens(static_cast<std::size_t>(kExamples * (kTokens + 1)));
+    for (auto& t : tokens) t = static_cast<std::int64_t>(g.below(kVocab));
+    std::vector<std::int64_t> x, y;
+    for (std::int64_t i = 0; i < kExamples; ++i)
+      for (std::int64_t t = 0; t < kTokens; ++t) {
+        x.push_back(tokens[static_cast<std::size_t>(i * (kTokens + 1) + t)]);
+        y.push_back(tokens[static_cast<std::size_t>(i * (kTokens + 1) + t + 1)]);
+      }
+    return {strata::from_vector<std::int64_t>({kExamples, kTokens}, x),
+            strata::from_vector<std::int64_t>({kExamples, kTokens}, y)};
+  }
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(kExamples));
+  for (auto& l : labels) l = static_cast<std::int64_t>(g.below(10));
+  return {strata::uniform({kExamples, 1, 28, 28}, 0, 1, g), strata::from_vector<std::int64_t>({kExamples}, labels)};
+}
+
+/// The model, as one Sequential whatever its kind (so a scope's function returns one type).
+inline strata::nn::Sequential make(Model m) {
+  using strata::BatchStatistics;
+  switch (m) {
+    case Model::cnn: return strata::models::fashion_mnist_cnn();
+    case Model::resnet: return strata::models::fashion_mnist_resnet(BatchStatistics::per_replica);
+    case Model::resnet_sync: return strata::models::fashion_mnist_resnet(BatchStatistics::global);
+    case Model::transformer: break;
+  }
+  strata::nn::Sequential s;
+  s.add(strata::models::CharTransformer({.vocab = kVocab, .context = kTokens, .width = 16, .heads = 2, .layers = 2}));
+  return s;
+}
+
+/// The cross-entropy of rows `x`, `y` summed over the global batch of `global` examples (of
+/// `global` windows of kTokens predictions each, for the Transformer).
+template <class Net>
+Tensor replica_loss(Model m, Net& net, const Tensor& x, const Tensor& y, std::int64_t global) {
+  using strata::nn::Reduction;
+  if (m != Model::transformer) return strata::nn::cross_entropy(net(x), y, Reduction::sum_over_global_batch, global);
+  const std::int64_t n = x.dim(0);
+  return strata::nn::cross_entropy(strata::reshape(net(x), {n * kTokens, kVocab}), strata::reshape(y, {n * kTokens}),
+                                   Reduction::sum_over_global_batch, global * kTokens);
+}
+
+/// Replica 0's parameters, then its buffers (running statistics), after the epoch.
+template <class Net>
+std::vector<std::vector<float>> state_of(const Net& net) {
+  std::vector<std::vector<float>> out;
+  const strata::nn::Module& held = net;
+  for (const Tensor& p : held.parameters()) out.push_back(p.to_vector<float>());
+  for (const Tensor& b : held.buffers()) out.push_back(strata::to_dtype(b, strata::DType::f32).to_vector<float>());
+  return out;
+}
+
+/// One epoch of `m` under `strategy` (SGD with momentum); replica 0's state after it.
+template <strata::Strategy S>
+std::vector<std::vector<float>> train_epoch(S& strategy, Model m) {
+  strata::manual_seed(7);
+  auto net = strategy.scope([&] { return make(m); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.05, {.momentum = 0.9}); });
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(dataset(m)).shuffle(3).batch(kGlobalBatch)))
+    strategy.run(
+        [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+          opt.apply_gradients(ctx, strata::grad(replica_loss(m, net, b.x, b.y, b.global_size), net.parameters()));
+        },
+        batch);
+  return state_of(net);
+}
+
+/// One device's state after the epoch. With per-replica BatchNorm a step's statistics are each
+/// replica's rows', so the reference for `replicas` replicas computes each replica's rows on
+/// their own (as a strategy splits them: data::detail::split_begin), skips the shares with no
+/// rows, and adds their gradients before the one update.
+inline std::vector<std::vector<float>> one_device_reference(Model m, int replicas) {
+  strata::OneDeviceStrategy one;
+  strata::manual_seed(7);
+  auto net = one.scope([&] { return make(m); });
+  auto opt = one.scope([&] { return strata::optim::Sgd(net.parameters(), 0.05, {.momentum = 0.9}); });
+  const int shares = m == Model::resnet ? replicas : 1;
+  for (auto& batch : one.distribute(strata::data::Pipeline(dataset(m)).shuffle(3).batch(kGlobalBatch)))
+    one.run(
+        [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+          strata::Gradients grads{};
+          bool first = true;
+          for (int r = 0; r < shares; ++r) {
+            const std::int64_t lo = strata::data::detail::split_begin(b.size, r, shares);
+            const std::int64_t hi = strata::data::detail::split_begin(b.size, r + 1, shares);
+            if (hi == lo) continue;
+            const Tensor loss = replica_loss(m, net, strata::data::slice_rows(b.x, lo, hi),
+                                             strata::data::slice_rows(b.y, lo, hi), b.global_size);
+            grads = strata::grad(loss, net.parameters(),
+                                 first ? strata::GradAccumulation::overwrite : strata::GradAccumulation::accumulate);
+            first = false;
+          }
+          opt.apply_gradients(ctx, grads);
+        },
+        batch);
+  return state_of(net);
+}
+
+/// The number of parameters of `m`.
+inline std::size_t parameter_count(Model m) { return make(m).parameters().size(); }
+
+/// How far `got` is from `ref` (max_relative_difference), over the parameters and the buffers;
+/// over the parameters alone for per-replica BatchNorm, whose reference's running statistics
+/// follow each share rather than the global batch, and where `parameters_only` (a parameter
+/// server's rank, which holds the variables but runs no step).
+inline double difference(Model m, std::vector<std::vector<float>> got, std::vector<std::vector<float>> ref,
+                         bool parameters_only = false) {
+  if (m == Model::resnet || parameters_only) {
+    const std::size_t params = parameter_count(m);
+    got.resize(std::min(got.size(), params));
+    ref.resize(std::min(ref.size(), params));
+  }
+  return equivalence::max_relative_difference(got, ref);
+}
+
+/// Every model's epoch under the strategy `get()` returns a reference to (one for every
+/// model, or a new one each), against one device; prints a line each (naming `who`) and
+/// returns the failures.
+template <class Get>
+int check_models(const std::string& who, Get get) {
+  int failures = 0;
+  for (const Model m : kModels) {
+    auto& strategy = get();
+    const int replicas = strategy.num_replicas_in_sync();
+    bool server = false;
+    if constexpr (requires { strategy.is_server(); }) server = strategy.is_server();
+    std::string rank;
+    if constexpr (requires { strategy.rank(); }) rank = "rank " + std::to_string(strategy.rank()) + ", ";
+    const double diff = difference(m, train_epoch(strategy, m), one_device_reference(m, replicas), server);
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s %s%s: %s, an epoch ending in 1 row for %d replicas: %s differ from one device's by %.3g (relative)\n",
+                ok ? "ok  " : "FAIL", rank.c_str(), who.c_str(), name(m), replicas,
+                m == Model::resnet || server ? "parameters" : "parameters and buffers", diff);
+  }
+  return failures;
+}
+
+}  // namespace zero_rows
