@@ -5,6 +5,8 @@
 // momentum and for Adam, with a Dropout layer whose own generator must continue its mask
 // sequence. A checkpoint of another model or replica count fails before anything changes (C8).
 #include <array>
+#include <fstream>
+#include <iterator>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -22,6 +24,7 @@
 #include <strata/strategy/detail/shared_checkpoint.hpp>
 
 #include "doctest.hpp"
+#include "support/damage.hpp"
 
 namespace ck = strata::checkpoint;
 using strata::Tensor;
@@ -268,6 +271,88 @@ TEST_CASE("Checkpoint.SharedFromTheChiefTensorByTensor") {
     CHECK(small_seen[r] == tensors[1].second.to_vector<float>());
     CHECK(pieces[r] == 2);  // the large tensor in two pieces; the small ones came with the index
     CHECK(none[r]);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+std::vector<char> file_bytes(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+}
+
+/// A model and optimizer under `strategy`, and its checkpoints in `dir` (three kept).
+template <strata::Strategy S>
+struct Checkpointed {
+  Checkpointed(S& s, const std::filesystem::path& dir)
+      : model(s.scope([] { return strata::nn::Sequential(strata::nn::Linear(4, 3)); })),
+        opt(s.scope([&] { return strata::optim::Sgd(model.parameters(), 0.1); })),
+        checkpoints(s, model, opt, dir, 3) {}
+  decltype(std::declval<S&>().scope([] { return strata::nn::Sequential(); })) model;
+  decltype(std::declval<S&>().scope([] { return strata::optim::Sgd(std::vector<Tensor>{}, 0.1); })) opt;
+  strata::TrainingCheckpoints<S, decltype(model), decltype(opt)> checkpoints;
+};
+}  // namespace
+
+// RELIABILITY C2: damaged checkpoints are never trained over nor pruned. The newest damaged:
+// the run resumes from the one before, and the damaged one is set aside, where later saves
+// neither prune nor overwrite it. Every one damaged: an error naming each file, nothing
+// changed, unless the run asks to start afresh (they are set aside, and kept).
+TEST_CASE_TEMPLATE("Checkpoint.DamagedCheckpointsAreNeverTrainedOverNorPruned", S, strata::OneDeviceStrategy,
+                   strata::MirroredStrategy<>) {
+  const auto dir = std::filesystem::temp_directory_path() / ("strata_damaged_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  S strategy;
+  {
+    Checkpointed<S> run(strategy, dir);
+    for (std::int64_t step : {10, 20, 30}) run.checkpoints.save({step, 0, step});
+  }
+  const ck::CheckpointManager m(dir, 3);
+  support::damage_last_tensor(m.path_for(30));
+  const auto damaged_30 = file_bytes(m.path_for(30));
+  {
+    Checkpointed<S> run(strategy, dir);
+    const auto pos = run.checkpoints.restore();
+    REQUIRE(pos.has_value());
+    CHECK(pos->step == 20);
+    CHECK(m.steps() == std::vector<std::int64_t>{20, 10});
+    CHECK(m.set_aside_steps() == std::vector<std::int64_t>{30});
+    auto set_aside = m.path_for(30);
+    set_aside += ".damaged";
+    CHECK(file_bytes(set_aside) == damaged_30);
+    for (std::int64_t step : {30, 40, 50, 60}) run.checkpoints.save({step, 0, step});  // step 30 again, and rotation
+    CHECK(m.steps() == std::vector<std::int64_t>{60, 50, 40});
+    CHECK(file_bytes(set_aside) == damaged_30);
+  }
+  for (std::int64_t step : m.steps()) support::damage_last_tensor(m.path_for(step));
+  const auto before_40 = file_bytes(m.path_for(40));
+  {
+    Checkpointed<S> run(strategy, dir);
+    const auto params_before = run.model.parameters()[0].template to_vector<float>();
+    try {
+      (void)run.checkpoints.restore();
+      FAIL("restoring from a directory of damaged checkpoints did not throw");
+    } catch (const strata::data_error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find("[strata.checkpoint.unreadable]") != std::string::npos);
+      CHECK(what.find("holds 3 checkpoint(s) and none can be read") != std::string::npos);
+      for (std::int64_t step : {40, 50, 60})
+        CHECK(what.find(m.path_for(step).string() + ": [strata.checkpoint.checksum]") != std::string::npos);
+      CHECK(what.find("start_afresh") != std::string::npos);
+    }
+    CHECK(m.steps() == std::vector<std::int64_t>{60, 50, 40});  // nothing moved, nothing changed
+    CHECK(file_bytes(m.path_for(40)) == before_40);
+    CHECK(run.model.parameters()[0].template to_vector<float>() == params_before);
+    CHECK_FALSE(run.checkpoints.restore(strata::UnreadableCheckpoints::start_afresh).has_value());
+    CHECK(m.steps().empty());
+    CHECK(m.set_aside_steps() == std::vector<std::int64_t>{60, 50, 40, 30});
+    for (std::int64_t step : {10, 20, 30, 40}) run.checkpoints.save({step, 0, step});
+    CHECK(m.steps() == std::vector<std::int64_t>{40, 30, 20});
+    CHECK(m.set_aside_steps() == std::vector<std::int64_t>{60, 50, 40, 30});  // ckpt-...40.strata.damaged kept too
+    auto again = m.path_for(40);
+    again += ".damaged";
+    CHECK(file_bytes(again) == before_40);
   }
   std::filesystem::remove_all(dir);
 }

@@ -11,6 +11,8 @@
 
 #include <strata/strata.hpp>
 
+#include "support/damage.hpp"
+
 using namespace strata;
 
 namespace {
@@ -91,5 +93,25 @@ TEST_CASE("Checkpoint.Weights: a mismatch is named and changes nothing") {
   const auto same_before = values(same);
   CHECK_THROWS(load_weights(same, path));
   CHECK(values(same) == same_before);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("Checkpoint.Weights: a damaged last tensor fails before any value changes, in every copy") {
+  const auto path = temp_file("damaged_last");
+  manual_seed(4);
+  nn::Sequential saved = make_model();
+  save_weights(saved, path);
+  support::damage_last_tensor(path);  // every earlier tensor reads and verifies
+  manual_seed(5);
+  nn::Sequential one = make_model();
+  const auto one_before = values(one);
+  CHECK_THROWS_WITH_AS(load_weights(one, path), doctest::Contains("fails its checksum"), checksum_error);
+  CHECK(values(one) == one_before);
+  MirroredStrategy<> three(3);
+  manual_seed(6);
+  auto copies = three.scope(make_model);
+  const auto copies_before = values(copies.replica(0));
+  CHECK_THROWS_AS(load_weights(copies, path), checksum_error);
+  for (std::size_t r = 0; r < 3; ++r) CHECK(values(copies.replica(r)) == copies_before);
   std::filesystem::remove(path);
 }

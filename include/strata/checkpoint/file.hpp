@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/autograd/grad_mode.hpp>  // NoGradGuard
 #include <strata/checkpoint/crc32c.hpp>
 #include <strata/support/check.hpp>
 #include <strata/support/error.hpp>
@@ -476,5 +477,15 @@ class Reader {
   std::uint32_t version_ = 0;
   mutable bool verified_ = false;
 };
+
+/// Reads tensor `key` of `r` into `dst`: straight into its memory where it is a contiguous
+/// host tensor (no second copy of a large table), else through a copy.
+inline void read_into_tensor(const Reader& r, const std::string& key, Tensor dst) {
+  NoGradGuard no_grad;
+  if (dst.device().kind == DeviceKind::cpu && dst.is_contiguous())
+    r.read_into(key, dst);
+  else
+    dst.copy_(r.read(key).to(dst.device()));
+}
 
 }  // namespace strata::checkpoint

@@ -2,7 +2,8 @@
 /// CheckpointManager: numbered checkpoint files in one directory — save() commits a new one
 /// atomically (checkpoint/file.hpp) and only then prunes the oldest beyond `keep`, and
 /// clears the temporary files a crashed writer left; latest() is the newest file that reads
-/// and verifies whole, skipping (and saying why) any that does not.
+/// and verifies whole, skipping (and saying why) any that does not; set_aside() moves a damaged
+/// one out of the numbered files, where no save prunes or overwrites it.
 #pragma once
 
 #include <algorithm>
@@ -80,6 +81,21 @@ class CheckpointManager {
   /// may check more — files the checkpoint refers to — and throw to have it skipped.
   std::optional<Reader> open_latest(std::vector<std::string>* skipped = nullptr,
                                     const std::function<void(const Reader&, std::int64_t)>& also = {}) const {
+    std::vector<Unreadable> bad;
+    auto r = open_latest(bad, also);
+    if (skipped)
+      for (const Unreadable& u : bad) skipped->push_back(u.file.string() + ": " + u.why);
+    return r;
+  }
+  /// A checkpoint file that does not read or verify, and why.
+  struct Unreadable {
+    std::filesystem::path file;
+    std::string why;
+  };
+  /// open_latest(), each file skipped (newer than the one returned, or every file when none
+  /// reads) added to `skipped`.
+  std::optional<Reader> open_latest(std::vector<Unreadable>& skipped,
+                                    const std::function<void(const Reader&, std::int64_t)>& also = {}) const {
     for (std::int64_t s : steps()) {
       const auto p = path_for(s);
       try {
@@ -88,10 +104,44 @@ class CheckpointManager {
         if (also) also(r, s);
         return r;
       } catch (const error& e) {
-        if (skipped) skipped->push_back(p.string() + ": " + e.what());
+        skipped.push_back({p, e.what()});
       }
     }
     return std::nullopt;
+  }
+
+  /// Moves a checkpoint that does not read out of the numbered files: renamed to
+  /// "<name>.damaged" (".damaged.2", ... where that is taken), which steps() does not list, so
+  /// no later save prunes it or writes over it and its bytes stay for whoever can recover
+  /// them. Returns the new path.
+  std::filesystem::path set_aside(const std::filesystem::path& file) const {
+    std::filesystem::path to = file;
+    to += ".damaged";
+    for (int k = 2; std::filesystem::exists(to); ++k) {
+      to = file;
+      to += ".damaged." + std::to_string(k);
+    }
+    std::error_code ec;
+    std::filesystem::rename(file, to, ec);
+    if (ec)
+      STRATA_THROW(io_error, "strata.checkpoint", "cannot set the damaged checkpoint '", file.string(), "' aside as '",
+                   to.string(), "': ", ec.message());
+    return to;
+  }
+  /// The steps of the checkpoints set aside (set_aside), newest first.
+  std::vector<std::int64_t> set_aside_steps() const {
+    std::vector<std::int64_t> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+      const std::string n = e.path().filename().string();
+      long long s = -1;
+      if (n.size() >= 32 && n.compare(0, 5, "ckpt-") == 0 && n.compare(17, 15, ".strata.damaged") == 0 &&
+          std::sscanf(n.c_str(), "ckpt-%12lld", &s) == 1 && s >= 0)
+        out.push_back(s);
+    }
+    std::sort(out.rbegin(), out.rend());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
   }
 
  private:

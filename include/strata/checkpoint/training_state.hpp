@@ -115,16 +115,6 @@ inline std::vector<std::string> keys_like(const Reader& r, const std::string& pr
   return keys;
 }
 
-/// Reads tensor `key` of `r` into `dst`: straight into its memory where it is a contiguous
-/// host tensor (no second copy of a large table), else through a copy.
-inline void read_into_tensor(const Reader& r, const std::string& key, Tensor dst) {
-  NoGradGuard no_grad;
-  if (dst.device().kind == DeviceKind::cpu && dst.is_contiguous())
-    r.read_into(key, dst);
-  else
-    dst.copy_(r.read(key).to(dst.device()));
-}
-
 /// Restores what capture_training_state() saved into `params` (in place), `opt` and the
 /// default generator; returns the position to resume from. The names, shapes and small
 /// tensors are all checked before anything changes; the parameters and buffers are then

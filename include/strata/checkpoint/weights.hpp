@@ -1,9 +1,9 @@
 /// \file
 /// Weights for inference: a model's parameters and buffers alone (BatchNorm's running
 /// statistics), in the checkpoint file format (one tensor each, named as named_parameters()
-/// and named_buffers() name them), separate from training
-/// checkpoints (no optimizer state, no position, no generators). Loading checks every name,
-/// shape and dtype against the model and names the first mismatch before changing anything.
+/// and named_buffers() name them), separate from training checkpoints (no optimizer state, no
+/// position, no generators). Loading checks every name, shape, dtype and checksum before
+/// changing anything, and names the first mismatch or damaged tensor.
 ///
 /// @code
 /// if (strategy.is_chief()) strata::save_weights(model, "model.weights");   // any strategy
@@ -51,40 +51,45 @@ void save_weights(const M& model, const std::filesystem::path& path) {
   checkpoint::write_checkpoint(path, tensors);
 }
 
+namespace detail {
+/// Checks `m`'s parameters and buffers against the file `reader` reads: the file holds each,
+/// of its shape and dtype, and nothing else; the first mismatch is an error naming it.
+inline void check_weights(const checkpoint::Reader& reader, const nn::Module& m) {
+  std::set<std::string> expected;
+  for (const auto& [name, t] : weights_of(m)) {
+    expected.insert(name);
+    const checkpoint::Entry* e = reader.find(name);
+    STRATA_REQUIRE(e != nullptr, invalid_argument, "strata.weights", "load_weights '", reader.name(), "': no tensor '",
+                   name, "' for the model's tensor of shape ", t.shape());
+    STRATA_REQUIRE(e->shape == t.shape() && e->dtype == t.dtype(), invalid_argument, "strata.weights",
+                   "load_weights '", reader.name(), "': '", name, "' is ", e->shape, " ", name_of(e->dtype),
+                   " in the file, ", t.shape(), " ", name_of(t.dtype()), " in the model");
+  }
+  for (const checkpoint::Entry& e : reader.entries())
+    STRATA_REQUIRE(expected.count(e.name) == 1, invalid_argument, "strata.weights", "load_weights '", reader.name(),
+                   "': the file's '", e.name, "' is no parameter or buffer of the model");
+}
+}  // namespace detail
+
 /// Sets `model`'s parameters and buffers (on whatever device they are) to the values saved in
 /// `path`. The file must hold exactly the model's parameters and buffers, with their shapes
-/// and dtypes; anything else
-/// is an error naming the first mismatch, and the model is left as it was.
+/// and dtypes, and every tensor must pass its checksum: all of it is checked before any value
+/// changes, so a mismatch or a damaged file is an error naming it, and the model is left as
+/// it was. (The values are then read again from the file the check read, held open: a file
+/// replaced meanwhile, as write_checkpoint replaces one, is not the one read.)
 template <class M>
 void load_weights(M& model, const std::filesystem::path& path) {
   const checkpoint::Reader reader(path);
-  const std::string file = path.string();
-  auto apply = [&](nn::Module& m) {
-    const auto params = detail::weights_of(m);
-    std::set<std::string> expected;
-    for (const auto& [name, t] : params) {
-      expected.insert(name);
-      const checkpoint::Entry* e = reader.find(name);
-      STRATA_REQUIRE(e != nullptr, invalid_argument, "strata.weights", "load_weights '", file, "': no tensor '", name,
-                     "' for the model's tensor of shape ", t.shape());
-      STRATA_REQUIRE(e->shape == t.shape() && e->dtype == t.dtype(), invalid_argument, "strata.weights",
-                     "load_weights '", file, "': '", name, "' is ", e->shape, " ", name_of(e->dtype),
-                     " in the file, ", t.shape(), " ", name_of(t.dtype()), " in the model");
-    }
-    for (const checkpoint::Entry& e : reader.entries())
-      STRATA_REQUIRE(expected.count(e.name) == 1, invalid_argument, "strata.weights", "load_weights '", file,
-                     "': the file's '", e.name, "' is no parameter or buffer of the model");
-    NoGradGuard no_grad;
-    for (const auto& [name, t] : params) {
-      Tensor dst = t;
-      dst.copy_(reader.read(name).to(t.device()));
-    }
-  };
-  if constexpr (requires { model.num_replicas(); model.replica(0); }) {  // every copy of a Replicated<T>
-    for (std::size_t r = 0; r < model.num_replicas(); ++r) apply(model.replica(r));
+  std::vector<nn::Module*> copies;  // every copy of a Replicated<T>, or the module
+  if constexpr (requires { model.num_replicas(); model.replica(0); }) {
+    for (std::size_t r = 0; r < model.num_replicas(); ++r) copies.push_back(&model.replica(r));
   } else {
-    apply(model);
+    copies.push_back(&model);
   }
+  for (const nn::Module* m : copies) detail::check_weights(reader, *m);
+  reader.verify();  // every checksum, streamed through in pieces: no copy of the model is held
+  for (nn::Module* m : copies)
+    for (const auto& [name, t] : detail::weights_of(*m)) checkpoint::read_into_tensor(reader, name, t);
 }
 
 }  // namespace strata

@@ -43,7 +43,7 @@ struct ElementRange {
 };
 
 /// How an optimizer updates a row-sparse table (an Embedding with TableGradient::row_sparse;
-/// docs/sparse_design.md).
+/// docs/design/sparse_tables.md).
 enum class SparseUpdates {
   /// Only the rows whose aggregated gradient row is not all zero, with their state (momentum,
   /// moments); the other rows and their state stay as they are (PyTorch's SparseAdam). The
@@ -251,6 +251,11 @@ class Optimizer {
       slot(*where[k].first, where[k].second) = state[k].second.contiguous().clone();
     steps_ = steps;
     ++state_version_;
+  }
+  /// Checks what load_state or adopt_state would take, changing nothing: an error naming the
+  /// first tensor that is no slot of this optimizer's or not of its parameter's shape.
+  void check_state(const std::vector<std::pair<std::string, Tensor>>& state) {
+    (void)resolve_slots(state, "check_state");
   }
   /// load_state for tensors nobody else holds (just read from a checkpoint): the contiguous
   /// ones become the slots as they are, with no copy, so a restore holds each slot once.

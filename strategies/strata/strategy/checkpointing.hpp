@@ -84,6 +84,13 @@ std::vector<Tensor> buffers_of(M& m) {
 }
 }  // namespace detail
 
+/// What TrainingCheckpoints::restore does when the directory holds checkpoints and none of
+/// them reads.
+enum class UnreadableCheckpoints {
+  error,         ///< an error naming each file and why; nothing changes (the default)
+  start_afresh,  ///< set them all aside (kept, never pruned) and train from step 0
+};
+
 template <class S, class Model, class Opt>
 class TrainingCheckpoints {
   static_assert(checkpoints_supported<S>, "TrainingCheckpoints: this strategy's state is not captured yet "
@@ -96,22 +103,43 @@ class TrainingCheckpoints {
   }
 
   /// Resumes from the newest complete checkpoint, if there is one: every replica's model and
-  /// optimizer, and the default generator. Returns where to continue.
-  std::optional<checkpoint::TrainingPosition> restore() {
+  /// optimizer, and the default generator. Returns where to continue, or nothing when the
+  /// directory holds no checkpoint. Checkpoints newer than the one restored that do not read
+  /// are set aside (CheckpointManager::set_aside: kept, never pruned or overwritten) and
+  /// named on stderr. A directory whose checkpoints all fail to read is an error on every
+  /// process naming each file and why, and nothing changes, unless `unreadable` is
+  /// UnreadableCheckpoints::start_afresh: then they are all set aside and training starts
+  /// from step 0.
+  std::optional<checkpoint::TrainingPosition> restore(
+      UnreadableCheckpoints unreadable = UnreadableCheckpoints::error) {
     std::optional<checkpoint::Reader> found;
+    std::string error;  // the chief's, when no checkpoint of those present reads
     if (s_.is_chief()) {
-      std::vector<std::string> skipped;
+      std::vector<checkpoint::CheckpointManager::Unreadable> skipped;
       std::function<void(const checkpoint::Reader&, std::int64_t)> also;
       if constexpr (detail::ShardedCheckpoints<S>)
         also = [&](const checkpoint::Reader& r, std::int64_t step) { s_.check_shards(r, manager_.directory(), step); };
-      found = manager_.open_latest(&skipped, also);
-      for (const auto& why : skipped) std::fprintf(stderr, "[strata.checkpoint] skipping %s\n", why.c_str());
+      found = manager_.open_latest(skipped, also);
+      if (!found && !skipped.empty() && unreadable == UnreadableCheckpoints::error) {
+        error = "'" + manager_.directory().string() + "' holds " + std::to_string(skipped.size()) +
+                " checkpoint(s) and none can be read:";
+        for (const auto& u : skipped) error += "\n  " + u.file.string() + ": " + u.why;
+        error += "\nNothing was restored or changed. Recover or remove them, or restore with "
+                 "UnreadableCheckpoints::start_afresh (the trainers: --start-afresh) to train from step 0 "
+                 "with them set aside";
+      } else {
+        for (const auto& u : skipped)
+          std::fprintf(stderr, "[strata.checkpoint] skipping %s: %s; kept as %s\n", u.file.string().c_str(),
+                       u.why.c_str(), manager_.set_aside(u.file).string().c_str());
+      }
     }
     // Across processes, every process reads the chief's file through the chief, a tensor at
     // a time (detail::share_checkpoint): no process holds a copy of the file.
     std::optional<checkpoint::Reader> opened;
     if constexpr (detail::SharesChiefTensors<S>)
-      opened = detail::share_checkpoint(s_, std::move(found));
+      opened = detail::share_checkpoint(s_, std::move(found), error);
+    else if (!error.empty())
+      STRATA_THROW(data_error, "strata.checkpoint.unreadable", error);
     else
       opened = std::move(found);
     if (!opened) return std::nullopt;
@@ -143,8 +171,11 @@ class TrainingCheckpoints {
                                                           detail::buffers_of(detail::local_copy(model_, 0)));
         tensors.insert(tensors.end(), shards.begin(), shards.end());
         manager_.save(pos.step, tensors);
-        if constexpr (detail::ShardedCheckpoints<S>)
-          s_.prune_shards(manager_.directory(), manager_.steps());
+        if constexpr (detail::ShardedCheckpoints<S>) {  // the shards of checkpoints set aside stay with them
+          std::vector<std::int64_t> kept = manager_.steps();
+          for (std::int64_t step : manager_.set_aside_steps()) kept.push_back(step);
+          s_.prune_shards(manager_.directory(), kept);
+        }
       } catch (const std::exception& e) {
         error = e.what();
         failure = std::current_exception();

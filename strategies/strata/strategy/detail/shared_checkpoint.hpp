@@ -51,19 +51,28 @@ inline const SharedRange* shared_range_of(const std::vector<SharedRange>& ranges
   return nullptr;
 }
 
+/// The first word of a message that carries the chief's error instead of a checkpoint.
+inline constexpr std::uint64_t kChiefError = ~std::uint64_t{0};
+
 /// Every process's reader of the checkpoint the chief opened (`chief`, verified; none: no
-/// checkpoint, and every process gets none). Collective: every process calls it.
+/// checkpoint, and every process gets none). `chief_error`, when the chief gives one (no
+/// checkpoint it found reads): every process throws it instead. Collective: every process
+/// calls it.
 template <SharesChiefTensors S>
-std::optional<checkpoint::Reader> share_checkpoint(S& s, std::optional<checkpoint::Reader> chief) {
+std::optional<checkpoint::Reader> share_checkpoint(S& s, std::optional<checkpoint::Reader> chief,
+                                                   const std::string& chief_error = {}) {
   // The message: size u64, name length u64, name, range count u64, (offset, bytes) per range,
-  // then the ranges' bytes. Empty: no checkpoint.
+  // then the ranges' bytes. Empty: no checkpoint. kChiefError, then the error's text.
   auto message = std::make_shared<std::vector<unsigned char>>();
   auto put = [&](std::uint64_t v) {
     const auto* p = reinterpret_cast<const unsigned char*>(&v);
     message->insert(message->end(), p, p + sizeof v);
   };
   std::vector<SharedRange> ranges;
-  if (s.is_chief() && chief) {
+  if (s.is_chief() && !chief_error.empty()) {
+    put(kChiefError);
+    message->insert(message->end(), chief_error.begin(), chief_error.end());
+  } else if (s.is_chief() && chief) {
     const checkpoint::Reader& c = *chief;
     ranges.push_back({0, c.header_bytes().size(), 0});
     for (const checkpoint::Entry& e : c.entries())
@@ -85,6 +94,10 @@ std::optional<checkpoint::Reader> share_checkpoint(S& s, std::optional<checkpoin
   }
   s.share_from_chief(*message);
   if (message->empty()) return std::nullopt;
+  if (std::uint64_t first = 0; message->size() >= sizeof first &&
+                               (std::memcpy(&first, message->data(), sizeof first), first == kChiefError))
+    STRATA_THROW(data_error, "strata.checkpoint.unreadable",
+                 std::string(reinterpret_cast<const char*>(message->data()) + sizeof first, message->size() - sizeof first));
 
   if (s.is_chief()) {
     checkpoint::Reader c = std::move(*chief);
