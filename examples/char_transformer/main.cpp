@@ -25,49 +25,53 @@
 #include <strata/runtime/fail_job.hpp>
 #include <strata/strata.hpp>
 
+#include "../common/checkpoints.hpp"
+#include "../common/run_flags.hpp"
 #include "../common/strategy_flags.hpp"
 
 namespace {
 
-struct Options : trainer::StrategyFlags {
-  std::int64_t steps = 1000, batch = 32, context = 64, width = 128, heads = 4, layers = 4;
-  double lr = 1e-3, clip = 1.0;
-  std::uint64_t seed = 0;
+struct Options : trainer::StrategyFlags, trainer::RunFlags {
+  std::int64_t context = 64, width = 128, heads = 4, layers = 4;
+  double clip = 1.0;
   std::int64_t eval_every = 250, eval_windows = 256, sample_chars = 300;
-  std::string data_dir = strata::data::default_fortunes_dir();
-  bool quiet = false;
   // The gradients are clipped after aggregation, on the workers: a parameter server then
   // only stores (--update-on servers needs --clip 0).
-  Options() { update_on = "workers"; }
+  Options() {
+    update_on = "workers";
+    steps = 1000;
+    batch = 32;
+    lr = 1e-3;
+    data_dir = strata::data::default_fortunes_dir();
+  }
 };
 
 int parse_options(int argc, char** argv, Options& o) {
   CLI::App app{"Trains the reference character-level Transformer on Debian's fortunes under any strategy; prints the "
                "validation loss (nats per character) as it goes, samples text at the end, then one JSON line.",
                "char_transformer"};
-  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
-  app.add_option("--batch", o.batch, "sequences per replica: the global batch is B x replicas")->capture_default_str();
-  app.add_option("--context", o.context, "characters per sequence")->capture_default_str();
-  app.add_option("--width", o.width)->capture_default_str();
-  app.add_option("--heads", o.heads)->capture_default_str();
-  app.add_option("--layers", o.layers)->capture_default_str();
-  app.add_option("--lr", o.lr, "Adam's learning rate, cosine-decayed after 100 warm-up steps")->capture_default_str();
+  trainer::add_run_flags(app, o, {.steps = "optimizer steps in all",
+                                  .batch = "sequences",
+                                  .lr = "AdamW's learning rate, cosine-decayed after 100 warm-up steps",
+                                  .data = "the fortunes directory"});
+  app.add_option("--context", o.context, "characters per sequence (the model's longest)")->capture_default_str();
+  app.add_option("--width", o.width, "the model's width: each token's vector, split over the heads")->capture_default_str();
+  app.add_option("--heads", o.heads, "attention heads per layer (they divide --width)")->capture_default_str();
+  app.add_option("--layers", o.layers, "Transformer blocks")->capture_default_str();
   app.add_option("--clip", o.clip, "global gradient norm (0: none)")->capture_default_str();
-  app.add_option("--seed", o.seed, "initialisation and shuffling")->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "steps between validation losses")->capture_default_str();
   app.add_option("--eval-windows", o.eval_windows, "held-out sequences each validation reads")->capture_default_str();
   app.add_option("--sample", o.sample_chars, "characters to sample at the end")->capture_default_str();
-  app.add_option("--data", o.data_dir, "the fortunes directory")->capture_default_str();
-  app.add_flag("--quiet", o.quiet, "no progress lines");
   trainer::add_strategy_flags(app, o, "cpu, or cuda:N (char_transformer_cuda; one_device, or central_storage with replica r on cuda:N+r)");
   try {
     app.parse(argc, argv);
-    for (auto [flag, v] : {std::pair{"--steps", o.steps}, std::pair{"--batch", o.batch}, std::pair{"--context", o.context},
+    for (auto [flag, v] : {std::pair{"--steps", o.steps}, std::pair{"--context", o.context},
                            std::pair{"--width", o.width}, std::pair{"--heads", o.heads}, std::pair{"--layers", o.layers},
                            std::pair{"--eval-every", o.eval_every}, std::pair{"--eval-windows", o.eval_windows}})
       if (v < 1) throw CLI::ValidationError(flag, "must be at least 1, got " + std::to_string(v));
     if (o.width % o.heads != 0) throw CLI::ValidationError("--heads", "must divide --width");
     trainer::check_strategy_flags(app, o);
+    trainer::check_run_flags(app, o, o.strategy == "parameter_server" && o.mode == "async");
     if (o.update_on == "servers" && o.clip > 0)
       throw CLI::ValidationError("--update-on", "servers needs --clip 0: clipping runs on the workers, before the update");
   } catch (const CLI::ParseError& e) {
@@ -144,19 +148,23 @@ void train(S& strategy, const Options& o) {
                 static_cast<long long>(train_windows.size()), static_cast<long long>(held_out.size()),
                 static_cast<long long>(o.context), S::name);
 
+  // Checkpoints: resume from the newest complete one, then save every N steps and at the end.
+  trainer::Checkpoints checkpoints(strategy, model, opt, o);
+  strata::checkpoint::TrainingPosition pos = checkpoints.resume();
+
   // Whole epochs, then the first batches of one more: every rank runs the same epochs (a
   // parameter server's range serves its workers until they have finished each one).
   const std::int64_t per_epoch = pipeline.num_batches();
-  std::int64_t step = 0;
-  double loss = 0, val_loss = NAN;
+  std::int64_t step = pos.step, trained = 0;  // the job's steps, and this run's
+  double loss = NAN, val_loss = NAN;
   std::int64_t tokens = 0;
   std::vector<double> step_ms;  // each training step's time, for the median
   step_ms.reserve(static_cast<std::size_t>(o.steps));
   const auto start = Clock::now();
-  for (std::int64_t epoch = 0, done = 0; done < o.steps; ++epoch) {
+  for (std::int64_t epoch = pos.epoch, done = pos.epoch * per_epoch; done < o.steps; ++epoch) {
     const std::int64_t now = std::min(per_epoch, o.steps - done);
     strata::data::Pipeline part = pipeline.take(now);
-    part.set_position(epoch, 0);
+    part.set_position(epoch, epoch == pos.epoch ? pos.batch : 0);
     for (auto& batch : strategy.distribute(part)) {
       const auto t0 = Clock::now();
       auto losses = strategy.run(
@@ -172,7 +180,9 @@ void train(S& strategy, const Options& o) {
       loss = strategy.reduce(strata::ReduceOp::Sum, losses).item();
       step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       tokens += batch.global_size * o.context;
-      ++step;
+      ++step, ++trained;
+      pos = pos.after(batch, per_epoch);
+      checkpoints.after_step(pos);
       if (step % o.eval_every == 0 || step == o.steps) {
         strata::models::CharTransformer& held = model;  // this process's copy
         val_loss = validation_loss(held, val);
@@ -183,6 +193,7 @@ void train(S& strategy, const Options& o) {
     }
     done += now;
   }
+  checkpoints.finish(pos);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   // The median step after the first tenth (at most 10 steps of warm-up).
   const std::size_t warmup = std::min<std::size_t>(10, step_ms.size() / 10);
@@ -192,12 +203,15 @@ void train(S& strategy, const Options& o) {
   getrusage(RUSAGE_SELF, &usage);
   if (strategy.is_chief()) {
     strata::models::CharTransformer& held = model;
+    if (std::isnan(val_loss)) val_loss = validation_loss(held, val);  // a run that trained no step (resumed at its end)
     strata::Generator gen(o.seed + 1);
     const std::string text = sample(held, corpus, {corpus.tokens[0]}, o.sample_chars, gen);
     if (!o.quiet) std::printf("--- sampled ---\n%s\n---------------\n", text.c_str());
-    std::printf("{\"model\":\"char_transformer\",\"strategy\":\"%s\",\"replicas\":%d,\"steps\":%lld,\"train_loss\":%.5f,"
+    // "steps": this run's (a resumed run's own); the train loss null where it trained none.
+    const std::string train_loss = std::isnan(loss) ? "null" : std::to_string(loss);
+    std::printf("{\"model\":\"char_transformer\",\"strategy\":\"%s\",\"replicas\":%d,\"steps\":%lld,\"train_loss\":%s,"
                 "\"validation_loss\":%.5f,\"chars_per_s\":%.1f,\"median_step_ms\":%.4f,\"peak_rss_mib\":%.1f}\n",
-                S::name, strategy.num_replicas_in_sync(), static_cast<long long>(step), loss, val_loss,
+                S::name, strategy.num_replicas_in_sync(), static_cast<long long>(trained), train_loss.c_str(), val_loss,
                 static_cast<double>(tokens) / seconds, median_ms, static_cast<double>(usage.ru_maxrss) / 1024.0);
   }
 }

@@ -15,13 +15,13 @@
 //   mpirun -np 2 fashion_mnist_cuda --strategy multi_worker_mirrored --collective nccl   (one GPU per rank)
 //   fashion_mnist_cuda --strategy mirrored --collective nccl --replicas 2     (one replica thread per GPU)
 #include <cstdio>
-#include <optional>
+#include <algorithm>
 #include <string>
-#include <type_traits>
 
 #include <strata/runtime/fail_job.hpp>
 #include <strata/strata.hpp>
 
+#include "../common/checkpoints.hpp"
 #include "options.hpp"
 #include "report.hpp"
 #include "step.hpp"
@@ -39,13 +39,6 @@ inline double evaluate(strata::nn::Module& model, const strata::data::TensorData
   return static_cast<double>(correct) / static_cast<double>(test.size());
 }
 
-/// What a strategy without checkpoints gets (an asynchronous parameter server: the flags
-/// refuse --checkpoint-dir there, so it is never made).
-struct NoCheckpoints {
-  std::optional<strata::checkpoint::TrainingPosition> restore() { return std::nullopt; }
-  void save(const strata::checkpoint::TrainingPosition&) {}
-};
-
 /// The training loop, the same for every strategy.
 template <strata::Strategy S>
 void train(S& strategy, const Options& o) {
@@ -56,48 +49,38 @@ void train(S& strategy, const Options& o) {
   auto pipeline = strata::data::Pipeline(strata::data::fashion_mnist_train(o.data_dir))
                       .shuffle(o.seed)
                       .batch(o.batch * strategy.num_replicas_in_sync());
-  if (o.max_steps >= 0) pipeline = pipeline.take(o.max_steps);
+  if (o.steps_per_epoch > 0) pipeline = pipeline.take(o.steps_per_epoch);
 
   // Checkpoints: resume from the newest complete one, then save every N steps and at the end.
-  strata::checkpoint::TrainingPosition pos;
-  using Checkpoints = std::conditional_t<strata::checkpoints_supported<S>,
-                                         strata::TrainingCheckpoints<S, decltype(model), decltype(opt)>, NoCheckpoints>;
-  std::optional<Checkpoints> checkpoints;
-  if constexpr (strata::checkpoints_supported<S>)
-    if (!o.checkpoint_dir.empty()) checkpoints.emplace(strategy, model, opt, o.checkpoint_dir);
-  const strata::checkpoint::RestartReport restarts(checkpoints ? o.checkpoint_dir : "", strategy.is_chief());
-  if (checkpoints) {
-    if (auto at = checkpoints->restore()) {
-      pos = *at;
-      if (strategy.is_chief())
-        std::printf("resumed from step %lld (epoch %lld, batch %lld) in %s\n", static_cast<long long>(pos.step),
-                    static_cast<long long>(pos.epoch), static_cast<long long>(pos.batch), o.checkpoint_dir.c_str());
-    }
-  }
+  trainer::Checkpoints checkpoints(strategy, model, opt, o);
+  const strata::checkpoint::RestartReport restarts(checkpoints.enabled() ? o.checkpoint_dir : "", strategy.is_chief());
+  strata::checkpoint::TrainingPosition pos = checkpoints.resume();
   restarts.resumed_at(pos.step);
-  pipeline.set_position(pos.epoch, pos.batch);
-  auto data = strategy.distribute(pipeline);
   const auto test = o.no_eval ? strata::data::TensorDataset() : strata::data::fashion_mnist_test(o.data_dir);
-
+  // The job's batches, epoch after epoch, up to --steps of them: every rank runs the same
+  // batches of each epoch (a parameter server's range serves its workers to the end of each,
+  // and asynchronous workers share an epoch's batches between them).
+  const std::int64_t per_epoch = pipeline.num_batches();
+  const std::int64_t total = o.steps > 0 ? o.steps : per_epoch * o.epochs;
   RunReport report(strategy, o);
-  for (int epoch = static_cast<int>(pos.epoch); epoch < o.epochs; ++epoch) {
-    std::int64_t batch = epoch == pos.epoch ? pos.batch : 0;  // batches of this epoch done
+  for (std::int64_t epoch = pos.epoch; epoch < o.epochs && epoch * per_epoch < total; ++epoch) {
+    const std::int64_t first = epoch == pos.epoch ? pos.batch : 0;
+    strata::data::Pipeline part = pipeline.take(std::min(per_epoch, total - epoch * per_epoch));
+    part.set_position(epoch, first);
+    auto data = strategy.distribute(part);
     report.begin_epoch();
     for (auto& b : data) {
       report.data_ready();
       const double loss = train_step(strategy, model, opt, b, report.times());
-      ++batch, ++pos.step;
-      report.step(pos.step, epoch, batch, data.num_batches(), b.global_size, loss);
+      pos = pos.after(b, per_epoch);
+      report.step(pos.step, static_cast<int>(epoch), b.index + 1, per_epoch, b.global_size, loss);
       restarts.reached(pos.step);
-      if (checkpoints && o.checkpoint_every > 0 && pos.step % o.checkpoint_every == 0) {
-        const bool epoch_done = batch == data.num_batches();  // the position of the next batch
-        checkpoints->save({pos.step, epoch + (epoch_done ? 1 : 0), epoch_done ? 0 : batch});
-      }
+      checkpoints.after_step(pos);
     }
     report.end_epoch();
-    if (!o.no_eval) report.evaluation(pos.step, epoch, evaluate(model, test));
+    if (!o.no_eval) report.evaluation(pos.step, static_cast<int>(epoch), evaluate(model, test));
   }
-  if (checkpoints) checkpoints->save({pos.step, o.epochs, 0});
+  checkpoints.finish(pos);
   report.finish();
 }
 

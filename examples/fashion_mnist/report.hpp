@@ -42,7 +42,10 @@ class RunReport {
   }
 
   StepTimes* times() { return &times_; }
-  void begin_epoch() { epoch_from_ = data_from_ = Clock::now(); }
+  void begin_epoch() {
+    epoch_from_ = data_from_ = Clock::now();
+    epoch_examples_ = epoch_steps_ = 0;
+  }
   /// The data of the next step is here (the time since the last step went to the input).
   void data_ready() {
     step_from_ = Clock::now();
@@ -57,11 +60,14 @@ class RunReport {
     examples_ += examples;
     if (steps_ == kWarmupSteps) steady_from_ = Clock::now();
     else if (steps_ > kWarmupSteps) steady_examples_ += examples;
+    epoch_examples_ += examples;
+    ++epoch_steps_;
     const auto now = Clock::now();
+    // The rate and the time left from what this run trained in this epoch: the examples
+    // counted (a last batch holds fewer), the steps timed (a resumed epoch began before).
     const double secs = std::chrono::duration<double>(now - epoch_from_).count();
-    progress_.update(epoch + 1, o_.epochs, batch, batches, loss,
-                     static_cast<double>(batch * examples) / secs,
-                     secs / static_cast<double>(batch) * static_cast<double>(batches * (o_.epochs - epoch) - batch));
+    progress_.update(epoch + 1, o_.epochs, batch, batches, loss, static_cast<double>(epoch_examples_) / secs,
+                     secs / static_cast<double>(epoch_steps_) * static_cast<double>(batches * (o_.epochs - epoch) - batch));
     if (metrics_) {
       strata::observe::StepMetrics m{.step = pos_step, .epoch = epoch + 1, .loss = loss,
                                      .examples_per_s = static_cast<double>(examples) / seconds(data_from_, now),
@@ -159,6 +165,7 @@ class RunReport {
   Clock::time_point epoch_from_, data_from_, step_from_;
   std::optional<Clock::time_point> steady_from_;  // the end of this run's warm-up steps
   double train_seconds_ = 0, steady_seconds_ = 0, last_loss_ = NAN, accuracy_ = NAN;
+  std::int64_t epoch_examples_ = 0, epoch_steps_ = 0;  // this run's, in the current epoch
   std::int64_t steps_ = 0, examples_ = 0, steady_examples_ = 0;
 };
 

@@ -31,35 +31,36 @@
 #include <strata/runtime/fail_job.hpp>
 #include <strata/strata.hpp>
 
+#include "../common/checkpoints.hpp"
+#include "../common/run_flags.hpp"
 #include "../common/strategy_flags.hpp"
 
 namespace {
 
-struct Options : trainer::StrategyFlags {
-  std::int64_t steps = 2000, batch = 1024, dim = 64, window = 2, negatives = 5, min_count = 2;
-  double lr = 0.01;
-  std::uint64_t seed = 0;
+struct Options : trainer::StrategyFlags, trainer::RunFlags {
+  std::int64_t dim = 64, window = 2, negatives = 5, min_count = 2;
   std::int64_t eval_every = 500, eval_rows = 20000, bigram_rows = 0;
   std::string table_gradient = "row_sparse", updates = "lazy";
-  std::string data_dir = strata::data::default_fortunes_dir();
-  std::string checkpoint_dir;
-  std::int64_t checkpoint_every = 0;
-  bool quiet = false;
+  Options() {
+    steps = 2000;
+    batch = 1024;
+    lr = 0.01;
+    data_dir = strata::data::default_fortunes_dir();
+  }
 };
 
 int parse_options(int argc, char** argv, Options& o) {
   CLI::App app{"Trains word vectors (skip-gram, negative sampling) on Debian's fortunes under any strategy; prints "
                "the held-out loss as it goes and the nearest neighbours of a few words at the end, then one JSON line.",
                "skip_gram"};
-  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
-  app.add_option("--batch", o.batch, "(center, context) pairs per replica: the global batch is B x replicas")
-      ->capture_default_str();
+  trainer::add_run_flags(app, o, {.steps = "optimizer steps in all",
+                                  .batch = "(center, context) pairs",
+                                  .lr = "Adam's learning rate",
+                                  .data = "the fortunes directory"});
   app.add_option("--dim", o.dim, "width of the word vectors")->capture_default_str();
   app.add_option("--window", o.window, "context words on each side")->capture_default_str();
   app.add_option("--negatives", o.negatives, "noise words per pair")->capture_default_str();
   app.add_option("--min-count", o.min_count, "occurrences a word needs to get a vector")->capture_default_str();
-  app.add_option("--lr", o.lr, "Adam's learning rate")->capture_default_str();
-  app.add_option("--seed", o.seed, "initialisation, negatives and shuffling")->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "steps between held-out losses")->capture_default_str();
   app.add_option("--eval-rows", o.eval_rows, "held-out pairs each evaluation reads")->capture_default_str();
   app.add_option("--bigram-rows", o.bigram_rows, "rows of the hashed-bigram table (0: none)")->capture_default_str();
@@ -67,14 +68,10 @@ int parse_options(int argc, char** argv, Options& o) {
       ->check(CLI::IsMember({"row_sparse", "dense"}))->capture_default_str();
   app.add_option("--updates", o.updates, "the optimizer's rule on row-sparse tables")
       ->check(CLI::IsMember({"lazy", "dense"}))->capture_default_str();
-  app.add_option("--data", o.data_dir, "the fortunes directory")->capture_default_str();
-  app.add_option("--checkpoint-dir", o.checkpoint_dir, "resume from the newest checkpoint here, and save to it");
-  app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: only at the end)");
-  app.add_flag("--quiet", o.quiet, "no progress lines");
   trainer::add_strategy_flags(app, o, "cpu (this trainer runs on the CPU)");
   try {
     app.parse(argc, argv);
-    for (auto [flag, v] : {std::pair{"--steps", o.steps}, std::pair{"--batch", o.batch}, std::pair{"--dim", o.dim},
+    for (auto [flag, v] : {std::pair{"--steps", o.steps}, std::pair{"--dim", o.dim},
                            std::pair{"--window", o.window}, std::pair{"--min-count", o.min_count},
                            std::pair{"--eval-every", o.eval_every}, std::pair{"--eval-rows", o.eval_rows}})
       if (v < 1) throw CLI::ValidationError(flag, "must be at least 1, got " + std::to_string(v));
@@ -82,9 +79,7 @@ int parse_options(int argc, char** argv, Options& o) {
     if (o.bigram_rows < 0) throw CLI::ValidationError("--bigram-rows", "must not be negative");
     trainer::check_strategy_flags(app, o);
     if (o.device != "cpu") throw CLI::ValidationError("--device", "this trainer runs on the CPU");
-    if (o.checkpoint_every < 0) throw CLI::ValidationError("--checkpoint-every", "must not be negative");
-    if (!o.checkpoint_dir.empty() && o.strategy == "parameter_server" && o.mode == "async")
-      throw CLI::ValidationError("--checkpoint-dir", "an asynchronous parameter server has no consistent point to save");
+    trainer::check_run_flags(app, o, o.strategy == "parameter_server" && o.mode == "async");
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
@@ -170,13 +165,6 @@ std::string neighbours(const SkipGram& model, const strata::data::WordCorpus& co
   return out;
 }
 
-/// What a strategy without checkpoints gets (an asynchronous parameter server: the flags
-/// refuse --checkpoint-dir there, so it is never made).
-struct NoCheckpoints {
-  std::optional<strata::checkpoint::TrainingPosition> restore() { return std::nullopt; }
-  void save(const strata::checkpoint::TrainingPosition&) {}
-};
-
 /// This process's resident memory now, in MiB (-1 where /proc does not say).
 double resident_mib() {
   std::ifstream statm("/proc/self/statm");
@@ -215,22 +203,12 @@ void train(S& strategy, const Options& o) {
                 static_cast<long long>(train_rows.size()), static_cast<long long>(held_out.size()), S::name);
 
   // Checkpoints: resume from the newest complete one, then save every N steps and at the end.
-  strata::checkpoint::TrainingPosition pos;
-  using Checkpoints = std::conditional_t<strata::checkpoints_supported<S>,
-                                         strata::TrainingCheckpoints<S, decltype(model), decltype(opt)>, NoCheckpoints>;
-  std::optional<Checkpoints> checkpoints;
-  if constexpr (strata::checkpoints_supported<S>)
-    if (!o.checkpoint_dir.empty()) checkpoints.emplace(strategy, model, opt, o.checkpoint_dir);
-  if (checkpoints)
-    if (auto at = checkpoints->restore()) {
-      pos = *at;
-      if (strategy.is_chief())
-        std::printf("resumed from step %lld (epoch %lld, batch %lld) in %s\n", static_cast<long long>(pos.step),
-                    static_cast<long long>(pos.epoch), static_cast<long long>(pos.batch), o.checkpoint_dir.c_str());
-    }
+  trainer::Checkpoints checkpoints(strategy, model, opt, o);
+  strata::checkpoint::TrainingPosition pos = checkpoints.resume();
 
   // Whole epochs, then the first batches of one more, as in the other trainers.
   const std::int64_t per_epoch = pipeline.num_batches();
+  const std::int64_t first_step = pos.step;  // "steps" in the JSON line: this run's
   std::int64_t step = pos.step, pairs = 0;
   double loss = 0, held = NAN, seconds = 0;  // the training steps' time (evaluation left out)
   double resident = -1;  // the most memory resident at a step's end (a parameter-server worker's remote tables: its batch's)
@@ -258,7 +236,7 @@ void train(S& strategy, const Options& o) {
       ++step;
       const bool epoch_done = ++in_epoch == per_epoch;  // the position of the next batch
       pos = {step, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : in_epoch};
-      if (checkpoints && o.checkpoint_every > 0 && step % o.checkpoint_every == 0) checkpoints->save(pos);
+      checkpoints.after_step(pos);
       if (step % o.eval_every == 0 || step == o.steps) {
         SkipGram& mine = model;  // this process's copy
         held = held_out_loss(mine, held_out);
@@ -269,7 +247,7 @@ void train(S& strategy, const Options& o) {
     }
     done += now;
   }
-  if (checkpoints) checkpoints->save(pos);
+  checkpoints.finish(pos);
   const std::size_t warmup = std::min<std::size_t>(10, step_ms.size() / 10);  // the median after a short warm-up
   std::sort(step_ms.begin() + static_cast<std::ptrdiff_t>(warmup), step_ms.end());
   const double median_ms = step_ms.empty() ? 0.0 : step_ms[warmup + (step_ms.size() - warmup) / 2];
@@ -310,7 +288,7 @@ void train(S& strategy, const Options& o) {
                 "\"held_out_loss\":%.5f,\"pairs_per_s\":%.1f,\"median_step_ms\":%.4f,\"bigram_rows\":%lld,"
                 "\"table_bytes_per_step\":%s,\"touched_bytes_per_step\":%s,\"received_bytes_per_step\":%s,"
                 "\"dense_table_bytes\":%.0f,\"resident_mib_in_steps\":%.1f}\n",
-                S::name, strategy.num_replicas_in_sync(), static_cast<long long>(step), loss, held,
+                S::name, strategy.num_replicas_in_sync(), static_cast<long long>(step - first_step), loss, held,
                 static_cast<double>(pairs) / seconds, median_ms, static_cast<long long>(o.bigram_rows),
                 json_number(sent).c_str(), json_number(touched).c_str(), json_number(pulled).c_str(), dense_bytes, resident);
   }
