@@ -9,7 +9,9 @@
 #include <string>
 #include <string_view>
 
+#include <strata/ops/shape_ops.hpp>
 #include <strata/support/check.hpp>
+#include <strata/tensor/factory.hpp>
 
 namespace {
 
@@ -60,7 +62,7 @@ TEST_CASE("Errors.Messages: a failed check throws invalid_argument with the cond
   const std::string name = "conv1";
   const int line = __LINE__ + 1;
   const std::string what = thrown_message([&] { STRATA_CHECK(channels == 4, "layer ", name, " has ", channels, " channels"); });
-  CHECK(what == "[strata.check] check failed: channels == 4: layer conv1 has 3 channels (" + std::string(__FILE__) + ":" +
+  CHECK(what == "[strata.check] check failed: channels == 4: layer conv1 has 3 channels (test_error_messages.cpp:" +
                     std::to_string(line) + ")");
   const std::string eq = thrown_message([&] { STRATA_CHECK_EQ(channels, 4, "of ", name); });
   CHECK(eq.rfind("[strata.check] check failed: channels == 4 (3 vs 4): of conv1 (", 0) == 0);
@@ -68,4 +70,22 @@ TEST_CASE("Errors.Messages: a failed check throws invalid_argument with the cond
   CHECK_THROWS_AS(STRATA_THROW(strata::io_error, "strata.test", "disk ", 7), strata::io_error);
   CHECK_THROWS_WITH(STRATA_THROW(strata::io_error, "strata.test", "disk ", 7),
                     doctest::Contains("[strata.test] disk 7 ("));
+}
+
+TEST_CASE("Errors.Messages: the place is the library's own path, or a file's name, never the build's path to it") {
+  using strata::detail::source_place;
+  CHECK(std::string(source_place("../../../work/main/include/strata/checkpoint/file.hpp")) == "strata/checkpoint/file.hpp");
+  CHECK(std::string(source_place("/usr/local/include/strata/ops/conv.hpp")) == "strata/ops/conv.hpp");
+  CHECK(std::string(source_place("../strategies/strata/strategy/mirrored.hpp")) == "strata/strategy/mirrored.hpp");
+  CHECK(std::string(source_place("kernels/strata/kernels/cpu/gemm.hpp")) == "strata/kernels/cpu/gemm.hpp");
+  CHECK(std::string(source_place("/home/me/strata/tests/x.cpp")) == "x.cpp");  // a checkout named strata: not a root
+  CHECK(std::string(source_place("/src/myinclude/strata/y.hpp")) == "y.hpp");
+  CHECK(std::string(source_place("main.cpp")) == "main.cpp");
+  // An error a layer raises, as a user sees it.
+  const std::string what = thrown_message([] {
+    (void)strata::reshape(strata::zeros({6}), {4});
+  });
+  INFO(what);
+  CHECK(what.find("(strata/ops/shape_ops.hpp:") != std::string::npos);
+  CHECK(what.find("..") == std::string::npos);
 }

@@ -56,6 +56,11 @@ struct TensorDataset {
   }
   std::int64_t size() const noexcept { return x.defined() ? x.dim(0) : 0; }
   std::size_t num_inputs() const noexcept { return x.defined() ? 1 + more_inputs.size() : 0; }
+  /// Input `i` (0: x), as Batch::input(i) reads a batch's.
+  const Tensor& input(std::size_t i) const {
+    STRATA_CHECK(i < num_inputs(), "TensorDataset::input(", i, "): the dataset has ", num_inputs(), " input(s)");
+    return i == 0 ? x : more_inputs[i - 1];
+  }
 };
 
 /// Rows [lo, hi) of `t` as a view (no copy; not differentiable: for input data).

@@ -6,6 +6,8 @@
 /// (invalid_argument): a caller may retry the first kind, never the second.
 #pragma once
 
+#include <cstddef>
+#include <cstring>  // std::strlen, std::strncmp
 #include <initializer_list>
 #include <ios>  // std::ios_base
 #include <ostream>
@@ -134,6 +136,26 @@ std::string error_text(const char* id, const Parts&... parts) {
   return join_parts({MessagePart("["), MessagePart(id), MessagePart("] "), MessagePart(parts)...});
 }
 
+/// The place an error names: a library header by its include path ("strata/ops/conv.hpp"),
+/// however the build spelled it (relative to a build directory, absolute, installed); any
+/// other file by its name alone.
+inline const char* source_place(const char* file) noexcept {
+  const char* name = file;
+  const char* library = nullptr;
+  for (const char* p = file; *p != '\0'; ++p) {
+    if (*p == '/') name = p + 1;
+    if (*p != '/' || std::strncmp(p + 1, "strata/", 7) != 0) continue;
+    // "strata/" under one of the include roots (include/, strategies/, kernels/)
+    for (const char* root : {"include", "strategies", "kernels"}) {
+      const std::size_t n = std::strlen(root);
+      if (static_cast<std::size_t>(p - file) >= n && std::strncmp(p - n, root, n) == 0 &&
+          (p - n == file || p[-static_cast<std::ptrdiff_t>(n) - 1] == '/'))
+        library = p + 1;
+    }
+  }
+  return library != nullptr ? library : name;
+}
+
 /// Throws Error("[id] " + the parts + " (file:line)"); out of line and cold, so that a check
 /// adds only a call to the code around it.
 template <class Error>
@@ -142,7 +164,7 @@ template <class Error>
   std::ostringstream os;
   os << '[' << id << "] ";
   for (const MessagePart& part : parts) part.write(os);
-  os << " (" << file << ':' << line << ')';
+  os << " (" << source_place(file) << ':' << line << ')';
   throw Error(os.str());
 }
 
