@@ -116,7 +116,7 @@ struct Bootstrap {
   }
   template <class B>
   static std::function<bool()> aborted_of(B& b) {
-    if constexpr (requires { { b.aborted() } -> std::convertible_to<bool>; })
+    if constexpr (ThreadGroupCollective<B>)  // threads of one process see an abort of their group
       return [&b] { return static_cast<bool>(b.aborted()); };
     else
       return {};

@@ -58,7 +58,7 @@ struct ParameterServerOptions {
   std::int64_t staleness = -1;           ///< Async: pushes a worker may run ahead of the slowest (-1: no bound)
   std::int64_t partition_bytes = 256 << 10;  ///< variables this large are split over every server
   /// Row-sparse tables go by rows: workers push the rows they touched and get back the rows
-  /// that changed (docs/sparse_design.md). false: they are pushed and pulled whole like any
+  /// that changed (docs/design/sparse_tables.md). false: they are pushed and pulled whole like any
   /// variable (the dense protocol; the lazy rule then needs update_on_servers = false).
   bool sparse_tables = true;
   /// Async: each worker takes the epoch's next batch from the first server (ps::Dispatcher,
@@ -69,7 +69,7 @@ struct ParameterServerOptions {
   /// memory back, and embedding() asks the servers for the rows it reads (TF's lookups of
   /// parameter-server embeddings); at the epoch's end the values arrive whole, as for every
   /// variable. Inside an epoch, read such a table through embedding() only: its memory reads
-  /// zeros there (docs/sparse_design.md). Needs sparse_tables and update_on_servers.
+  /// zeros there (docs/design/sparse_tables.md). Needs sparse_tables and update_on_servers.
   bool remote_tables = false;
   /// Async over Gloo, with dispatch_batches: workers may join the running job. Each server
   /// admits a process started with STRATA_PS_JOIN=1 and the job's STRATA_MASTER_ADDR/PORT
@@ -124,7 +124,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     STRATA_CHECK(o.admit_workers || !joined(), "ParameterServerStrategy: this process joins a running job "
                  "(STRATA_PS_JOIN=1), but admit_workers is off: the job's servers admit no workers");
     if (o.admit_workers) {
-      if constexpr (requires { t_.admit_joiners(); }) {
+      if constexpr (ps::AdmitsWorkers<T>) {
         if (t_.is_server()) t_.admit_joiners();
       } else {
         STRATA_CHECK(false, "ParameterServerStrategy: admit_workers needs the Gloo transport (an MPI job's ranks are fixed)");
@@ -145,7 +145,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
   bool is_chief() const noexcept { return !joined() && t_.rank() == t_.roles().workers.front(); }
   /// A worker that joined the running job (admit_workers).
   bool joined() const noexcept {
-    if constexpr (requires { t_.joined(); })
+    if constexpr (ps::AdmitsWorkers<T>)
       return t_.joined();
     else
       return false;

@@ -452,6 +452,9 @@ class Transport<collective::Gloo> {
 
 template <>
 inline constexpr bool has_transport<collective::Gloo> = true;
+/// Joiners meet the job through its store (admit_workers).
+template <>
+inline constexpr bool enable_admits_workers<Transport<collective::Gloo>> = true;
 
 }  // namespace strata::ps
 

@@ -23,7 +23,7 @@
 /// workers' flag says), and every worker gets a count, then the changed rows with their new
 /// values (or, where the workers update, the summed rows). Async: each push is applied on
 /// arrival and marks the rows it changed dirty for every worker; a worker's reply is the
-/// rows dirty for it (its own among them), from a buffer of its own. docs/sparse_design.md.
+/// rows dirty for it (its own among them), from a buffer of its own. docs/design/sparse_tables.md.
 ///
 /// Checkpoints: on the chief's kSaveTag(step) the server writes its shard — each partition's
 /// value and optimizer state — to `DIR/ps-shard-SERVER-STEP.strata` (atomically) and
@@ -59,6 +59,7 @@
 #include <strata/strategy/parameter_server/dispatcher.hpp>
 #include <strata/strategy/parameter_server/release_memory.hpp>
 #include <strata/strategy/parameter_server/shards.hpp>
+#include <strata/strategy/parameter_server/transport.hpp>  // AdmitsWorkers
 
 namespace strata::ps {
 
@@ -127,7 +128,7 @@ class Server {
   }
 
   /// Gives back the memory of the rows of tables this server does not hold (they read as
-  /// zeros): its copy of a table costs its blocks, not the table (docs/sparse_design.md).
+  /// zeros): its copy of a table costs its blocks, not the table (docs/design/sparse_tables.md).
   void release_other_rows() {
     for (std::size_t id = 0; id < shards_.partitions.size(); ++id) {
       const Partition& q = shards_.partitions[id];
@@ -383,14 +384,19 @@ class Server {
                      "strata.checkpoint.mismatch", "'", r.name(), "': '", key, "' is ", e->shape, " ",
                      name_of(e->dtype), ", this server holds ", h.value.shape(), " ", name_of(h.value.dtype()));
     }
-    // Each partition's values straight into its place, then its optimizer's slots: the shard
-    // is never held twice.
-    for (Held& h : held_) {
-      const std::string p = "partition." + std::to_string(h.id);
-      checkpoint::read_into_tensor(r, p + ".value", h.value);
-      if (!h.opt) continue;
-      auto st = checkpoint::read_optimizer_state(r, p + ".optimizer.");
-      h.opt->adopt_state(std::move(st.slots), st.steps);
+    // Every partition's optimizer state read and checked before any partition changes; then
+    // each partition's values straight into its place, and its slots adopted as read: the
+    // shard is never held twice.
+    std::vector<checkpoint::OptimizerState> states(held_.size());
+    for (std::size_t k = 0; k < held_.size(); ++k) {
+      if (!held_[k].opt) continue;
+      states[k] = checkpoint::read_optimizer_state(r, "partition." + std::to_string(held_[k].id) + ".optimizer.");
+      held_[k].opt->check_state(states[k].slots);
+    }
+    for (std::size_t k = 0; k < held_.size(); ++k) {
+      Held& h = held_[k];
+      checkpoint::read_into_tensor(r, "partition." + std::to_string(h.id) + ".value", h.value);
+      if (h.opt) h.opt->adopt_state(std::move(states[k].slots), states[k].steps);
     }
   }
 
@@ -536,7 +542,7 @@ class Server {
                    " joined a Sync job, whose steps wait for a fixed set of workers");
     if (lost_.empty()) lost_.assign(static_cast<std::size_t>(workers_), 0);
     if (starts_at_.empty()) starts_at_.assign(static_cast<std::size_t>(workers_), 0);
-    if constexpr (requires { t_.admit(r); })
+    if constexpr (AdmitsWorkers<T>)
       t_.admit(r);
     else
       t_.abort(strata::detail::error_text("strata.ps", "server rank ", t_.rank(), ": this transport admits no workers"));

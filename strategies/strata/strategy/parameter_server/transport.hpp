@@ -5,7 +5,8 @@
 /// rank, the job's and the role group's collectives, the deadline, a peer's state, isend/irecv
 /// of raw bytes -> Request, probe/receive of a message from any rank, test/test_all/wait_all,
 /// and abort(message). A collective opts in with has_transport<C>; the strategy requires
-/// ps::TransportOf<C>: the trait, and Transport<C> a MessageTransport.
+/// ps::TransportOf<C>: the trait, and Transport<C> a MessageTransport. ps::AdmitsWorkers<T>
+/// names the transports that take workers into a running job.
 #pragma once
 
 #include <chrono>
@@ -59,5 +60,20 @@ concept MessageTransport = requires(T& t, const T& ct, typename T::Message& m, t
 /// A collective whose Transport carries a ParameterServerStrategy.
 template <class C>
 concept TransportOf = has_transport<C> && MessageTransport<Transport<C>>;
+
+/// Opt-in trait: a transport whose job takes in workers while it runs (Gloo's, whose ranks
+/// meet through a store; an MPI job's ranks are fixed at launch).
+template <class T>
+inline constexpr bool enable_admits_workers = false;
+
+/// A transport that admits workers into a running job: admit_joiners() (a server: listen for
+/// them), admit(rank) (a server: the joiner `rank` takes part from now on), joined() (this
+/// process joined a running job rather than starting with it).
+template <class T>
+concept AdmitsWorkers = MessageTransport<T> && enable_admits_workers<T> && requires(T& t, const T& ct, int r) {
+  t.admit_joiners();
+  t.admit(r);
+  { ct.joined() } -> std::same_as<bool>;
+};
 
 }  // namespace strata::ps
