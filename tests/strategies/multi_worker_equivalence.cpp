@@ -14,6 +14,8 @@
 #include <type_traits>
 
 #include "strategies/equivalence.hpp"
+#include "strategies/zero_rows.hpp"
+#include "support/damage.hpp"
 
 #if STRATA_HAS_MPI
 #include <strata/collective/mpi.hpp>
@@ -226,6 +228,10 @@ int check_all() {
   }
   // Distributed evaluation: exactly the counts of one pass over the rows, on every rank.
   failures += equivalence::check_evaluation(strategy, ("rank " + std::to_string(rank)).c_str());
+  // An epoch whose last batch leaves ranks without rows: the reference models end where one
+  // device ends (their zero gradients, not the last step's, in the all-reduce).
+  failures += zero_rows::check_models(std::to_string(n) + " processes",
+                                      [&]() -> auto& { return strategy; });
   return failures + check_uneven(strategy) + check_compression<C>(n, rank) + check_nonfinite(strategy) +
          check_shared_saves(strategy) + check_split_update<C>(n, rank);
 }
@@ -408,9 +414,29 @@ int check_shared_saves(strata::MultiWorkerMirroredStrategy<C>& strategy) {
   const bool ok = bad == 0 && steps == std::vector<std::int64_t>{20, 19, 18} && ck.manager().latest().has_value();
   std::printf("%s rank %d: 20 saves from every rank into one directory:%s\n", ok ? "ok  " : "FAIL", strategy.rank(),
               listing.c_str());
+  (void)strategy.reduce(strata::ReduceOp::Sum, done);  // every rank has looked before the chief damages them
+  // C2: every checkpoint damaged: restore() is an error on every rank, naming the files (the
+  // chief's reason travels to the others), until the run asks to start afresh.
+  if (strategy.is_chief())
+    for (std::int64_t step : steps) support::damage_last_tensor(ck.manager().path_for(step));
+  (void)strategy.reduce(strata::ReduceOp::Sum, done);
+  std::string refused;
+  try {
+    (void)ck.restore();
+  } catch (const strata::data_error& e) {
+    refused = e.what();
+  }
+  const bool named = refused.find("holds 3 checkpoint(s) and none can be read") != std::string::npos &&
+                     refused.find(ck.manager().path_for(20).string()) != std::string::npos;
+  const bool afresh = !ck.restore(strata::UnreadableCheckpoints::start_afresh).has_value();
+  (void)strategy.reduce(strata::ReduceOp::Sum, done);
+  const bool set_aside = ck.manager().steps().empty() && ck.manager().set_aside_steps() == steps;
+  const bool ok_damaged = named && afresh && set_aside;
+  std::printf("%s rank %d: every checkpoint damaged: restore() refused (%s), then started afresh with them set aside\n",
+              ok_damaged ? "ok  " : "FAIL", strategy.rank(), refused.substr(0, refused.find('\n')).c_str());
   (void)strategy.reduce(strata::ReduceOp::Sum, done);  // every rank has looked before the chief cleans up
   if (strategy.is_chief()) std::filesystem::remove_all(dir);
-  return ok ? 0 : 1;
+  return ok && ok_damaged ? 0 : 1;
 }
 
 // D2: rank 0 has 10 batches, the others 12.

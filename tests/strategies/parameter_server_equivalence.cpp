@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -23,11 +24,13 @@
 #include <strata/strategy/parameter_server.hpp>
 
 #include "strategies/equivalence.hpp"
+#include "strategies/zero_rows.hpp"
 
 // Each transport of the build carries the strategy (parameter_server/transport.hpp), and a
 // collective without one does not.
 #if STRATA_HAS_MPI
 static_assert(strata::ps::TransportOf<strata::collective::Mpi>);
+static_assert(!strata::ps::AdmitsWorkers<strata::ps::Transport<strata::collective::Mpi>>);  // an MPI job's ranks are fixed
 static_assert(strata::Strategy<strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Sync>>);
 static_assert(strata::Strategy<strata::ParameterServerStrategy<strata::collective::Mpi, strata::ps::Async>>);
 // Sync checkpoints carry the servers' shards (checkpointing.hpp).
@@ -36,6 +39,7 @@ static_assert(strata::detail::ShardedCheckpoints<MpiSyncStrategy> && strata::det
 #endif
 #if STRATA_HAS_GLOO
 static_assert(strata::ps::TransportOf<strata::collective::Gloo>);
+static_assert(strata::ps::AdmitsWorkers<strata::ps::Transport<strata::collective::Gloo>>);
 static_assert(strata::Strategy<strata::ParameterServerStrategy<strata::collective::Gloo, strata::ps::Sync>>);
 #endif
 static_assert(!strata::ps::TransportOf<strata::collective::InProcess>);
@@ -153,6 +157,17 @@ int check_sync(int servers) {
     failures += ok ? 0 : 1;
     std::printf("%s rank %d: sync, dropout: parameters differ by %.3g (relative)\n", ok ? "ok  " : "FAIL",
                 strategy.rank(), diff);
+  }
+  // An epoch whose last batch leaves workers without rows: the reference models end where one
+  // device ends (their zero gradients, not the last step's, pushed to the servers).
+  {
+    std::unique_ptr<strata::ParameterServerStrategy<C, strata::ps::Sync>> current;
+    failures += zero_rows::check_models("sync, " + std::to_string(servers) + " servers", [&]() -> auto& {
+      current.reset();  // (one strategy at a time)
+      current = std::make_unique<strata::ParameterServerStrategy<C, strata::ps::Sync>>(
+          strata::ParameterServerOptions{.servers = servers, .partition_bytes = 2048});
+      return *current;
+    });
   }
   // SyncBatchNorm: statistics over the global batch of the workers, so they train as one
   // device does. Its running statistics are the workers' state (the servers hold the
