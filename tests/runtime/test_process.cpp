@@ -88,3 +88,33 @@ TEST_CASE("Testing.FaultPointsMatchRankStepAndPoint") {
                        "[strata.fault] kind skip is not available at point before_collective", strata::invalid_argument);
   ::unsetenv("STRATA_FAULT");
 }
+
+// Every variable the library reads is in one table, read through one function: a name the
+// table lacks is an error, a listed one reads as the environment holds it (empty: unset).
+TEST_CASE("Runtime.Environment.OneTableOfVariables") {
+  namespace env = strata::environment;
+  for (const env::Variable& v : env::kVariables) {
+    CAPTURE(v.name);
+    CHECK(v.name.starts_with("STRATA_"));
+    CHECK(!v.meaning.empty());
+    CHECK(!v.default_value.empty());
+    CHECK(!v.in_code.empty());
+    CHECK(env::find(v.name) == &v);  // listed once
+  }
+  CHECK(env::find("STRATA_NOT_A_VARIABLE") == nullptr);
+  CHECK_THROWS_WITH_AS(env::get("STRATA_NOT_A_VARIABLE"), doctest::Contains("not in strata's table"),
+                       strata::invalid_argument);
+  ::setenv("STRATA_SHM", "0", 1);
+  CHECK(std::string(env::get("STRATA_SHM")) == "0");
+  ::setenv("STRATA_SHM", "", 1);
+  CHECK(env::get("STRATA_SHM") == nullptr);
+  ::unsetenv("STRATA_SHM");
+  CHECK(env::get("STRATA_SHM") == nullptr);
+  ::setenv("STRATA_ROW_SPLIT", "sideways", 1);
+  CHECK_THROWS_WITH_AS((void)env::either("STRATA_ROW_SPLIT", "even", "measured", "strata.strategy"),
+                       doctest::Contains("STRATA_ROW_SPLIT='sideways' is neither even nor measured"),
+                       strata::invalid_argument);
+  ::unsetenv("STRATA_ROW_SPLIT");
+  CHECK_THROWS_WITH_AS((void)env::to_int("STRATA_SPIN_US", "12x", 0, 10), doctest::Contains("is not an integer"),
+                       strata::invalid_argument);
+}

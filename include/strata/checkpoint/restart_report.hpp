@@ -13,6 +13,8 @@
 #include <fstream>
 #include <string>
 
+#include <strata/support/environment.hpp>
+
 namespace strata::checkpoint {
 
 class RestartReport {
@@ -22,7 +24,7 @@ class RestartReport {
   RestartReport(std::string dir, bool chief) : chief_(chief && !dir.empty()) {
     if (!chief_) return;
     path_ = (std::filesystem::path(dir) / "reached_step").string();
-    if (const char* r = std::getenv("STRATA_RESTART_COUNT")) restart_ = std::atoi(r);
+    if (const char* r = environment::get("STRATA_RESTART_COUNT")) restart_ = std::atoi(r);
     std::ifstream in(path_);
     if (!(in >> previous_)) previous_ = -1;
   }

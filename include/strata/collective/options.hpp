@@ -5,7 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>  // std::getenv, std::strtod
+#include <cstdlib>  // std::strtod
 #include <functional>
 #include <sstream>
 #include <string>
@@ -14,6 +14,7 @@
 #include <strata/collective/detail/wait_policy.hpp>  // long_spin_budget
 #include <strata/collective/reduce_op.hpp>
 #include <strata/support/check.hpp>
+#include <strata/support/environment.hpp>
 #include <strata/tensor/dtype.hpp>
 
 namespace strata::collective {
@@ -30,14 +31,14 @@ struct Options {
 
   static Options from_env() {
     Options o;
-    if (const char* t = std::getenv("STRATA_COLLECTIVE_TIMEOUT"); t && *t) {
+    if (const char* t = environment::get("STRATA_COLLECTIVE_TIMEOUT")) {
       char* end = nullptr;
       const double s = std::strtod(t, &end);
       STRATA_CHECK(end != t && *end == '\0' && s > 0, "STRATA_COLLECTIVE_TIMEOUT='", t,
                    "' is not a positive number of seconds");
       o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0));
     }
-    if (const char* d = std::getenv("STRATA_COLLECTIVE_DEBUG"); d && *d) o.check_fingerprints = std::string(d) != "0";
+    if (const char* d = environment::get("STRATA_COLLECTIVE_DEBUG")) o.check_fingerprints = std::string(d) != "0";
     (void)detail::long_spin_budget();  // a bad STRATA_SPIN_US fails here, not inside a barrier
     return o;
   }

@@ -5,18 +5,18 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>  // std::getenv
 #include <filesystem>
 #include <string>
 
 #include <strata/data/dataset.hpp>
 #include <strata/data/idx.hpp>
+#include <strata/support/environment.hpp>
 
 namespace strata::data {
 
 /// The directory datasets are read from when none is given.
 inline std::string default_fashion_mnist_dir() {
-  if (const char* d = std::getenv("STRATA_FASHION_MNIST_DIR"); d && *d) return d;
+  if (const char* d = environment::get("STRATA_FASHION_MNIST_DIR")) return d;
   return "/usr/share/datasets/fashion-mnist";
 }
 

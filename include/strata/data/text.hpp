@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstdlib>  // std::getenv
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include <strata/data/dataset.hpp>
+#include <strata/support/environment.hpp>
 #include <strata/support/error.hpp>
 
 namespace strata::data {
@@ -72,7 +72,7 @@ inline TensorDataset next_token_windows(std::span<const std::int64_t> tokens, st
 
 /// The directory the fortunes are read from when none is given.
 inline std::string default_fortunes_dir() {
-  if (const char* d = std::getenv("STRATA_FORTUNES_DIR"); d && *d) return d;
+  if (const char* d = environment::get("STRATA_FORTUNES_DIR")) return d;
   return "/usr/share/games/fortunes";
 }
 

@@ -32,6 +32,7 @@
 #include <strata/runtime/process.hpp>  // detail::env_int
 #include <strata/runtime/tcp_store.hpp>
 #include <strata/support/check.hpp>
+#include <strata/support/environment.hpp>
 #include <strata/support/sha256.hpp>
 
 namespace strata::runtime {
@@ -132,7 +133,7 @@ inline RunOutcome run_job_once(const LaunchOptions& o, int restart) {
 
   // The job token: every connection to the rendezvous proves it holds it (store_protocol.hpp).
   // One given in the environment is passed on; else each run draws a fresh one.
-  const char* given = std::getenv("STRATA_JOB_TOKEN");
+  const char* given = environment::get("STRATA_JOB_TOKEN");
   const std::string token = given && *given ? std::string(given) : support::to_hex(support::random_bytes(32));
   // An elastic job's store, with its membership, is served here: it must outlive every rank.
   std::unique_ptr<tcp_store_detail::Server> store;

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include <strata/support/check.hpp>
+#include <strata/support/environment.hpp>
 
 namespace strata::runtime {
 
@@ -33,31 +34,21 @@ struct ProcessInfo {
 
 namespace detail {
 
-/// The environment variable's value, or nullptr when unset or empty.
+/// The environment variable's value, or nullptr when unset or empty: one of strata's
+/// (support/environment.hpp's table), or a launcher's own (mpirun's OMPI_COMM_WORLD_RANK).
 inline const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
+  return std::string_view(name).starts_with("STRATA_") ? environment::get(name) : environment::launcher_variable(name);
 }
 
 /// Parses an integer in [lo, hi] from variable `name`; throws naming the variable and value.
 inline long env_int(const char* name, const char* value, long lo, long hi) {
-  errno = 0;
-  char* end = nullptr;
-  const long x = std::strtol(value, &end, 10);
-  if (end == value || *end != '\0' || errno == ERANGE)
-    STRATA_THROW(::strata::invalid_argument, "strata.runtime", name, "='", value, "' is not an integer");
-  if (x < lo || x > hi)
-    STRATA_THROW(::strata::invalid_argument, "strata.runtime", name, "=", value, " is outside ", lo, "..", hi);
-  return x;
+  return environment::to_int(name, value, lo, hi);
 }
 
 /// Variable `name` naming one of two ways: false when unset or `first`, true when `second`;
 /// anything else throws (in `domain`) naming the variable and value.
 inline bool env_either(const char* name, const char* first, const char* second, const char* domain) {
-  const char* v = env(name);
-  if (v == nullptr || std::string_view(v) == first) return false;
-  if (std::string_view(v) == second) return true;
-  STRATA_THROW(::strata::invalid_argument, domain, name, "='", v, "' is neither ", first, " nor ", second);
+  return environment::either(name, first, second, domain);
 }
 
 }  // namespace detail

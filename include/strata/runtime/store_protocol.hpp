@@ -28,6 +28,7 @@
 #include <vector>
 
 #include <strata/support/check.hpp>
+#include <strata/support/environment.hpp>
 #include <strata/support/sha256.hpp>
 #include <strata/tensor/dtype.hpp>
 #include <strata/version.hpp>
@@ -87,7 +88,7 @@ struct Credentials {
   /// The token from STRATA_JOB_TOKEN (strata-run sets it; with mpirun, export it with -x).
   static Credentials from_env() {
     Credentials c;
-    if (const char* t = std::getenv("STRATA_JOB_TOKEN")) {
+    if (const char* t = environment::get("STRATA_JOB_TOKEN")) {
       c.token = t;
       if (c.token.empty())
         STRATA_THROW(::strata::invalid_argument, "strata.runtime.tcp_store",

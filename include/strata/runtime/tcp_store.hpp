@@ -42,6 +42,7 @@
 #include <strata/runtime/membership.hpp>
 #include <strata/runtime/store_protocol.hpp>
 #include <strata/support/check.hpp>
+#include <strata/support/environment.hpp>
 #include <strata/support/error.hpp>
 
 namespace strata::runtime {
@@ -479,7 +480,7 @@ class TcpStore {
     std::lock_guard lock(m);
     auto& s = stores[{host, port}];
     // In an elastic job strata-run serves the store (it must outlive every rank): no rank does.
-    const bool serve = rank == 0 && !std::getenv("STRATA_ELASTIC");
+    const bool serve = rank == 0 && !environment::get("STRATA_ELASTIC");
     if (!s) s = std::make_unique<TcpStore>(host, port, serve, timeout, store_protocol::Credentials::from_env());
     return *s;
   }

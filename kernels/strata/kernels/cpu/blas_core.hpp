@@ -14,11 +14,12 @@
 
 #include <cctype>   // std::tolower
 #include <cstdio>   // std::fprintf
-#include <cstdlib>  // std::getenv, setenv, unsetenv
+#include <cstdlib>  // std::getenv (OPENBLAS_CORETYPE), setenv, unsetenv
 #include <string>
 #include <string_view>
 
 #include <strata/config.hpp>  // STRATA_HAS_BLAS
+#include <strata/support/environment.hpp>
 
 #if STRATA_HAS_BLAS
 #include <cblas.h>  // openblas_get_corename
@@ -74,7 +75,7 @@ inline BlasCore select_blas_core() {
   BlasCore r;
 #if STRATA_HAS_BLAS
   r.chosen = r.used = openblas_get_corename();
-  const char* mode_env = std::getenv("STRATA_BLAS_CORE");
+  const char* mode_env = environment::get("STRATA_BLAS_CORE");
   const std::string_view mode = mode_env ? mode_env : "";
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   const std::string target = core_for_cpu_features();

@@ -11,13 +11,13 @@
 #include <algorithm>  // std::min
 #include <cstdint>
 #include <cstdio>   // std::fprintf
-#include <cstdlib>  // std::getenv
 #include <string>
 #include <string_view>
 #include <type_traits>  // std::is_same_v
 #include <vector>
 
 #include <strata/config.hpp>  // STRATA_HAS_BLAS, STRATA_RESTRICT
+#include <strata/support/environment.hpp>
 #include <strata/kernels/cpu/blas_core.hpp>
 #include <strata/kernels/cpu/gemm_avx512.hpp>
 #include <strata/kernels/cpu/gemm_epilogue.hpp>
@@ -155,7 +155,7 @@ inline bool is_avx512_core(std::string_view name) {
 /// build without it). auto takes strata's AVX-512 kernel on a CPU with AVX-512 unless
 /// OpenBLAS runs AVX-512 kernels of its own (docs/performance.md, "GEMM kernels").
 inline GemmKernel select_gemm_kernel() {
-  const char* env = std::getenv("STRATA_GEMM");
+  const char* env = environment::get("STRATA_GEMM");
   std::string_view mode = env ? env : "";
   std::string note;
   if (!mode.empty() && mode != "auto" && mode != "strata" && mode != "blas") {

@@ -26,7 +26,6 @@
 #include <algorithm>  // std::clamp, std::fill_n, std::max
 #include <cstdint>
 #include <cstdio>       // std::fprintf
-#include <cstdlib>      // std::getenv
 #include <cstring>      // std::memcpy
 #include <string_view>
 #include <type_traits>  // std::is_same_v
@@ -35,6 +34,7 @@
 #include <strata/kernels/cpu/cpu_features.hpp>  // has_avx512f
 #include <strata/kernels/cpu/gemm.hpp>
 #include <strata/kernels/math/conv_geometry.hpp>
+#include <strata/support/environment.hpp>
 
 namespace strata::kernels::cpu::winograd {
 
@@ -57,7 +57,7 @@ inline Tiling tiling(const math::ConvGeometry& g) noexcept {
 /// convolution then goes by im2col and one GEMM), read once; unset or "auto" leaves them on.
 inline bool enabled() {
   static const bool on = [] {
-    const char* env = std::getenv("STRATA_CONV");
+    const char* env = environment::get("STRATA_CONV");
     const std::string_view mode = env != nullptr ? env : "auto";
     if (mode != "auto" && mode != "im2col")
       std::fprintf(stderr, "[strata.kernels] STRATA_CONV='%s' is none of auto, im2col: auto\n", env);

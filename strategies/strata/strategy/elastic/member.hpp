@@ -1,6 +1,6 @@
 /// \file
 /// strata::elastic::Member: this process's place in the membership that strata-run --elastic
-/// serves (docs/elastic_design.md): the view, its rank, the communicators' prefix, the check
+/// serves (docs/design/elastic.md): the view, its rank, the communicators' prefix, the check
 /// at each step boundary, the report of a member that does not answer, and the wait for the
 /// next generation. elastic::Trainer (trainer.hpp) runs the loop over it.
 #pragma once
@@ -19,6 +19,7 @@
 #include <strata/runtime/process.hpp>
 #include <strata/runtime/tcp_store.hpp>
 #include <strata/support/check.hpp>
+#include <strata/support/environment.hpp>
 
 namespace strata::elastic {
 
@@ -29,7 +30,7 @@ class Member {
   /// waits (up to `timeout`) for the first view that holds it.
   explicit Member(std::chrono::milliseconds timeout = std::chrono::seconds(60))
       : info_(runtime::detect_process()), timeout_(timeout) {
-    STRATA_REQUIRE(std::getenv("STRATA_ELASTIC") != nullptr, invalid_argument, "strata.elastic",
+    STRATA_REQUIRE(environment::get("STRATA_ELASTIC") != nullptr, invalid_argument, "strata.elastic",
                    "this process is not part of an elastic job: start it with strata-run --elastic MIN:MAX");
     store_ = &runtime::TcpStore::instance(info_.master_addr, info_.master_port, info_.rank, timeout);
     char host[256] = "?";

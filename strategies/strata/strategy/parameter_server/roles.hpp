@@ -12,6 +12,7 @@
 
 #include <strata/support/check.hpp>
 #include <strata/support/error.hpp>
+#include <strata/support/environment.hpp>
 
 namespace strata::ps {
 
@@ -32,7 +33,7 @@ struct Roles {
     auto bad = [](const std::string& var, const std::string& value, const std::string& why) {
       return invalid_argument(strata::detail::error_text("strata.ps", var, "=", value, ": ", why));
     };
-    if (const char* list = std::getenv("STRATA_SERVER_RANKS"); list && *list) {
+    if (const char* list = environment::get("STRATA_SERVER_RANKS")) {
       const std::string s = list;
       std::size_t at = 0;
       while (at <= s.size()) {
@@ -52,7 +53,7 @@ struct Roles {
       int n = requested;
       if (n <= 0) {
         n = 1;
-        if (const char* e = std::getenv("STRATA_NUM_SERVERS"); e && *e) {
+        if (const char* e = environment::get("STRATA_NUM_SERVERS")) {
           char* end = nullptr;
           const long v = std::strtol(e, &end, 10);
           if (*end != '\0' || v < 1) throw bad("STRATA_NUM_SERVERS", e, "expected a positive number of servers");
