@@ -1,4 +1,4 @@
-// Row-sparse embedding gradients (docs/sparse_design.md) against the dense gradient of the
+// Row-sparse embedding gradients (docs/design/sparse_tables.md) against the dense gradient of the
 // same lookups: the same rows, bit for bit, however the lookups and passes combine.
 #include "doctest.hpp"
 

@@ -1,4 +1,4 @@
-// The optimizers on row-sparse tables (docs/sparse_design.md): the lazy rule against its
+// The optimizers on row-sparse tables (docs/design/sparse_tables.md): the lazy rule against its
 // definition written out in double, the dense rule against a run with dense gradients, and
 // the same rows updated whether the gradient arrives in rows, dense, or in ranges.
 #include "doctest.hpp"

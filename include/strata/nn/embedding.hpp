@@ -13,7 +13,7 @@ namespace strata::nn {
 /// indices [...] (int32 or int64) -> [..., width]. The table ("weight", [rows, width]) is
 /// initialised from N(0, 1), like torch.nn.Embedding; its gradient is dense, or the rows
 /// looked up with TableGradient::row_sparse (torch.nn.Embedding(sparse=True);
-/// docs/sparse_design.md).
+/// docs/design/sparse_tables.md).
 class Embedding : public Module {
  public:
   Embedding(std::int64_t rows, std::int64_t width, Generator& gen = default_generator(), DType dtype = DType::f32,

@@ -1,7 +1,7 @@
 /// \file
 /// Differentiable embedding lookup: rows of a table picked by integer indices, its gradient a
 /// dense scatter-add of the output's gradient rows into the table's, or those rows themselves
-/// (TableGradient::row_sparse; docs/sparse_design.md).
+/// (TableGradient::row_sparse; docs/design/sparse_tables.md).
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 /// \file
-/// The membership of an elastic job (docs/elastic_design.md): the authority that the job's TCP
+/// The membership of an elastic job (docs/design/elastic.md): the authority that the job's TCP
 /// store server runs. Workers join over their store connection, which is their lease; a closed
 /// connection is a lost worker, an eviction a stopped one. Changes are gathered for a settle
 /// window and published as the next generation's View: the survivors in their old order, then

@@ -133,7 +133,7 @@ class Tensor {
   detail::TensorImpl* impl_ = nullptr;
 };
 
-/// A gradient given as some rows of a [V, ...] tensor (docs/sparse_design.md): row indices[j]
+/// A gradient given as some rows of a [V, ...] tensor (docs/design/sparse_tables.md): row indices[j]
 /// of the gradient is rows[j], every other row is zero.
 struct RowGrad {
   Tensor indices;  ///< int64 [k], ascending, distinct
@@ -189,7 +189,7 @@ class TensorImpl {
     Tensor grad;
     std::uint64_t grad_epoch = 0;     ///< backward pass that last wrote `grad` (or the rows)
     /// A row-sparse gradient: while grad_index is defined, it and grad_rows are the gradient
-    /// of pass grad_epoch, and `grad` only a buffer kept for reuse (docs/sparse_design.md).
+    /// of pass grad_epoch, and `grad` only a buffer kept for reuse (docs/design/sparse_tables.md).
     Tensor grad_index, grad_rows;
     /// Set by this leaf's first row-sparse lookup: its gradients mean rows, in whatever form
     /// they reach an optimizer (the lazy sparse update).

@@ -13,7 +13,7 @@
 /// ranges, or gradients of other tensors than the scope's model's, are applied by replica 0.
 /// A row-sparse table whose gradient every replica holds in rows is summed by rows instead:
 /// each replica combines all replicas' rows in replica order (the same bits on each), and
-/// the table's gradient stays rows (docs/sparse_design.md).
+/// the table's gradient stays rows (docs/design/sparse_tables.md).
 ///
 /// Replicas on GPUs (a list of CUDA devices) compute on a device copy of the variables: at the
 /// start of run() each replica copies the central values to its GPU and points its parameter

@@ -64,7 +64,7 @@ struct GradientStats {
   std::int64_t steps = 0;
   double reduce_seconds = 0;   ///< inside the all-reduces (on whichever thread ran them)
   double exposed_seconds = 0;  ///< the replica thread blocked on them (the part not hidden)
-  /// Row-sparse tables (docs/sparse_design.md): aggregations that gathered rows, and those
+  /// Row-sparse tables (docs/design/sparse_tables.md): aggregations that gathered rows, and those
   /// that all-reduced the table dense; the bytes this replica sent for them, and the lower
   /// bound, its touched rows and their indices.
   std::int64_t tables_gathered = 0, tables_dense = 0;

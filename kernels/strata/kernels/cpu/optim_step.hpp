@@ -105,7 +105,7 @@ void adam_step(std::int64_t n, T* STRATA_RESTRICT p, const T* STRATA_RESTRICT g,
   for_each_blocked(n - i, [&](std::int64_t j) { math::adam_update(p[i + j], g[i + j], m[i + j], v[i + j], c); });
 }
 
-// The lazy sparse forms (docs/sparse_design.md): rows[0..k) of a [V, width] parameter and
+// The lazy sparse forms (docs/design/sparse_tables.md): rows[0..k) of a [V, width] parameter and
 // its state, each from its gradient row g + j * width; a row whose gradient is all zero is
 // left as it is, state included. Only elements [lo, hi) of the parameter are written (a
 // replica's share under a split update; a row cut by it is kept or skipped by its whole

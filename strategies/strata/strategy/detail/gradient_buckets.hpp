@@ -3,7 +3,7 @@
 ///
 /// The parameters go last first (the order backward finishes them) into buckets of about
 /// `bucket_bytes`; a dtype change starts a new bucket, and a row-sparse table (one whose
-/// gradient comes as rows, docs/sparse_design.md) has a bucket of its own, which the engine
+/// gradient comes as rows, docs/design/sparse_tables.md) has a bucket of its own, which the engine
 /// may sum by gathering rows instead (row_aggregation.hpp). Each parameter's gradient is a view of
 /// its slot in its bucket's buffer, so backward writes it there and nothing is copied.
 /// BucketPlan is the packing alone (no memory): the split update asks it for each replica's

@@ -1,6 +1,6 @@
 /// \file
 /// RowAggregation: a row-sparse table's gradient summed across ranks by its density
-/// (docs/sparse_design.md, "Aggregation by density").
+/// (docs/design/sparse_tables.md, "Aggregation by density").
 ///
 /// Each rank holds its table gradient as rows (indices, values) or dense. One all-gather of
 /// two words per rank — how many rows, and whether dense — tells every rank the same thing,

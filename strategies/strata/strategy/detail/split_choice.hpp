@@ -6,7 +6,7 @@
 /// other copies, across cores. On a quiet host that write is cheap and the split wins; on a
 /// host whose cores pass cache lines slowly (a VM whose virtual CPUs the hypervisor moves
 /// apart, a busy socket) the write can cost ten times the update it saves, and every replica
-/// updating all of its copy wins (docs/performance.md, "Choosing the split by measurement").
+/// updating all of its copy wins (bench/results/performance/split_update.md).
 /// So the choice measures both: it runs the way it holds and, now and then, the other one for
 /// `probe_steps` steps (a probe), then keeps whichever took less time. Probes come every
 /// `probe_every` steps after a switch, twice as far apart each time a probe keeps the way held

@@ -3,7 +3,7 @@
 /// `partition_bytes` is cut into one contiguous element range per server (MXNet's big-array
 /// slicing, TF's partitioners); smaller ones go whole, largest first, to the server holding
 /// the fewest bytes so far. A row-sparse table is cut by rows into one block per server,
-/// whatever its size: its rows are what workers push and pull (docs/sparse_design.md). Every
+/// whatever its size: its rows are what workers push and pull (docs/design/sparse_tables.md). Every
 /// rank computes the same plan from the same variables.
 #pragma once
 

@@ -1,7 +1,7 @@
 /// \file
 /// ps::release_bytes: gives the memory of a range of a variable back to the system. A server
 /// does so with the rows of tables it does not hold, a worker with a remote table while the
-/// servers hold its values (docs/sparse_design.md).
+/// servers hold its values (docs/design/sparse_tables.md).
 #pragma once
 
 #include <cstddef>

@@ -5,7 +5,7 @@
 /// into a buffer that then becomes the parameter's gradient (update on the workers; the old
 /// gradient tensor is the next step's buffer). No copies, no allocation after the first step.
 ///
-/// A row-sparse table's blocks under Sync go by rows (docs/sparse_design.md): the worker
+/// A row-sparse table's blocks under Sync go by rows (docs/design/sparse_tables.md): the worker
 /// pushes [k, flags, k row numbers, k rows] of the rows it touched in each block, and the
 /// server answers with a count, then [c row numbers, c rows]: the rows that changed (their
 /// new values), or, where the workers update, the summed rows, which become the table's row
