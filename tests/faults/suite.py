@@ -4,7 +4,7 @@ applies to, repeated N times, and one table:
 
     scenario | policy | runs | passed | max detection s | blame correct | hangs
 
-usage: suite.py BUILD_DIR [--runs N] [--only REGEX] [--seed S]
+usage: suite.py BUILD_DIR [--runs N] [--only REGEX] [--seed S] [--passed-in TESTLOG]
 
 Scenarios come from two places. Fault-job scenarios start tests/faults/fault_job the way users
 start a job (in-process threads, mpirun, strata-run) with STRATA_FAULT set, a 2 s collective
@@ -139,6 +139,8 @@ class ExistingTest:
             t = b.meson_tests.get(self.meson_test)
             if t is None:
                 return Outcome(False, why=f"this build has no meson test {self.meson_test}")
+            if b.passed.pop(self.meson_test, False):  # run (and passed) by this build's meson test just now
+                return Outcome(True, None, True, False)
             env = {**os.environ, **MPI_ENV, **(t.get("env") or {})}
             rc, lines, _, hung, _ = run_streaming(t["cmd"], env, cwd=t.get("workdir") or b.build)
             ok = (rc != 0) if self.should_fail else (rc == 0)  # meson's introspection leaves should_fail out
@@ -483,6 +485,17 @@ class Build:
         tests = json.loads(subprocess.run(["meson", "introspect", "--tests", self.build], capture_output=True,
                                           text=True, check=True).stdout)
         self.meson_tests = {t["name"]: t for t in tests}
+        self.passed = {}  # meson tests already passed by this build's run (--passed-in)
+
+
+def passed_tests(testlog):
+    """The meson tests a testlog.json records as passed (OK, or an expected failure), by name."""
+    passed = {}
+    for line in open(testlog):
+        t = json.loads(line)
+        if t.get("result") in ("OK", "EXPECTEDFAIL"):
+            passed[t["name"].split(" / ", 1)[-1]] = True
+    return passed
 
 
 def main():
@@ -492,8 +505,12 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--fuzz-dir", default="build-fuzz")
+    ap.add_argument("--passed-in", default="", metavar="TESTLOG",
+                    help="a meson testlog.json of this build: a scenario that is a meson test it passed counts "
+                         "that run as its first (CI, right after the main suite), instead of running it again")
     a = ap.parse_args()
     b = Build(a.build, a.fuzz_dir)
+    b.passed = passed_tests(a.passed_in) if a.passed_in else {}
     if not os.access(b.fault_job, os.X_OK):
         sys.exit(f"fault suite: {b.fault_job} is not built (meson compile -C {a.build} fault_job)")
     rng = random.Random(a.seed)
