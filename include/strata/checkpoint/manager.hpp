@@ -14,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -57,18 +58,7 @@ class CheckpointManager {
 
   /// The steps of the checkpoint files present, newest first (not verified).
   std::vector<std::int64_t> steps() const {
-    std::vector<std::int64_t> out;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
-      const std::string n = e.path().filename().string();
-      long long s = -1;
-      char tail[16] = {};
-      if (n.size() == 24 && std::sscanf(n.c_str(), "ckpt-%12lld%8s", &s, tail) == 2 && std::string(tail) == ".strata" &&
-          s >= 0)
-        out.push_back(s);
-    }
-    std::sort(out.rbegin(), out.rend());
-    return out;
+    return steps_named([](std::string_view tail) { return tail == ".strata"; });
   }
 
   /// The newest checkpoint that reads and verifies, or none. Each one skipped is reported in
@@ -130,21 +120,29 @@ class CheckpointManager {
   }
   /// The steps of the checkpoints set aside (set_aside), newest first.
   std::vector<std::int64_t> set_aside_steps() const {
-    std::vector<std::int64_t> out;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
-      const std::string n = e.path().filename().string();
-      long long s = -1;
-      if (n.size() >= 32 && n.compare(0, 5, "ckpt-") == 0 && n.compare(17, 15, ".strata.damaged") == 0 &&
-          std::sscanf(n.c_str(), "ckpt-%12lld", &s) == 1 && s >= 0)
-        out.push_back(s);
-    }
-    std::sort(out.rbegin(), out.rend());
+    auto out = steps_named([](std::string_view tail) { return tail.starts_with(".strata.damaged"); });
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
 
  private:
+  /// The steps of the files "ckpt-<12 digits><tail>" whose tail `keep` takes, newest first.
+  template <class Keep>
+  std::vector<std::int64_t> steps_named(Keep keep) const {
+    std::vector<std::int64_t> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+      const std::string n = e.path().filename().string();
+      long long s = -1;
+      if (n.size() > 17 && n.compare(0, 5, "ckpt-") == 0 &&
+          n.find_first_not_of("0123456789", 5) == 17 && std::sscanf(n.c_str() + 5, "%12lld", &s) == 1 && s >= 0 &&
+          keep(std::string_view(n).substr(17)))
+        out.push_back(s);
+    }
+    std::sort(out.rbegin(), out.rend());
+    return out;
+  }
+
   // ".<name>.tmp.<pid>" files (write_file_atomically) whose process no longer runs.
   void remove_stale_temporaries() const {
     std::error_code ec;
