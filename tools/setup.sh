@@ -10,7 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DEBIAN_FRONTEND=noninteractive
 
 pkgs=(meson ninja-build pkg-config cmake g++ python3 python3-matplotlib
-      libopenblas-dev zlib1g-dev doctest-dev dataset-fashion-mnist fortunes
+      libopenblas-dev zlib1g-dev libssl-dev doctest-dev dataset-fashion-mnist fortunes
       libopenmpi-dev openmpi-bin libgloo-dev iproute2 libcli11-dev nlohmann-json3-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -46,6 +46,9 @@
 #if STRATA_HAS_ZLIB
 #include <zlib.h>
 #endif
+#if STRATA_HAS_CRYPTO
+#include <openssl/crypto.h>
+#endif
 
 namespace {
 
@@ -162,6 +165,11 @@ void report_build() {
   std::printf("  zlib        yes (%s)\n", ZLIB_VERSION);
 #else
   std::printf("  zlib        no (gzip-compressed IDX files cannot be read; -Dzlib=enabled)\n");
+#endif
+#if STRATA_HAS_CRYPTO
+  std::printf("  libcrypto   yes (%s)\n", ::OpenSSL_version(OPENSSL_VERSION));
+#else
+  std::printf("  libcrypto   no (no authenticated rendezvous: the TCP store, Gloo and strata-run refuse; -Dcrypto=enabled)\n");
 #endif
 }
 

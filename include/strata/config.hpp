@@ -14,6 +14,9 @@
 #ifndef STRATA_HAS_ZLIB
 #define STRATA_HAS_ZLIB 0
 #endif
+#ifndef STRATA_HAS_CRYPTO
+#define STRATA_HAS_CRYPTO 0
+#endif
 #ifndef STRATA_HAS_MPI
 #define STRATA_HAS_MPI 0
 #endif

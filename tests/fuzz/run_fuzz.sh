@@ -17,10 +17,13 @@ case $target in
 esac
 mkdir -p "$work/$corpus"
 inc=(-I"$root/include" -I"$root/strategies" -I"$root/kernels")
-clang++-14 -std=c++20 -O1 -g "${inc[@]}" -o "$work/$seed" "$root/tests/fuzz/$seed.cpp" -pthread
+# The handshake's proofs are libcrypto's (support/crypto.hpp; Debian: libssl-dev).
+crypto=(-DSTRATA_HAS_CRYPTO=1)
+libs=(-lcrypto -pthread)
+clang++-14 -std=c++20 -O1 -g "${inc[@]}" -o "$work/$seed" "$root/tests/fuzz/$seed.cpp" "${crypto[@]}" "${libs[@]}"
 "$work/$seed" "$work/$corpus"
 clang++-14 -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined "${inc[@]}" \
-  -o "$work/fuzz_$target" "$root/tests/fuzz/fuzz_$target.cpp" -pthread
+  -o "$work/fuzz_$target" "$root/tests/fuzz/fuzz_$target.cpp" "${crypto[@]}" "${libs[@]}"
 cd "$work"
 "./fuzz_$target" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=$max_len -timeout=10 \
   -print_final_stats=1 "$corpus" 2>&1 | tee "$log" | grep -E "^#[0-9]+ +DONE|^stat::number_of_executed_units|^stat::new_units_added|ERROR|SUMMARY" || true

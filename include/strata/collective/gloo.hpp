@@ -66,6 +66,7 @@
 #include <strata/runtime/process.hpp>
 #include <strata/runtime/process_state.hpp>
 #include <strata/runtime/tcp_store.hpp>
+#include <strata/support/crypto.hpp>
 #include <strata/support/error.hpp>
 
 namespace strata::collective {
@@ -306,6 +307,7 @@ class Gloo : public TypedFrontEnd<Gloo> {
  private:
   // Meets the other ranks under `prefix` and connects them over `device`.
   void connect(const runtime::ProcessInfo& p, const std::string& prefix, std::shared_ptr<gloo::transport::Device> device) {
+    support::require_crypto("Gloo's mesh (each pair's job-token proof)");
     device_ = std::move(device);
     // A file store where the launcher made a private directory; else the job's TCP store.
     rendezvous_ = std::make_shared<detail::Rendezvous>(

@@ -33,7 +33,7 @@
 #include <strata/runtime/tcp_store.hpp>
 #include <strata/support/check.hpp>
 #include <strata/support/environment.hpp>
-#include <strata/support/sha256.hpp>
+#include <strata/support/crypto.hpp>
 
 namespace strata::runtime {
 

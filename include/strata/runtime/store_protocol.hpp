@@ -29,7 +29,7 @@
 
 #include <strata/support/check.hpp>
 #include <strata/support/environment.hpp>
-#include <strata/support/sha256.hpp>
+#include <strata/support/crypto.hpp>
 #include <strata/tensor/dtype.hpp>
 #include <strata/version.hpp>
 

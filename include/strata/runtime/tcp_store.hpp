@@ -42,6 +42,7 @@
 #include <strata/runtime/membership.hpp>
 #include <strata/runtime/store_protocol.hpp>
 #include <strata/support/check.hpp>
+#include <strata/support/crypto.hpp>
 #include <strata/support/environment.hpp>
 #include <strata/support/error.hpp>
 
@@ -140,6 +141,7 @@ class Server {
   Server(const std::string& host, int port, proto::Credentials creds = proto::Credentials::from_env(),
          std::optional<MembershipOptions> membership = std::nullopt)
       : creds_(std::move(creds)), where_(host + ":" + std::to_string(port)) {
+    support::require_crypto("The TCP store's handshake (its job-token proof)");
     if (membership) membership_.emplace(*membership);
     const sockaddr_in a = address(host, port, "TCP store: ");
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -489,6 +491,7 @@ class TcpStore {
   TcpStore(const std::string& host, int port, bool serve, std::chrono::milliseconds timeout, store_protocol::Credentials creds,
            std::optional<MembershipOptions> membership = std::nullopt)
       : host_(host), port_(port), timeout_(timeout), creds_(std::move(creds)) {
+    support::require_crypto("The TCP store's handshake (its job-token proof)");
     if (serve) server_ = std::make_unique<tcp_store_detail::Server>(host, port, creds_, membership);
   }
   ~TcpStore() {

@@ -38,7 +38,7 @@
 #include <strata/runtime/process_state.hpp>
 #include <strata/runtime/store_protocol.hpp>
 #include <strata/runtime/tcp_store.hpp>
-#include <strata/support/sha256.hpp>
+#include <strata/support/crypto.hpp>
 #include <strata/support/check.hpp>
 #include <strata/support/error.hpp>
 
