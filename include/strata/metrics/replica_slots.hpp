@@ -12,7 +12,7 @@
 #include <vector>
 
 #include <strata/support/check.hpp>
-#include <strata/support/replica_scope.hpp>
+#include <strata/support/replica_thread.hpp>
 
 namespace strata::metrics::detail {
 

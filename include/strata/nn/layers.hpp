@@ -15,7 +15,7 @@
 #include <strata/ops/pool.hpp>     // avg_pool2d, global_avg_pool2d
 #include <strata/ops/shape_ops.hpp>
 #include <strata/ops/softmax.hpp>
-#include <strata/support/replica_scope.hpp>  // replica_info: Dropout's key
+#include <strata/support/replica_thread.hpp>  // replica_info: Dropout's key
 
 namespace strata::nn {
 

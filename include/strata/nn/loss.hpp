@@ -16,7 +16,7 @@
 #include <strata/ops/loss.hpp>
 #include <strata/ops/reduce.hpp>
 #include <strata/ops/shape_ops.hpp>
-#include <strata/support/replica_scope.hpp>
+#include <strata/support/replica_thread.hpp>
 #include <strata/tensor/factory.hpp>  // zeros, ones
 
 namespace strata::nn {

@@ -18,7 +18,7 @@
 #include <strata/kernels/cpu/layer_norm.hpp>
 #include <strata/ops/linalg.hpp>                 // Activation
 #include <strata/ops/replica_statistics.hpp>     // sum_over_replicas, the deferred running statistics
-#include <strata/support/replica_scope.hpp>      // replica_info: the replicas in sync
+#include <strata/support/replica_thread.hpp>      // replica_info: the replicas in sync
 #include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 

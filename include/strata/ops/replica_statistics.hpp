@@ -14,7 +14,7 @@
 #include <vector>
 
 #include <strata/support/check.hpp>
-#include <strata/support/replica_scope.hpp>  // replica_info: the replicas' sum
+#include <strata/support/replica_thread.hpp>  // replica_info: the replicas' sum
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::ops::detail {
@@ -24,9 +24,9 @@ namespace strata::ops::detail {
 inline void sum_over_replicas(std::span<double> values) {
   const ReplicaInfo& info = replica_info();
   if (info.replicas_in_sync <= 1) return;
-  STRATA_CHECK(info.sum_over_replicas != nullptr,
+  STRATA_CHECK(info.statistics != nullptr,
                "batch_norm: this strategy gives its replicas no way to combine batch statistics");
-  info.sum_over_replicas(info.sum_context, values);
+  info.statistics->sum(values);
 }
 
 /// running = (1 - momentum) running + momentum batch, per channel, from the batch's sums

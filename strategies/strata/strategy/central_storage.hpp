@@ -32,7 +32,7 @@
 
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
-#include <strata/strategy/detail/local_replicas.hpp>
+#include <strata/strategy/detail/make_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replicated.hpp>

@@ -21,7 +21,7 @@
 #include <strata/data/pipeline.hpp>
 #include <strata/strategy/detail/collective_context.hpp>
 #include <strata/strategy/gradient_engine.hpp>
-#include <strata/strategy/detail/local_replicas.hpp>
+#include <strata/strategy/detail/make_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replicated.hpp>
 #include <strata/strategy/detail/row_balance.hpp>

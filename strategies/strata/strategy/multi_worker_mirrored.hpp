@@ -27,7 +27,8 @@
 #include <strata/strategy/distributed_pipeline.hpp>
 #include <strata/strategy/input_context.hpp>
 #include <strata/strategy/gradient_engine.hpp>
-#include <strata/strategy/detail/local_replicas.hpp>
+#include <strata/strategy/detail/make_replicas.hpp>
+#include <strata/strategy/detail/statistics_scope.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/detail/process_replica.hpp>
 #include <strata/strategy/replicated.hpp>

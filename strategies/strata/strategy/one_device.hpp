@@ -8,7 +8,8 @@
 #include <utility>
 
 #include <strata/data/pipeline.hpp>
-#include <strata/strategy/detail/local_replicas.hpp>  // HasParameters
+#include <strata/strategy/detail/make_replicas.hpp>
+#include <strata/strategy/detail/statistics_scope.hpp>
 #include <strata/strategy/input_context.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/detail/process_replica.hpp>

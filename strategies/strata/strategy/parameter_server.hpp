@@ -26,7 +26,8 @@
 #include <strata/data/pipeline.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/strategy/checkpointing.hpp>     // checkpoints_supported
-#include <strata/strategy/detail/local_replicas.hpp>  // HasParameters
+#include <strata/strategy/detail/make_replicas.hpp>
+#include <strata/strategy/detail/statistics_scope.hpp>
 #include <strata/strategy/distributed_pipeline.hpp>
 #include <strata/strategy/input_context.hpp>
 #include <strata/strategy/parameter_server/roles.hpp>

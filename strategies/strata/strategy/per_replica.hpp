@@ -10,7 +10,7 @@
 
 #include <strata/collective/reduce_op.hpp>
 #include <strata/support/check.hpp>
-#include <strata/support/replica_scope.hpp>  // kMaxLocalReplicas
+#include <strata/support/replica_thread.hpp>  // kMaxLocalReplicas
 #include <strata/tensor/factory.hpp>         // full
 #include <strata/tensor/tensor.hpp>
 

@@ -16,60 +16,9 @@
 
 #include <strata/strategy/per_replica.hpp>
 #include <strata/support/check.hpp>
-#include <strata/support/replica_scope.hpp>
+#include <strata/support/replica_thread.hpp>  // current_local_replica
 
 namespace strata {
-
-namespace detail {
-/// The local replica the calling thread runs (set by the strategies' run()).
-inline int& current_replica_slot() noexcept { return replica_info_slot().local_replica; }
-
-/// True while the calling thread runs a replica's step (inside Strategy::run).
-inline bool& in_replica_step_slot() noexcept { return replica_info_slot().in_step; }
-
-/// Sets the calling thread's replica (whether it runs a step, and how many replicas are in
-/// sync with it) for its lifetime.
-class ReplicaScope {
- public:
-  explicit ReplicaScope(int r, bool step = false, int in_sync = 1) noexcept
-      : saved_(std::exchange(replica_info_slot(), ReplicaInfo{r, step, in_sync})) {}
-  ~ReplicaScope() { replica_info_slot() = saved_; }
-  ReplicaScope(const ReplicaScope&) = delete;
-  ReplicaScope& operator=(const ReplicaScope&) = delete;
-
- private:
-  ReplicaInfo saved_;
-};
-
-/// Tells the layers below which rows of which step the calling replica runs (ReplicaInfo's
-/// batch fields), for the replica function's duration.
-class BatchScope {
- public:
-  BatchScope(std::int64_t epoch, std::int64_t index, std::int64_t first_row) noexcept : saved_(replica_info_slot()) {
-    ReplicaInfo& info = replica_info_slot();
-    info.has_batch = true;
-    info.epoch = epoch;
-    info.batch_index = index;
-    info.first_row = first_row;
-  }
-  ~BatchScope() { replica_info_slot() = saved_; }
-  BatchScope(const BatchScope&) = delete;
-  BatchScope& operator=(const BatchScope&) = delete;
-
- private:
-  ReplicaInfo saved_;
-};
-
-/// Rejects a cross-replica call (reduce, run) made from inside a replica's step, where it
-/// would wait for replicas that are themselves inside their steps.
-inline void check_cross_replica(const char* what) {
-  STRATA_CHECK(!in_replica_step_slot(), what, " called inside Strategy::run: it is a cross-replica operation; "
-               "call it on the strategy outside run(), or use ReplicaContext::all_reduce inside");
-}
-}  // namespace detail
-
-/// The local replica the calling thread runs: its index among this process's replicas.
-inline int current_local_replica() noexcept { return detail::current_replica_slot(); }
 
 /// One T per local replica, resolving to the calling replica's copy.
 template <class T>

@@ -22,7 +22,9 @@
 #include <strata/collective/detail/wait_policy.hpp>  // thread_wait_seconds
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
-#include <strata/strategy/detail/local_replicas.hpp>
+#include <strata/strategy/detail/local_reduction.hpp>
+#include <strata/strategy/detail/replica_rows.hpp>
+#include <strata/strategy/detail/statistics_scope.hpp>
 #include <strata/strategy/input_context.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
