@@ -30,6 +30,8 @@
 #include <strata/strategy/detail/statistics_scope.hpp>
 #include <strata/strategy/distributed_pipeline.hpp>
 #include <strata/strategy/input_context.hpp>
+#include <strata/strategy/parameter_server/checkpoint_index.hpp>
+#include <strata/strategy/parameter_server/epoch_range.hpp>
 #include <strata/strategy/parameter_server/roles.hpp>
 #include <strata/strategy/parameter_server/server.hpp>
 #include <strata/strategy/parameter_server/shards.hpp>
@@ -189,7 +191,8 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     return made;
   }
 
-  class EpochRange;
+  using EpochRange = ps::EpochRange<ParameterServerStrategy, T>;
+  friend EpochRange;
   /// This rank's input. Sync: a worker takes its rows of every global batch (as under
   /// MultiWorkerMirroredStrategy). Async: a worker takes every W-th example of the epoch, in
   /// batches of the pipeline's size, or (dispatch_batches) the epoch's next batch from the
@@ -344,42 +347,17 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
     server_->restore_shard(open_shard(r, dir, step, t_.roles().index_of(t_.rank())));
   }
   /// The shard CRCs index `r` records, one per server of this job.
-  Tensor shard_crcs(const checkpoint::Reader& r) const {
-    STRATA_REQUIRE(r.find("ps.shard_crc") != nullptr, invalid_argument, "strata.checkpoint.mismatch", "'", r.name(),
-                   "' records no parameter-server shards: it was written by another strategy");
-    Tensor crcs = r.read("ps.shard_crc");
-    STRATA_REQUIRE(crcs.numel() == num_servers(), invalid_argument, "strata.checkpoint.mismatch", "'", r.name(),
-                   "' was written with ",
-                   crcs.numel(), " servers, this job has ", num_servers());
-    return crcs;
-  }
-  /// Server `k`'s shard of index `r`, opened and checked against the CRC-32C the index
-  /// recorded (combined from the shard's sections: its tensors are checked as they are read,
-  /// or all at once by verify()).
+  Tensor shard_crcs(const checkpoint::Reader& r) const { return ps::shard_crcs(r, num_servers()); }
+  /// Server `k`'s shard of index `r`, opened and checked against the CRC-32C the index recorded.
   checkpoint::Reader open_shard(const checkpoint::Reader& r, const std::filesystem::path& dir, std::int64_t step,
                                 int k) const {
-    const Tensor crcs = shard_crcs(r);
-    const auto path = ps::Server<T>::shard_path(dir, k, step);
-    checkpoint::Reader shard(path);
-    const auto want = static_cast<std::uint32_t>(crcs.template data<std::int64_t>()[k]);
-    const std::uint32_t got = shard.file_crc();
-    if (got != want)
-      STRATA_THROW(checksum_error, "strata.checkpoint.checksum", "shard '", path.string(), "' is not the one '",
-                   r.name(), "' recorded (CRC-32C ", checkpoint::Reader::hex(got), ", expected ", checkpoint::Reader::hex(want), ")");
-    return shard;
+    return ps::open_shard(r, dir, step, k, num_servers());
   }
 
   /// The chief, after the index of a save is committed: removes the shards of the steps whose
   /// index is gone (`kept`: the steps still indexed).
   void prune_shards(const std::filesystem::path& dir, const std::vector<std::int64_t>& kept) {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      const std::string n = e.path().filename().string();
-      long long step = -1;
-      int server = -1;
-      if (std::sscanf(n.c_str(), "ps-shard-%d-%lld.strata", &server, &step) != 2) continue;
-      if (std::find(kept.begin(), kept.end(), step) == kept.end()) std::filesystem::remove(e.path(), ec);
-    }
+    ps::prune_shards(dir, kept);
   }
 
   /// What the first server's dispatcher did in the last epoch with dispatched batches (zero
@@ -390,113 +368,6 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
 
   /// Updates applied so far to partition `id`, on the server holding it (0 elsewhere).
   std::int64_t server_updates(std::size_t id) const { return server_ ? server_->updates(id) : 0; }
-
-  /// The range distribute() returns.
-  class EpochRange {
-    using PerWorker = DistributedPipeline<std::remove_cvref_t<decltype(std::declval<T&>().group())>>;
-
-   public:
-    struct Sentinel {};
-    class Iterator {
-     public:
-      using value_type = data::Batch;
-      using difference_type = std::ptrdiff_t;
-      Iterator() = default;
-      Iterator(ParameterServerStrategy* s, data::Pipeline::Iterator it) : s_(s), it_(std::move(it)) {
-        if (at_end()) close();
-      }
-      Iterator(ParameterServerStrategy* s, typename PerWorker::Iterator it)
-          : s_(s), sized_(std::move(it)), per_worker_(true) {
-        if (at_end()) close();
-      }
-      // Dispatched batches: each step's from the first server.
-      Iterator(ParameterServerStrategy* s, data::Pipeline::Batches batches) : s_(s), batches_(std::move(batches)) {
-        s_->worker_->begin_batches();
-        fetch(ps::Dispatcher::kNone);
-      }
-      Iterator(Iterator&& o) noexcept
-          : s_(std::exchange(o.s_, nullptr)), it_(std::move(o.it_)), sized_(std::move(o.sized_)),
-            per_worker_(o.per_worker_), batches_(std::move(o.batches_)), held_(o.held_),
-            dispatched_batch_(std::move(o.dispatched_batch_)) {}
-      Iterator& operator=(Iterator&&) = delete;
-      ~Iterator() {
-        // Left early (break, an exception): the servers must still hear that this worker is done.
-        if (s_ && std::uncaught_exceptions() == 0) close();
-      }
-      const data::Batch& operator*() const noexcept {
-        return batches_ ? dispatched_batch_ : per_worker_ ? *sized_ : *it_;
-      }
-      const data::Batch* operator->() const noexcept { return &**this; }
-      Iterator& operator++() {
-        if (batches_) {
-          fetch(held_);
-          return *this;
-        }
-        if (per_worker_)
-          ++sized_;
-        else
-          ++it_;
-        if (at_end()) close();
-        return *this;
-      }
-      void operator++(int) { ++*this; }
-      friend bool operator==(const Iterator& i, Sentinel) noexcept { return i.s_ == nullptr; }
-
-     private:
-      bool at_end() const { return per_worker_ ? sized_ == typename PerWorker::Sentinel{} : it_ == data::Pipeline::Sentinel{}; }
-      void close() { std::exchange(s_, nullptr)->finish_epoch(); }
-      // Reports the batch held as finished (its pushes are answered) and takes the next.
-      void fetch(std::int64_t finished) {
-        held_ = s_->worker_->next_batch(finished);
-        if (held_ == ps::Dispatcher::kNone)
-          close();
-        else
-          dispatched_batch_ = batches_->batch(held_);
-      }
-      ParameterServerStrategy* s_ = nullptr;
-      data::Pipeline::Iterator it_;
-      typename PerWorker::Iterator sized_;  // per-worker input under Sync: sizes exchanged each step
-      bool per_worker_ = false;
-      std::optional<data::Pipeline::Batches> batches_;  // dispatched batches: the epoch's, by number
-      std::int64_t held_ = ps::Dispatcher::kNone;
-      data::Batch dispatched_batch_;
-    };
-
-    EpochRange(ParameterServerStrategy& s, data::Pipeline p, bool dispatched = false)
-        : s_(&s), p_(std::move(p)), dispatched_(dispatched) {}
-    /// A worker: the epoch's first batch. A server: serves the whole epoch, then is at the end.
-    Iterator begin() {
-      if (s_->server_) {
-        s_->server_->serve_epoch(dispatched_ ? p_.num_batches() : -1);
-        s_->publish_values();
-        return Iterator();
-      }
-      STRATA_CHECK(!s_->joined() || s_->first_epoch_ >= 0, "ParameterServerStrategy: a worker that joined the running "
-                   "job starts its loop at strategy.first_epoch() (the job's epoch), which also gives it the current values");
-      s_->in_epoch_ = true;
-      if (s_->o_.remote_tables) s_->worker_->attach_remote_tables();
-      if (dispatched_) return Iterator(s_, p_.begin_batches());
-      if (sized_) return Iterator(s_, sized_->begin());
-      return Iterator(s_, p_.begin());
-    }
-    Sentinel end() const noexcept { return {}; }
-    /// Batches per epoch of one worker (dispatched batches: the epoch's over the workers, as
-    /// many as each takes when all run at one speed).
-    std::int64_t num_batches() const noexcept {
-      if (dispatched_) return (p_.num_batches() + s_->num_workers() - 1) / s_->num_workers();
-      return p_.num_batches();
-    }
-    /// Per-worker input under Sync: the workers exchange their batch sizes every step.
-    void exchange_sizes(UnevenInputs uneven) {
-      if (!s_->server_) sized_.emplace(p_, s_->t_.group(), Inputs::per_worker, uneven);
-    }
-
-   private:
-    ParameterServerStrategy* s_;
-    data::Pipeline p_;
-    bool dispatched_ = false;
-    std::optional<PerWorker> sized_;
-  };
 
  private:
   int chief_rank() const { return t_.roles().workers.front(); }
