@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include <strata/strategy/detail/split_choice.hpp>
-#include <strata/strategy/detail/split_update.hpp>
+#include <strata/reducer/partitioned_update.hpp>
+#include <strata/reducer/split_choice.hpp>
 
 namespace {
 
 // The ways of `steps` steps (true: split) when a step that goes `split` at step s costs
-// cost(s, split) microseconds. Step 0 splits, as a SplitUpdate's first step does.
+// cost(s, split) microseconds. Step 0 splits, as a PartitionedUpdate's first step does.
 std::vector<bool> drive(strata::detail::SplitChoice& choice, int steps, const std::function<double(int, bool)>& cost) {
   std::vector<bool> ways;
   bool split = true;

@@ -1,4 +1,4 @@
-// The split optimizer update (detail::SplitUpdate): each replica updates its share of the
+// The split optimizer update (detail::PartitionedUpdate): each replica updates its share of the
 // variables and writes it into the other copies, and ends with the bits every replica gets by
 // updating all of its copy, under MirroredStrategy and CentralStorageStrategy.
 #include "doctest.hpp"
@@ -95,7 +95,7 @@ SplitRun run_split(int n, strata::UpdateSplit mode, int steps, MakeOpt make_opt,
 
 }  // namespace
 
-// Each replica updates its share and writes it into the others' copies (SplitUpdate): every
+// Each replica updates its share and writes it into the others' copies (PartitionedUpdate): every
 // copy ends with the bits every replica gets by updating all of its copy, and every replica's
 // optimizer state is whole (one set of tensors, shared), so a checkpoint of any replica holds
 // all of it. After load_state on every replica (a resume) the state is shared again and the

@@ -158,7 +158,7 @@ class Optimizer {
   /// state() names them, each with its slot's shape and dtype), after copying into them what
   /// this optimizer holds in `mine` (its ranges of each parameter): replicas that update
   /// disjoint ranges then keep one complete state between them, which state() of any of them
-  /// returns (detail::SplitUpdate's state home).
+  /// returns (detail::PartitionedUpdate's state home).
   void share_state_from(std::vector<std::pair<std::string, Tensor>> theirs, std::span<const ElementRange> mine) {
     STRATA_CHECK_EQ(mine.size(), params_.size(), "share_state_from: one range per parameter");
     const auto where = resolve_slots(theirs, "share_state_from");

@@ -7,7 +7,7 @@
 /// own tensor header over it (so its own gradient), no copy. In apply_gradients each replica
 /// sums one contiguous share of every gradient across the replicas and writes the sum into
 /// every replica's gradient, so all of them hold the same sum; then each replica updates its
-/// share of the central values (a detail::SplitUpdate over views of one storage: nothing to
+/// share of the central values (a detail::PartitionedUpdate over views of one storage: nothing to
 /// publish, one optimizer state that the replicas' optimizers hold together), and a barrier
 /// makes the update visible before the next step reads it. An optimizer that cannot update
 /// ranges, or gradients of other tensors than the scope's model's, are applied by replica 0.
@@ -32,14 +32,14 @@
 
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
+#include <strata/reducer/partitioned_update.hpp>
+#include <strata/reducer/row_aggregation.hpp>
 #include <strata/strategy/detail/make_replicas.hpp>
+#include <strata/strategy/detail/thread_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replicated.hpp>
-#include <strata/strategy/detail/row_aggregation.hpp>
-#include <strata/strategy/detail/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
-#include <strata/strategy/detail/thread_replicas.hpp>
 #include <strata/tensor/device_backend.hpp>  // cuda_device_count
 #include <strata/tensor/placement.hpp>       // move_in_place
 
@@ -107,7 +107,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
           std::vector<optim::ElementRange>& mine = shares.emplace_back();
           for (const Tensor& p : views.back()) mine.push_back(share(p.numel(), r));
         }
-        splits_.push_back(std::make_unique<detail::SplitUpdate>(std::move(views), std::move(shares),
+        splits_.push_back(std::make_unique<detail::PartitionedUpdate>(std::move(views), std::move(shares),
                                                                 detail::local_state_home()));
       }
       if (!this->devices().empty()) {  // a device copy of the variables per replica; buffers to the GPUs
@@ -230,7 +230,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
       return r_ == 0 ? detail::UpdateLayout::whole() : detail::UpdateLayout::elsewhere();
     }
     void publish() override {
-      if (detail::SplitUpdate* split = std::exchange(pending_, nullptr)) {
+      if (detail::PartitionedUpdate* split = std::exchange(pending_, nullptr)) {
         split->publish(r_);  // the views share one storage: only the optimizer state is shared here
         split->end(r_);
       }
@@ -242,7 +242,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     CentralStorageStrategy& s_;
     int r_;
     bool sync_ = true;
-    detail::SplitUpdate* pending_ = nullptr;  // the split update this step's apply_gradients runs
+    detail::PartitionedUpdate* pending_ = nullptr;  // the split update this step's apply_gradients runs
   };
 
   // Replica r's share of a gradient or parameter of n elements: what it sums and updates.
@@ -342,7 +342,7 @@ class CentralStorageStrategy : public detail::ThreadReplicas<CentralStorageStrat
     detail::RowAggregation aggregation;
   };
   std::vector<RowScratch> rows_;
-  std::vector<std::unique_ptr<detail::SplitUpdate>> splits_;  // one per model made under scope()
+  std::vector<std::unique_ptr<detail::PartitionedUpdate>> splits_;  // one per model made under scope()
   std::vector<OnDevices> on_devices_;  // one per model made under scope(), replicas on GPUs only
 };
 

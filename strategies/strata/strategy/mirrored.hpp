@@ -6,7 +6,7 @@
 /// current replica's copy; each replica has its own tape. apply_gradients all-reduces the
 /// gradients (bucketed, overlapped with backward by a GradientEngine per replica and model).
 /// On the CPU each replica then updates its share of every variable and writes it into the
-/// other copies (detail::SplitUpdate), so the copies stay equal; on GPUs every replica updates
+/// other copies (detail::PartitionedUpdate), so the copies stay equal; on GPUs every replica updates
 /// its whole copy from the all-reduced gradients, which are the same bits on every GPU.
 #pragma once
 
@@ -19,16 +19,16 @@
 #include <strata/collective/collective.hpp>
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
+#include <strata/reducer/gradient_engine.hpp>
+#include <strata/reducer/partitioned_update.hpp>
+#include <strata/reducer/sharded_gradients.hpp>
 #include <strata/strategy/detail/collective_context.hpp>
-#include <strata/strategy/gradient_engine.hpp>
 #include <strata/strategy/detail/make_replicas.hpp>
+#include <strata/strategy/detail/row_balance.hpp>
+#include <strata/strategy/detail/thread_replicas.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replicated.hpp>
-#include <strata/strategy/detail/row_balance.hpp>
-#include <strata/strategy/detail/sharded_gradients.hpp>
-#include <strata/strategy/detail/split_update.hpp>
 #include <strata/strategy/strategy.hpp>
-#include <strata/strategy/detail/thread_replicas.hpp>
 #include <strata/tensor/device.hpp>
 #include <strata/tensor/device_backend.hpp>  // cuda_device_count
 #include <strata/tensor/placement.hpp>       // move_in_place
@@ -40,7 +40,7 @@ struct MirroredOptions {
   std::size_t bucket_bytes = default_bucket_bytes();  ///< gradient bucket size (see GradientEngine)
   collective::Options collective = collective::Options::from_env();
   /// Whether each replica updates its share of the variables and writes it into the other
-  /// copies, instead of every replica updating all of its copy (detail::SplitUpdate): the
+  /// copies, instead of every replica updating all of its copy (detail::PartitionedUpdate): the
   /// same values, with 1/N of the optimizer's work per replica. `measured` (the default)
   /// splits in the steps where that measurably costs less (detail::SplitChoice);
   /// STRATA_SPLIT_UPDATE=0 / 1 / auto sets the default.
@@ -136,9 +136,9 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
         params.push_back(copies[static_cast<std::size_t>(r)]->parameters());
         shares.push_back(detail::BucketPlan(params.back(), options_.bucket_bytes).shares(r, this->n_));
       }
-      detail::SplitUpdate* split = nullptr;
+      detail::PartitionedUpdate* split = nullptr;
       if (options_.split_update != UpdateSplit::off && this->n_ > 1 && !kOnDevices) {  // it writes host memory
-        splits_owned_.push_back(std::make_unique<detail::SplitUpdate>(
+        splits_owned_.push_back(std::make_unique<detail::PartitionedUpdate>(
             params, std::move(shares), detail::local_state_home(), /*only=*/-1, /*sync=*/nullptr,
             detail::measured_choice(options_.split_update, options_.split_choice)));
         split = splits_owned_.back().get();
@@ -243,8 +243,8 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
   std::vector<std::unique_ptr<Comm>> device_comms_;  // per replica, on its GPU (device collectives only)
   std::vector<std::unique_ptr<GradientEngine<Comm>>> owned_;
   std::vector<std::vector<GradientEngine<Comm>*>> engines_;  // per replica
-  std::vector<std::unique_ptr<detail::SplitUpdate>> splits_owned_;
-  std::vector<std::vector<detail::SplitUpdate*>> splits_;  // per replica, beside engines_ (null: not split)
+  std::vector<std::unique_ptr<detail::PartitionedUpdate>> splits_owned_;
+  std::vector<std::vector<detail::PartitionedUpdate*>> splits_;  // per replica, beside engines_ (null: not split)
 };
 
 template <class C>

@@ -23,16 +23,16 @@
 #include <strata/collective/collective.hpp>
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
+#include <strata/reducer/gradient_engine.hpp>
+#include <strata/reducer/update_across_processes.hpp>
 #include <strata/strategy/detail/collective_context.hpp>
+#include <strata/strategy/detail/make_replicas.hpp>
+#include <strata/strategy/detail/process_replica.hpp>
+#include <strata/strategy/detail/statistics_scope.hpp>
 #include <strata/strategy/distributed_pipeline.hpp>
 #include <strata/strategy/input_context.hpp>
-#include <strata/strategy/gradient_engine.hpp>
-#include <strata/strategy/detail/make_replicas.hpp>
-#include <strata/strategy/detail/statistics_scope.hpp>
 #include <strata/strategy/per_replica.hpp>
-#include <strata/strategy/detail/process_replica.hpp>
 #include <strata/strategy/replicated.hpp>
-#include <strata/strategy/detail/split_across_processes.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/tensor/placement.hpp>  // move_in_place
 
@@ -101,7 +101,7 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
       owned_.push_back(std::make_unique<GradientEngine<C>>(comm_, made.parameters(), options_.bucket_bytes,
                                                            options_.compression));
       engines_.push_back(owned_.back().get());
-      std::unique_ptr<detail::SplitUpdate> split;
+      std::unique_ptr<detail::PartitionedUpdate> split;
       if constexpr (collective::HostSharedMemory<C>)
         if (options_.split_update != UpdateSplit::off)
           split = detail::split_across_processes(comm_, made.parameters(), *owned_.back(),
@@ -228,8 +228,8 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
   C comm_;
   std::vector<std::unique_ptr<GradientEngine<C>>> owned_;
   std::vector<GradientEngine<C>*> engines_;
-  std::vector<std::unique_ptr<detail::SplitUpdate>> splits_owned_;
-  std::vector<detail::SplitUpdate*> splits_;  // beside engines_ (null: not split)
+  std::vector<std::unique_ptr<detail::PartitionedUpdate>> splits_owned_;
+  std::vector<detail::PartitionedUpdate*> splits_;  // beside engines_ (null: not split)
 };
 
 template <class C>

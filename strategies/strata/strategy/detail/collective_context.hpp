@@ -13,21 +13,21 @@
 #include <utility>
 #include <vector>
 
-#include <strata/strategy/gradient_engine.hpp>
-#include <strata/strategy/detail/nonfinite_watch.hpp>
+#include <strata/reducer/gradient_engine.hpp>
+#include <strata/reducer/nonfinite_watch.hpp>
+#include <strata/reducer/partitioned_update.hpp>
 #include <strata/strategy/detail/replica_step.hpp>
 #include <strata/strategy/replica_context.hpp>
-#include <strata/strategy/detail/split_update.hpp>
 
 namespace strata::detail {
 
 template <class C>
 class CollectiveReplicaContext final : private ReplicaStep, public ReplicaContext {
  public:
-  /// `splits`: beside each engine, the SplitUpdate of its model's copies, or null (or empty:
+  /// `splits`: beside each engine, the PartitionedUpdate of its model's copies, or null (or empty:
   /// none); replica_id is then also the replica's index among the copies.
   CollectiveReplicaContext(C& comm, int replica_id, int num_replicas, std::span<GradientEngine<C>* const> engines,
-                           std::span<SplitUpdate* const> splits = {})
+                           std::span<PartitionedUpdate* const> splits = {})
       : ReplicaContext(static_cast<ReplicaStep&>(*this)), comm_(comm), id_(replica_id), n_(num_replicas), engines_(engines), splits_(splits) {}
 
   int replica_id_in_sync_group() const noexcept override { return id_; }
@@ -60,7 +60,7 @@ class CollectiveReplicaContext final : private ReplicaStep, public ReplicaContex
   }
   std::int64_t local_nonfinite_parameter() const override { return local_nonfinite_; }
 
-  // A split update where the gradients are those of a model with a SplitUpdate and the
+  // A split update where the gradients are those of a model with a PartitionedUpdate and the
   // optimizer can update ranges; every replica updates all of its copy otherwise.
   UpdateLayout layout(const Gradients& g, optim::Optimizer& opt) override {
     if (opt.updates_ranges())
@@ -73,7 +73,7 @@ class CollectiveReplicaContext final : private ReplicaStep, public ReplicaContex
   }
   void publish() override {
     bool published = false;
-    if (SplitUpdate* split = std::exchange(pending_, nullptr)) {
+    if (PartitionedUpdate* split = std::exchange(pending_, nullptr)) {
       if (split->splitting(id_)) {
         split->publish(id_);
         split->end(id_);
@@ -102,8 +102,8 @@ class CollectiveReplicaContext final : private ReplicaStep, public ReplicaContex
   C& comm_;
   int id_, n_;
   std::span<GradientEngine<C>* const> engines_;
-  std::span<SplitUpdate* const> splits_;
-  SplitUpdate* pending_ = nullptr;  // the split update this step's apply_gradients runs
+  std::span<PartitionedUpdate* const> splits_;
+  PartitionedUpdate* pending_ = nullptr;  // the split update this step's apply_gradients runs
   bool sync_ = true;
   std::int64_t local_nonfinite_ = -1;  // this replica's first non-finite gradient this step
 };

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <strata/collective/capabilities.hpp>
-#include <strata/strategy/compression.hpp>
+#include <strata/reducer/options.hpp>
 #include <strata/support/check.hpp>
 #include <strata/tensor/half.hpp>
 #include <strata/tensor/tensor.hpp>

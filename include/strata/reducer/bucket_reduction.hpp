@@ -25,11 +25,11 @@
 #include <strata/collective/async.hpp>  // Work, AsyncWorker, complete
 #include <strata/collective/capabilities.hpp>
 #include <strata/observe/timeline.hpp>
+#include <strata/reducer/gradient_buckets.hpp>
+#include <strata/reducer/partitioned_update.hpp>
+#include <strata/reducer/sharded_gradients.hpp>
+#include <strata/reducer/wire_compression.hpp>
 #include <strata/runtime/process.hpp>  // env, env_int
-#include <strata/strategy/detail/gradient_buckets.hpp>
-#include <strata/strategy/detail/wire_compression.hpp>
-#include <strata/strategy/detail/sharded_gradients.hpp>
-#include <strata/strategy/detail/split_update.hpp>
 
 namespace strata::detail {
 
@@ -61,7 +61,7 @@ void timed_reduction(GradientBucket& bk, std::size_t b, F&& reduce) {
 struct GradientSharding {
   std::shared_ptr<ShardedGradients> group;  ///< null: gradients whole
   int replica = 0;
-  const SplitUpdate* split = nullptr;
+  const PartitionedUpdate* split = nullptr;
 };
 
 template <class C>

@@ -1,5 +1,5 @@
 /// \file
-/// SplitUpdate: the optimizer update of one model's mirrored copies, split across the
+/// PartitionedUpdate: the optimizer update of one model's mirrored copies, split across the
 /// replicas. After the all-reduce every replica holds the same summed gradients, and would
 /// apply the same update to its own copy: N times the same memory-bound pass. Instead replica
 /// r updates only its share of each parameter (the share of each bucket it reduced, so the
@@ -41,15 +41,15 @@
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/observe/timeline.hpp>
 #include <strata/optim/optimizer.hpp>
+#include <strata/reducer/options.hpp>
+#include <strata/reducer/split_choice.hpp>
 #include <strata/runtime/process.hpp>  // env
-#include <strata/strategy/detail/split_choice.hpp>
 #include <strata/support/check.hpp>
 #include <strata/tensor/tensor.hpp>
-#include <strata/strategy/split_update.hpp>
 
 namespace strata::detail {
 
-/// The SplitChoice options a SplitUpdate in `mode` measures with; none where every step splits.
+/// The SplitChoice options a PartitionedUpdate in `mode` measures with; none where every step splits.
 inline std::optional<SplitChoiceOptions> measured_choice(UpdateSplit mode, const SplitChoiceOptions& o) {
   return mode == UpdateSplit::measured ? std::optional(o) : std::nullopt;
 }
@@ -65,7 +65,7 @@ inline bool same_layout(const std::vector<std::pair<std::string, Tensor>>& home,
   return true;
 }
 
-class SplitUpdate {
+class PartitionedUpdate {
  public:
   using NamedState = std::vector<std::pair<std::string, Tensor>>;
   /// Where the replicas' optimizers keep their one set of state tensors: given a replica's
@@ -83,24 +83,24 @@ class SplitUpdate {
   /// not as a SplitChoice with these options decides (else every step splits); `ways`: where
   /// replica 0 leaves that decision for the others, 8 zero bytes every replica sees (across
   /// processes: memory they share), or undefined to make them here.
-  SplitUpdate(std::vector<std::vector<Tensor>> copies, std::vector<std::vector<optim::ElementRange>> shares,
+  PartitionedUpdate(std::vector<std::vector<Tensor>> copies, std::vector<std::vector<optim::ElementRange>> shares,
               StateHome home, int only = -1, std::function<void()> sync = {},
               std::optional<SplitChoiceOptions> measured = std::nullopt, Tensor ways = {})
       : copies_(std::move(copies)), shares_(std::move(shares)), home_(std::move(home)), only_(only),
         sync_(std::move(sync)), optimizers_(copies_.size(), nullptr), shared_at_(copies_.size(), ~std::uint64_t{0}),
         steps_(copies_.size(), 0), splitting_(copies_.size(), 1), own_(copies_.size()),
         ways_(ways.defined() ? std::move(ways) : Tensor::empty({2}, DType::i32).fill_(0.0)) {
-    STRATA_CHECK(copies_.size() == shares_.size() && !copies_.empty() && home_, "SplitUpdate: one share per copy, and "
+    STRATA_CHECK(copies_.size() == shares_.size() && !copies_.empty() && home_, "PartitionedUpdate: one share per copy, and "
                  "a state home");
-    STRATA_CHECK(only_ < static_cast<int>(copies_.size()), "SplitUpdate: replica ", only_, " of ", copies_.size());
+    STRATA_CHECK(only_ < static_cast<int>(copies_.size()), "PartitionedUpdate: replica ", only_, " of ", copies_.size());
     STRATA_CHECK(ways_.nbytes() >= 2 * sizeof(std::uint32_t) && ways_.is_contiguous() &&
                      reinterpret_cast<std::uintptr_t>(ways_.raw_data()) % alignof(std::uint32_t) == 0,
-                 "SplitUpdate: two aligned words for the choice");
+                 "PartitionedUpdate: two aligned words for the choice");
     for (std::size_t r = 0; r < copies_.size(); ++r) {
       STRATA_CHECK(copies_[r].size() == copies_[0].size() && shares_[r].size() == copies_[0].size(),
-                   "SplitUpdate: replica ", r, " has another parameter list");
+                   "PartitionedUpdate: replica ", r, " has another parameter list");
       for (const Tensor& p : copies_[r])
-        STRATA_CHECK(p.device().kind == DeviceKind::cpu && p.is_contiguous(), "SplitUpdate: parameters on the host");
+        STRATA_CHECK(p.device().kind == DeviceKind::cpu && p.is_contiguous(), "PartitionedUpdate: parameters on the host");
     }
     if (only_ >= 0)
       for (const Tensor& p : copies_[static_cast<std::size_t>(only_)]) placed_.push_back(p.raw_data());
@@ -210,7 +210,7 @@ class SplitUpdate {
 
   std::size_t index(int r) const {
     STRATA_CHECK(r >= 0 && static_cast<std::size_t>(r) < copies_.size() && (only_ < 0 || r == only_),
-                 "SplitUpdate: replica ", r, " of ", copies_.size());
+                 "PartitionedUpdate: replica ", r, " of ", copies_.size());
     return static_cast<std::size_t>(r);
   }
 
@@ -232,12 +232,12 @@ class SplitUpdate {
 
 /// The state home of replicas that are threads of one process: host tensors, made by the
 /// first replica that asks for a layout (zero-filled: each replica copies its ranges in).
-inline SplitUpdate::StateHome local_state_home() {
+inline PartitionedUpdate::StateHome local_state_home() {
   struct Home {
     std::mutex mu;
-    SplitUpdate::NamedState tensors;
+    PartitionedUpdate::NamedState tensors;
   };
-  return [home = std::make_shared<Home>()](const SplitUpdate::NamedState& like) {
+  return [home = std::make_shared<Home>()](const PartitionedUpdate::NamedState& like) {
     std::lock_guard lock(home->mu);
     if (!same_layout(home->tensors, like)) {
       home->tensors.clear();

@@ -38,12 +38,12 @@
 #include <strata/collective/detail/wait_policy.hpp>  // WaitTimer
 #include <strata/collective/in_process.hpp>
 #include <strata/optim/optimizer.hpp>  // ElementRange
+#include <strata/reducer/bucket_reduction.hpp>
+#include <strata/reducer/gradient_buckets.hpp>
+#include <strata/reducer/nonfinite_watch.hpp>
+#include <strata/reducer/options.hpp>
+#include <strata/reducer/row_aggregation.hpp>
 #include <strata/runtime/process.hpp>  // env, env_int
-#include <strata/strategy/compression.hpp>
-#include <strata/strategy/detail/bucket_reduction.hpp>
-#include <strata/strategy/detail/gradient_buckets.hpp>
-#include <strata/strategy/detail/nonfinite_watch.hpp>
-#include <strata/strategy/detail/row_aggregation.hpp>
 #include <strata/support/check.hpp>
 
 namespace strata {

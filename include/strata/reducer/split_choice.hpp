@@ -1,5 +1,5 @@
 /// \file
-/// SplitChoice: whether the replicas split the next optimizer update (detail::SplitUpdate) or
+/// SplitChoice: whether the replicas split the next optimizer update (detail::PartitionedUpdate) or
 /// each update all of its copy, decided from what the update phase measurably costs each way.
 ///
 /// Splitting does 1/N of the optimizer's work per replica but writes each share into the
@@ -15,7 +15,7 @@
 ///
 /// Pure policy: it is given the time, so tests drive it with any figures. Every replica must
 /// go the same way in a step; one replica decides and hands the choice to the others
-/// (SplitUpdate).
+/// (PartitionedUpdate).
 #pragma once
 
 
@@ -23,7 +23,7 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
-#include <strata/strategy/split_choice.hpp>
+#include <strata/reducer/options.hpp>
 
 namespace strata::detail {
 

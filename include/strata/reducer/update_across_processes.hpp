@@ -1,5 +1,5 @@
 /// \file
-/// The split optimizer update (detail::SplitUpdate) across the processes of one host, for
+/// The split optimizer update (detail::PartitionedUpdate) across the processes of one host, for
 /// MultiWorkerMirroredStrategy: each rank's copy of a model's parameters moves into memory
 /// the ranks share, so that rank r can update its share of every parameter in its own copy
 /// and write it straight into the others' copies, as MirroredStrategy's threads do; the
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include <strata/collective/capabilities.hpp>
-#include <strata/strategy/gradient_engine.hpp>
-#include <strata/strategy/detail/split_update.hpp>
+#include <strata/reducer/gradient_engine.hpp>
+#include <strata/reducer/partitioned_update.hpp>
 #include <strata/support/check.hpp>
 #include <strata/tensor/tensor.hpp>
 
@@ -51,15 +51,15 @@ std::vector<Tensor> views_over(const Tensor& base, const std::vector<std::size_t
   return out;
 }
 
-/// The state home of a split across processes (SplitUpdate::StateHome): tensors named and
+/// The state home of a split across processes (PartitionedUpdate::StateHome): tensors named and
 /// shaped like an optimizer's state, in a common buffer (one region every rank maps), so
 /// that every rank's optimizer holds the same memory. The buffer is made (collectively) on the
 /// first call, and again only if the state's names or shapes change; every rank's optimizer
 /// is of the same kind over the same shapes, so every rank decides the same.
 template <collective::HostSharedMemory C>
-SplitUpdate::StateHome shared_state_home(C& comm) {
-  auto tensors = std::make_shared<SplitUpdate::NamedState>();
-  return [&comm, tensors](const SplitUpdate::NamedState& like) {
+PartitionedUpdate::StateHome shared_state_home(C& comm) {
+  auto tensors = std::make_shared<PartitionedUpdate::NamedState>();
+  return [&comm, tensors](const PartitionedUpdate::NamedState& like) {
     if (same_layout(*tensors, like)) return *tensors;
     auto tensor_of = [](const std::pair<std::string, Tensor>& named) -> const Tensor& { return named.second; };
     const std::vector<std::size_t> at = packed_offsets(like, tensor_of);
@@ -76,13 +76,13 @@ SplitUpdate::StateHome shared_state_home(C& comm) {
   };
 }
 
-/// A SplitUpdate of `params` (this rank's copy of one model, its gradients served by
+/// A PartitionedUpdate of `params` (this rank's copy of one model, its gradients served by
 /// `engine`) across the ranks of `comm`, or null — on every rank alike — where the ranks share
 /// no memory (they span hosts, STRATA_SHM=0, a single rank) or the parameters are not
 /// contiguous host tensors. Collective. Moves each parameter's values into the shared
 /// buffer: the tensors keep their identity, every handle to them sees the new storage.
 template <collective::HostSharedMemory C>
-std::unique_ptr<SplitUpdate> split_across_processes(C& comm, const std::vector<Tensor>& params,
+std::unique_ptr<PartitionedUpdate> split_across_processes(C& comm, const std::vector<Tensor>& params,
                                                     const GradientEngine<C>& engine,
                                                     std::optional<SplitChoiceOptions> measured = std::nullopt) {
   const int n = comm.size(), me = comm.rank();
@@ -91,7 +91,7 @@ std::unique_ptr<SplitUpdate> split_across_processes(C& comm, const std::vector<T
     if (p.device().kind != DeviceKind::cpu || !p.is_contiguous()) return nullptr;
   auto tensor_of = [](const Tensor& t) -> const Tensor& { return t; };
   const std::vector<std::size_t> at = packed_offsets(params, tensor_of);
-  // After the copy, one cache line: in rank 0's region, the way rank 0 chose (SplitUpdate::end).
+  // After the copy, one cache line: in rank 0's region, the way rank 0 chose (PartitionedUpdate::end).
   const std::size_t ways_at = at.back();
   const Tensor mine = comm.shared_buffer(static_cast<std::int64_t>(ways_at + 64), DType::u8);
   if (!mine.defined()) return nullptr;
@@ -114,7 +114,7 @@ std::unique_ptr<SplitUpdate> split_across_processes(C& comm, const std::vector<T
   const Tensor chief = me == 0 ? mine : comm.shared_peer(mine, 0);
   Tensor ways = tensor_over(static_cast<char*>(chief.raw_data()) + ways_at, Shape{2}, DType::i32,
                             std::make_shared<Tensor>(chief));
-  return std::make_unique<SplitUpdate>(std::move(copies), std::move(shares), shared_state_home(comm), me,
+  return std::make_unique<PartitionedUpdate>(std::move(copies), std::move(shares), shared_state_home(comm), me,
                                        [&comm, mine] { comm.shared_sync(mine); }, measured, std::move(ways));
 }
 

@@ -25,11 +25,11 @@
 
 #include <strata/collective/detail/reduce.hpp>       // share_begin
 #include <strata/collective/detail/wait_policy.hpp>  // spin_wait
+#include <strata/reducer/options.hpp>
 #include <strata/runtime/process.hpp>  // env
 #include <strata/support/check.hpp>
 #include <strata/support/error.hpp>
 #include <strata/tensor/tensor.hpp>
-#include <strata/strategy/sharded_gradients.hpp>
 
 namespace strata::detail {
 
