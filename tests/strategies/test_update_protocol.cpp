@@ -1,4 +1,4 @@
-// The update protocol (strategies/strata/strategy/update_protocol.hpp) against a strategy
+// The update protocol (Optimizer::run_update over optim::UpdateStages) against a strategy
 // side that records its stages: the order aggregate -> transform -> update -> publish, each
 // layout of the update, and the non-finite policy at stage 2, checked against the update
 // written out by hand.

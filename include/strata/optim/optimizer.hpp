@@ -2,9 +2,9 @@
 /// What every optimizer shares: its parameter list, learning rate, step counter, named state
 /// (for checkpoints), and the update rule applied to whole parameters (step) or to ranges of
 /// them (step_ranges). An optimizer is a pure update rule: it knows no replica, strategy or
-/// collective. apply_gradients(ctx, grads) hands the step to the strategy behind `ctx`, whose
-/// update protocol (strategies/strata/strategy/update_protocol.hpp) aggregates, transforms,
-/// calls this optimizer's rule and publishes.
+/// collective. apply_gradients(ctx, grads) runs the update protocol (run_update) over the
+/// stages the strategy behind `ctx` supplies (update_stages.hpp): aggregate, transform, this
+/// optimizer's rule where the stages place it, publish.
 #pragma once
 
 #include <algorithm>
@@ -24,23 +24,12 @@
 #include <strata/optim/gradient_transforms.hpp>
 #include <strata/optim/nonfinite.hpp>
 #include <strata/optim/schedule.hpp>
+#include <strata/optim/update_stages.hpp>
 #include <strata/tensor/factory.hpp>     // zeros
 
 namespace strata::optim {
 
 class Optimizer;
-
-/// A replica context whose strategy drives an optimizer's update: `run_update(ctx, opt, g)`,
-/// found by argument-dependent lookup (strata::run_update in update_protocol.hpp, for every
-/// strata::ReplicaContext), runs the update protocol's stages with `opt`'s rule.
-template <class C>
-concept UpdateDriver = requires(C& c, Optimizer& opt, Gradients g) { run_update(c, opt, g); };
-
-/// A contiguous run of one parameter's elements, [begin, end) in its flat (row-major) order:
-/// the part of it one replica updates when a strategy splits the update (step_ranges).
-struct ElementRange {
-  std::int64_t begin = 0, end = 0;
-};
 
 /// How an optimizer updates a row-sparse table (an Embedding with TableGradient::row_sparse;
 /// docs/design/sparse_tables.md).
@@ -182,18 +171,36 @@ class Optimizer {
 
   /// Applies `grads` inside a strategy's run(): the strategy behind `ctx` sums them over
   /// every replica in sync, transforms them, updates with this optimizer's rule where it
-  /// places the variables, and publishes the new values (update_protocol.hpp).
+  /// places the variables, and publishes the new values (run_update).
   template <UpdateDriver Ctx>
   void apply_gradients(Ctx& ctx, Gradients grads) {
-    run_update(ctx, *this, grads);
+    run_update(ctx.update_stages(), grads);
   }
   /// Steps with `grads` as they are (one replica, nothing to aggregate).
   void apply_gradients(Gradients grads) {
+    LocalUpdate local;
+    run_update(local, grads);
+  }
+
+  /// The update protocol: one update with `grads`, stage by stage over `stages`
+  /// (update_stages.hpp), in this order and only here.
+  void run_update(UpdateStages& stages, Gradients grads) {
     check_matches(grads);
-    begin_update();
-    if (!admits(grads, [] { return std::string(); })) return;
-    transforms_.apply(grads);
-    step();
+    begin_update();  // the schedule's rate, before stage 1 hands it to parameter servers
+    check_placement(stages);
+    stages.note_optimizer(*this);
+    bool here;
+    {
+      const StageScope stage(stages, UpdateStage::aggregate);
+      here = stages.aggregate(grads, lr());  // 1
+    }
+    if (here) {
+      const StageScope stage(stages, UpdateStage::update);
+      if (transform(stages, grads)) update_where(stages.layout(grads, *this), grads);  // 2, 3
+    } else {
+      step_elsewhere();  // the servers updated the variables this replica reads
+    }
+    stages.publish();  // 4
   }
 
   /// Counts a step whose update another replica or the parameter servers applied to the
@@ -318,6 +325,65 @@ class Optimizer {
   }
 
  private:
+  /// Brackets a stage for the strategy (stage_begins/stage_ends), an exception included.
+  struct StageScope {
+    StageScope(UpdateStages& s, UpdateStage which) : stages(s), stage(which) { stages.stage_begins(stage); }
+    ~StageScope() { stages.stage_ends(stage); }
+    StageScope(const StageScope&) = delete;
+    StageScope& operator=(const StageScope&) = delete;
+    UpdateStages& stages;
+    UpdateStage stage;
+  };
+
+  /// What cannot run where the stages place the update (on parameter servers).
+  void check_placement(const UpdateStages& stages) const {
+    STRATA_REQUIRE(!(transforms_.active() && stages.updates_elsewhere()), invalid_argument, "strata.optim.transform",
+                   "gradient clipping and transforms run on the aggregated gradients before the update, which the "
+                   "parameter servers apply here: construct ParameterServerStrategy with update_on_servers = false "
+                   "to clip on the workers");
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      STRATA_REQUIRE(!(stages.updates_elsewhere() && !stages.updates_rows_elsewhere() && updates_by_rows(i)),
+                     invalid_argument, "strata.optim.sparse", "parameter ", i,
+                     " is a row-sparse table under the lazy rule, which parameter servers with sparse_tables = false "
+                     "do not apply (they update whole partitions): call set_sparse_updates(SparseUpdates::dense) on "
+                     "the optimizer, or leave sparse_tables on");
+  }
+
+  /// Stage 2 on the aggregated gradients: whether the update goes ahead (the non-finite
+  /// policy), then the transforms (clipping, the user's), the same on every replica.
+  bool transform(UpdateStages& stages, const Gradients& grads) {
+    if (!admits(grads, [&] { return stages.nonfinite_origin(); })) return false;
+    if (!transforms_.active()) return true;
+    if (grads.completion != nullptr) {  // sums kept in shares (GradientLayout::sharded)
+      grads.make_whole();
+      stages.shares_read();
+    }
+    transforms_.apply(grads);
+    return true;
+  }
+
+  /// Stage 3: this optimizer's rule where `layout` places this replica's update.
+  void update_where(UpdateLayout layout, const Gradients& grads) {
+    switch (layout.way) {
+      case UpdateLayout::Way::ranges:
+        // The lazy sparse rule keeps or skips a row by its whole gradient row, which a replica
+        // holding its share of the sums alone (GradientLayout::sharded) must first gather.
+        for (std::size_t i = 0; i < params_.size(); ++i)
+          if (updates_by_rows(i)) {
+            grads.make_whole();
+            break;
+          }
+        step_ranges(*layout.ranges);
+        break;
+      case UpdateLayout::Way::whole:
+        grads.make_whole();  // a strategy may keep them in shares (GradientLayout::sharded)
+        step();
+        break;
+      case UpdateLayout::Way::elsewhere:
+        step_elsewhere();
+        break;
+    }
+  }
   static std::string to_string(const Shape& s) {
     std::string out = "[";
     for (int d = 0; d < s.ndim(); ++d) out += (d ? ", " : "") + std::to_string(s[d]);
