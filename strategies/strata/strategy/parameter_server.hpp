@@ -37,6 +37,7 @@
 #include <strata/strategy/parameter_server/shards.hpp>
 #include <strata/strategy/parameter_server/transport.hpp>
 #include <strata/strategy/parameter_server/worker.hpp>
+#include <strata/strategy/parameter_server/worker_context.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/detail/process_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
@@ -193,6 +194,7 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
 
   using EpochRange = ps::EpochRange<ParameterServerStrategy, T>;
   friend EpochRange;
+  friend class ps::WorkerContext<ParameterServerStrategy>;
   /// This rank's input. Sync: a worker takes its rows of every global batch (as under
   /// MultiWorkerMirroredStrategy). Async: a worker takes every W-th example of the epoch, in
   /// batches of the pipeline's size, or (dispatch_batches) the epoch's next batch from the
@@ -372,42 +374,13 @@ class ParameterServerStrategy<C, Mode> : detail::RejectsReplicaValues,
  private:
   int chief_rank() const { return t_.roles().workers.front(); }
 
-  class Context final : private detail::ReplicaStep, public ReplicaContext {
-   public:
-    explicit Context(ParameterServerStrategy& s) : ReplicaContext(static_cast<detail::ReplicaStep&>(*this)), s_(s) {}
-    int replica_id_in_sync_group() const noexcept override {
-      return sync ? s_.t_.roles().index_of(s_.t_.rank()) : 0;
-    }
-    int num_replicas_in_sync() const noexcept override { return s_.num_replicas_in_sync(); }
-    void all_reduce(ReduceOp op, Tensor& t) override {
-      STRATA_CHECK(t.defined() && t.is_contiguous(), "all_reduce needs a defined, contiguous tensor");
-      if (sync) s_.t_.group().allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
-    }
-
-   private:
-    bool aggregate(Gradients g, double lr) override {
-      STRATA_CHECK(sync_on_, "apply_gradients inside NoSync: the gradients would stay on this worker");
-      s_.worker_->push_pull(g, lr);
-      return !s_.o_.update_on_servers;  // else the servers updated and the parameters hold their values
-    }
-    void set_gradient_sync(bool on) override { sync_on_ = on; }
-    bool updates_elsewhere() const override { return s_.o_.update_on_servers; }
-    bool updates_rows_elsewhere() const override { return s_.o_.sparse_tables; }
-    void note_optimizer(const optim::Optimizer& opt) override {
-      s_.worker_->set_lazy_rows(opt.sparse_updates() == optim::SparseUpdates::lazy);
-    }
-
-    ParameterServerStrategy& s_;
-    bool sync_on_ = true;
-  };
-
   template <class R, class Step>
   auto run_replica(Step&& step) {
     detail::check_cross_replica("run()");
     STRATA_CHECK(worker_.has_value(), "run() on server rank ", t_.rank(), ": servers serve inside the loop over "
                  "distribute(), whose body runs on the workers only");
     detail::ReplicaScope scope(0, /*step=*/true, /*in_sync=*/num_replicas_in_sync());
-    Context ctx(*this);
+    ps::WorkerContext<ParameterServerStrategy> ctx(*this);
     return detail::run_single_replica<R>(ctx, step);
   }
 
