@@ -51,8 +51,9 @@ class ReplicaStep : public optim::UpdateStages {
 
  protected:
   ReplicaStep() = default;
-  ReplicaStep(const ReplicaStep&) {}
-  ReplicaStep& operator=(const ReplicaStep&) { return *this; }
+  // Bound to one context (context_): a copy would lose or share the binding.
+  ReplicaStep(const ReplicaStep&) = delete;
+  ReplicaStep& operator=(const ReplicaStep&) = delete;
   ~ReplicaStep() = default;
 
  private:
