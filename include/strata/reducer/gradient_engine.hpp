@@ -22,7 +22,8 @@
 ///                             aggregates the tables after the other buckets, in one order
 ///                             on every replica (with whole gradients; under
 ///                             GradientLayout::sharded a table is one more dense bucket).
-/// Its place in a step is one StepState (below).
+/// Where a step's sums stand under the sharded layout is a detail::ShardedStep, which only
+/// engines over replicas that are threads carry (sharded_step.hpp).
 #pragma once
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -43,6 +45,7 @@
 #include <strata/reducer/nonfinite_watch.hpp>
 #include <strata/reducer/options.hpp>
 #include <strata/reducer/row_aggregation.hpp>
+#include <strata/reducer/sharded_step.hpp>
 #include <strata/runtime/process.hpp>  // env, env_int
 #include <strata/support/check.hpp>
 
@@ -88,13 +91,9 @@ struct GradientStats {
 template <class C>
 class GradientEngine final : public autograd::GradientCompletion {
  public:
-  /// Where the engine is in a step. Whole layout: idle → open → idle. Sharded layout
-  /// (GradientLayout::sharded):
-  ///
-  ///   idle, consumed ──a gradient final──► deciding ──bucket 0 reduced──► open (sums whole)
-  ///                                                                    └─► sharing (sums in shares)
-  ///   open ──finish()──► idle          sharing ──finish()──► in_shares ──consume()──► consumed
-  ///   sharing, in_shares ──make_whole()──► gathered ──consume()──► idle
+  /// Where the engine is in a step, as state() reports it. Whole layout: idle → open → idle.
+  /// Sharded layout (GradientLayout::sharded): detail::ShardedStep's states, its `whole`
+  /// reported as open while a step's gradients come in and idle after finish().
   enum class StepState : std::uint8_t {
     idle,       ///< no bucket of a step started; gradients whole
     deciding,   ///< sharded layout: the step began, its first bucket not reduced yet
@@ -140,39 +139,39 @@ class GradientEngine final : public autograd::GradientCompletion {
   /// Each parameter's share for replica `r` of `n` (detail::BucketPlan::shares).
   std::vector<optim::ElementRange> shares(int r, int n) const { return buckets_.plan().shares(r, n); }
 
-  StepState state() const noexcept { return state_; }
-  /// Whether this step's buckets were reduced to shares (gathered since, or not).
-  bool sharded_step() const noexcept {
-    return state_ == StepState::sharing || state_ == StepState::in_shares || state_ == StepState::gathered;
+  StepState state() const noexcept {
+    switch (step_.sums()) {
+      case detail::StepSums::deciding: return StepState::deciding;
+      case detail::StepSums::sharing: return StepState::sharing;
+      case detail::StepSums::in_shares: return StepState::in_shares;
+      case detail::StepSums::gathered: return StepState::gathered;
+      case detail::StepSums::consumed: return StepState::consumed;
+      case detail::StepSums::whole: break;
+    }
+    return marked_ > 0 ? StepState::open : StepState::idle;
   }
+  /// Whether this step's buckets were reduced to shares (gathered since, or not).
+  bool sharded_step() const noexcept { return step_.sharded(); }
 
   /// Whether this step's sums are kept in shares, so the Gradients that grad() returns must
   /// carry this engine to complete them (asked by grad() once its backward pass is done).
-  bool claim() noexcept override {
-    return state_ == StepState::deciding || state_ == StepState::sharing || state_ == StepState::in_shares;
-  }
+  bool claim() noexcept override { return step_.claims(); }
 
   /// Every gradient whole: under the sharded layout, waits for the buckets and copies in the
   /// other replicas' shares; else nothing to do. After apply_gradients (consume()) the other
   /// replicas may already be overwriting their buffers, so it is an error then.
   void make_whole() override {
-    STRATA_CHECK(state_ != StepState::consumed, "gradients read after apply_gradients under GradientLayout::sharded: "
+    STRATA_CHECK(step_.readable(), "gradients read after apply_gradients under GradientLayout::sharded: "
                  "each replica now holds the summed gradients only in its own share; read them before "
                  "apply_gradients, or use GradientLayout::whole");
-    if (state_ == StepState::deciding || state_ == StepState::sharing)
-      settle();  // read before apply_gradients: the buckets not started yet start now (and decide)
-    if (state_ == StepState::sharing || state_ == StepState::in_shares) {
+    if (step_.unsettled()) settle();  // read before apply_gradients: the buckets not started yet start now (and decide)
+    if (step_.in_shares()) {
       path_->gather(buckets_);
-      state_ = StepState::gathered;
+      step_.gathered();
     }
   }
   /// The end of apply_gradients: gradients still in shares stay so, and reading them is an error.
-  void consume() noexcept {
-    if (state_ == StepState::in_shares)
-      state_ = StepState::consumed;
-    else if (state_ == StepState::gathered)
-      state_ = StepState::idle;
-  }
+  void consume() noexcept { step_.consume(); }
 
   /// Off: backward passes leave gradients local (NoSync).
   void set_sync(bool on) noexcept { sync_ = on; }
@@ -205,10 +204,7 @@ class GradientEngine final : public autograd::GradientCompletion {
     buckets_.rearm();
     std::fill(fired_.begin(), fired_.end(), false);
     marked_ = next_ = 0;
-    if (state_ == StepState::open)
-      state_ = StepState::idle;
-    else if (state_ == StepState::sharing)
-      state_ = StepState::in_shares;
+    step_.finished();
   }
 
  private:
@@ -320,7 +316,7 @@ class GradientEngine final : public autograd::GradientCompletion {
   void mark(std::size_t k) {
     if (marked_++ == 0) {
       nonfinite_.reset();
-      state_ = sharded_ ? StepState::deciding : StepState::open;
+      if (sharded_) step_.begin();
     }
     fired_[k] = true;
     --buckets_.of(k).pending;
@@ -345,7 +341,7 @@ class GradientEngine final : public autograd::GradientCompletion {
       if (detail::NonfiniteWatch::wanted()) nonfinite_.note(buckets_.params(), bucket_members(b));
       const bool in_shares = path_->start(bk, b);
       if (path_->on_replica_thread()) stats_.exposed_seconds += bk.seconds;
-      if (state_ == StepState::deciding) state_ = in_shares ? StepState::sharing : StepState::open;
+      step_.decided(in_shares);
     }
   }
 
@@ -358,7 +354,8 @@ class GradientEngine final : public autograd::GradientCompletion {
   std::vector<bool> fired_;     // per parameter: its gradient of this step is final
   std::size_t marked_ = 0;      // parameters final in this step
   std::size_t next_ = 0;        // the next bucket to start
-  StepState state_ = StepState::idle;
+  // Only replicas that are threads can shard their sums; processes' engines carry no step state.
+  [[no_unique_address]] std::conditional_t<collective::ThreadGroupCollective<C>, detail::ShardedStep, detail::WholeStep> step_;
   bool sync_ = true;
   detail::NonfiniteWatch nonfinite_;
   detail::RowAggregationRule rule_ = detail::RowAggregationRule::from_env();
