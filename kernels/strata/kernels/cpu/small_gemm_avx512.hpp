@@ -10,6 +10,7 @@
 /// C += A B) as gemm with alpha 1 and beta 0 or 1.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include <strata/kernels/cpu/gemm_avx512.hpp>  // STRATA_GEMM_AVX512
@@ -79,6 +80,12 @@ template <int NV>
 [[gnu::target("avx512f")]] inline void small_gemm(bool trans_a, std::int64_t m, std::int64_t n, std::int64_t k,
                                                   const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
                                                   float* c, std::int64_t ldc, bool accumulate) {
+  if (m == 0 || n == 0) return;  // C may have no storage: no pointer into it is formed
+  if (k == 0) {  // op(A) B is zero, and A and B may have no storage
+    if (!accumulate)
+      for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+    return;
+  }
   for (std::int64_t j0 = 0; j0 < n; j0 += 64) {
     const std::int64_t w = n - j0 < 64 ? n - j0 : 64;
     const int nv = static_cast<int>((w + 15) / 16), tail = static_cast<int>(w % 16);
