@@ -19,21 +19,29 @@ echo "consumers: installed to DESTDIR $stage (prefix $prefix): $(find "$stage" -
 ls "$stage$prefix/include/strata/strategy/mirrored.hpp" "$stage$libdir/pkgconfig/strata.pc" \
    "$stage$libdir/cmake/strata/strataConfig.cmake" >/dev/null
 
-run() {  # name, then the command that builds it; then runs its consumer
-  local name=$1; shift
-  echo "consumers: $name"
-  "$@" >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; echo "consumers: FAILED to build $name"; exit 1; }
-  "$work/$name/consumer" || { echo "consumers: FAILED to run $name"; exit 1; }
+# The three build side by side (each one compile, mostly; the cores are shared), then each
+# consumer runs, in order.
+names=() pids=()
+build() {  # name, then the command that builds it
+  names+=("$1")
+  "${@:2}" >"$work/$1.log" 2>&1 &
+  pids+=($!)
 }
-run cmake sh -c "cmake -S '$root/tests/consumers/cmake' -B '$work/cmake' -DCMAKE_PREFIX_PATH='$stage$prefix' \
+build cmake sh -c "cmake -S '$root/tests/consumers/cmake' -B '$work/cmake' -DCMAKE_PREFIX_PATH='$stage$prefix' \
   && cmake --build '$work/cmake'"
 # The .pc files are relocatable (pkgconfig.relocatable): found where they lie, staged or not.
-run meson_pkgconfig env PKG_CONFIG_PATH="$stage$libdir/pkgconfig" \
+build meson_pkgconfig env PKG_CONFIG_PATH="$stage$libdir/pkgconfig" \
   sh -c "meson setup '$work/meson_pkgconfig' '$root/tests/consumers/meson_pkgconfig' && ninja -C '$work/meson_pkgconfig'"
 mkdir -p "$work/sub/subprojects"
 cp "$root/tests/consumers/meson_subproject/meson.build" "$root/tests/consumers/consumer.cpp" "$work/sub/"
 sed -i "s|'../consumer.cpp'|'consumer.cpp'|" "$work/sub/meson.build"
 ln -s "$root" "$work/sub/subprojects/strata"
-run meson_subproject sh -c "meson setup '$work/meson_subproject' '$work/sub' --wrap-mode=nodownload \
+build meson_subproject sh -c "meson setup '$work/meson_subproject' '$work/sub' --wrap-mode=nodownload \
   && ninja -C '$work/meson_subproject'"
+for i in "${!names[@]}"; do
+  name=${names[$i]}
+  echo "consumers: $name"
+  wait "${pids[$i]}" || { cat "$work/$name.log"; echo "consumers: FAILED to build $name"; exit 1; }
+  "$work/$name/consumer" || { echo "consumers: FAILED to run $name"; exit 1; }
+done
 echo "consumers: PASS (cmake, meson via pkg-config, meson subproject)"
