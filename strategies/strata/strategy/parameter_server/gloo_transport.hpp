@@ -4,12 +4,10 @@
 /// so nothing here polls: a worker blocks on its replies, and a server's listener threads
 /// block on the next request header from their workers and queue it for the request loop.
 ///
-/// Each server and each worker share a link: a two-rank Gloo communicator of their own
-/// ("ps<n>.link.s<k>.w<i>": the server is its rank 0, the worker its rank 1), built in
-/// ascending (server, worker) order by both ends, so no two wait on each other. A server
-/// serves each link with a listener thread; a link that closes (its worker died) is that
-/// worker's loss, reported at once. Every link is a rendezvous that checks the peer's job
-/// token and build, as every strata communicator does.
+/// Each server and each worker share a link (detail::GlooLinks, gloo_links.hpp): a two-rank
+/// Gloo communicator of their own, which a server serves with a listener thread; a link that
+/// closes (its worker died) is that worker's loss, reported at once. Every link is a
+/// rendezvous that checks the peer's job token and build, as every strata communicator does.
 ///
 /// A worker's message to a server is a 24-byte header (tag, payload bytes, a value: the
 /// learning rate) on one slot, then, for a push, the payload on the partition's slot; a
@@ -26,24 +24,21 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <strata/collective/gloo.hpp>
 #include <strata/runtime/process.hpp>
 #include <strata/runtime/tcp_store.hpp>
 #include <strata/strategy/parameter_server/backoff.hpp>
+#include <strata/strategy/parameter_server/gloo_links.hpp>
 #include <strata/strategy/parameter_server/roles.hpp>
 #include <strata/strategy/parameter_server/shards.hpp>
 #include <strata/strategy/parameter_server/transport.hpp>
@@ -53,25 +48,12 @@ namespace strata::ps {
 
 template <>
 class Transport<collective::Gloo> {
-  struct Header {
-    std::int32_t tag = 0;
-    std::int32_t reserved = 0;
-    std::uint64_t bytes = 0;
-    double value = 0;
-  };
-  static constexpr std::uint64_t kHeaderSlot = 1, kPayloadSlot = std::uint64_t{1} << 20,
+  using Links = detail::GlooLinks;
+  using Header = Links::Header;
+  using Buffer = Links::Buffer;
+  static constexpr std::uint64_t kHeaderSlot = Links::kHeaderSlot, kPayloadSlot = std::uint64_t{1} << 20,
                                  kReplySlot = std::uint64_t{1} << 21;
-  static constexpr int kServerEnd = 0, kWorkerEnd = 1;  // the ranks of a link's two ends
-  using Buffer = std::shared_ptr<gloo::transport::UnboundBuffer>;
-
-  /// One server and one worker's connection, and (on the server) the thread serving it.
-  struct Link {
-    int peer = -1;  ///< the world rank at the other end
-    std::unique_ptr<collective::Gloo> pair;
-    Header incoming;  ///< the listener's receive buffer
-    Buffer header;
-    std::thread listener;
-  };
+  static constexpr int kServerEnd = Links::kServerEnd, kWorkerEnd = Links::kWorkerEnd;
 
  public:
   /// Gloo progresses on its own threads: no polling window.
@@ -85,12 +67,7 @@ class Transport<collective::Gloo> {
     std::string failed;  ///< why it could not start (the peer's connection had closed)
   };
   /// A request header that arrived.
-  struct Message {
-    int source = -1;
-    int tag = 0;
-    std::size_t bytes = 0;
-    double value = 0;
-  };
+  using Message = Links::Arrival;
 
   /// A rank of the job (runtime::detect_process()): `requested_servers` serve (ps::Roles).
   /// With STRATA_PS_JOIN=1, a worker that joins the running job instead (Joiner below).
@@ -118,18 +95,11 @@ class Transport<collective::Gloo> {
     group_ = std::make_unique<collective::Gloo>(mine, prefix_ + (is_server() ? ".servers" : ".workers"), o);
     // Both ends build their links in ascending (server, worker) order: the first link not
     // built yet is the next one for both its ends.
+    links_.emplace(info_, is_server(), prefix_, o);
     const int me = roles_.index_of(info_.rank);
     for (int peer : is_server() ? roles_.workers : roles_.servers) {
       const int other = roles_.index_of(peer);
-      auto link = std::make_unique<Link>();
-      link->peer = peer;
-      link->pair = connect(is_server() ? me : other, is_server() ? other : me);
-      links_.push_back(std::move(link));
-      if (is_server()) {
-        Link& l = *links_.back();
-        l.header = l.pair->context()->createUnboundBuffer(&l.incoming, sizeof l.incoming);
-        l.listener = std::thread([this, &l] { listen(l); });
-      }
+      links_->add(peer, is_server() ? me : other, is_server() ? other : me);
     }
   }
   static bool joining() {
@@ -161,30 +131,13 @@ class Transport<collective::Gloo> {
     info_.rank = ranks + slot - first;
     roles_.workers = {info_.rank};
     group_ = std::make_unique<collective::Gloo>(alone(info_), prefix_ + ".workers", o);
-    for (std::size_t k = 0; k < roles_.servers.size(); ++k) {
-      auto link = std::make_unique<Link>();
-      link->peer = roles_.servers[k];
-      link->pair = connect(static_cast<int>(k), slot);
-      links_.push_back(std::move(link));
-    }
+    links_.emplace(info_, false, prefix_, o);
+    for (std::size_t k = 0; k < roles_.servers.size(); ++k) links_->add(roles_.servers[k], static_cast<int>(k), slot);
   }
 
  public:
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
-  ~Transport() {
-    stop_ = true;
-    if (acceptor_.joinable()) acceptor_.join();
-    for (auto* links : {&links_, &joined_})
-      for (auto& l : *links) {
-        if (!l->listener.joinable()) continue;
-        {
-          std::lock_guard lock(mu_);
-          l->header->abortWaitRecv();
-        }
-        l->listener.join();
-      }
-  }
 
   /// A server: from now on, admits the workers that join (Transport(Joiner)). Needs the job's
   /// TCP store. Each joiner's link is built on a thread of its own; once built, the request
@@ -195,7 +148,7 @@ class Transport<collective::Gloo> {
     STRATA_REQUIRE(info_.rendezvous_dir.empty(), invalid_argument, "strata.ps",
                    "workers join through the job's TCP store (strata-run --rendezvous tcp), but this job meets "
                    "through the files of STRATA_RENDEZVOUS_DIR");
-    if (acceptor_.joinable()) return;
+    if (links_->accepting()) return;
     runtime::TcpStore& store = runtime::TcpStore::instance(info_.master_addr, info_.master_port, info_.rank, options_.timeout);
     const int first = static_cast<int>(roles_.workers.size());
     if (rank() == roles_.servers.front()) {
@@ -203,16 +156,12 @@ class Transport<collective::Gloo> {
       for (std::size_t k = 0; k < roles_.servers.size(); ++k) job += (k ? "," : "") + std::to_string(roles_.servers[k]);
       store.set(prefix_ + ".joiners", std::vector<char>(job.begin(), job.end()));
     }
-    acceptor_ = std::thread([this, &store, first] { accept(store, first); });
+    links_->accept_joiners(store, first, world_.size(), roles_.index_of(info_.rank));
   }
   /// The request loop, on kWorkerJoinedTag from `r`: r is one of the workers from now on.
   void admit(int r) {
-    std::lock_guard lock(mu_);
-    const auto at = std::find_if(joined_.begin(), joined_.end(), [r](const auto& l) { return l->peer == r; });
-    STRATA_REQUIRE(at != joined_.end(), invalid_argument, "strata.ps", "server rank ", rank(), ": no worker rank ", r,
+    STRATA_REQUIRE(links_->admit(r), invalid_argument, "strata.ps", "server rank ", rank(), ": no worker rank ", r,
                    " has joined");
-    links_.push_back(std::move(*at));
-    joined_.erase(at);
     roles_.workers.push_back(r);
   }
 
@@ -227,8 +176,8 @@ class Transport<collective::Gloo> {
   char peer_state(int r) const {
     const auto& peers = is_server() ? roles_.workers : roles_.servers;
     const auto at = std::find(peers.begin(), peers.end(), r);
-    if (at != peers.end() && static_cast<std::size_t>(at - peers.begin()) < links_.size())
-      return links_[static_cast<std::size_t>(at - peers.begin())]->pair->peer_state(is_server() ? kWorkerEnd : kServerEnd);
+    if (at != peers.end() && static_cast<std::size_t>(at - peers.begin()) < links_->size())
+      return (*links_)[static_cast<std::size_t>(at - peers.begin())].pair->peer_state(is_server() ? kWorkerEnd : kServerEnd);
     return world_.peer_state(r);
   }
   /// A worker that joined the running job (Transport(Joiner), or STRATA_PS_JOIN=1).
@@ -240,7 +189,7 @@ class Transport<collective::Gloo> {
     Request r;
     r.send = true;
     try {
-      Link& l = link(to);
+      Links::Link& l = link(to);
       if (roles_.is_server(to)) {
         r.header_bytes = std::make_shared<Header>();
         r.header_bytes->tag = tag;
@@ -276,13 +225,7 @@ class Transport<collective::Gloo> {
   }
 
   /// True (and `m` filled) when a worker's header has arrived; never blocks.
-  bool probe(Message& m) {
-    std::lock_guard lock(mu_);
-    if (queue_.empty()) return false;
-    m = queue_.front();
-    queue_.pop_front();
-    return true;
-  }
+  bool probe(Message& m) { return links_->next(m); }
   /// Receives the payload of `m` into `data` (a control message's value comes from its header).
   void receive(Message& m, void* data) {
     if (m.tag >= kLearningRateTag) {
@@ -350,88 +293,21 @@ class Transport<collective::Gloo> {
     p.world_size = 1;
     return p;
   }
-  std::string slot_key(int slot) const { return prefix_ + ".slot/" + std::to_string(slot); }
+  std::string slot_key(int slot) const { return Links::slot_key(prefix_, slot); }
 
-  // Server: builds the link of each worker slot claimed from `first` on, in order, until
-  // stopped. A slot whose link fails (its joiner died, or is not of this job) is skipped.
-  void accept(runtime::TcpStore& store, int first) {
-    const int me = roles_.index_of(info_.rank);
-    const int ranks = world_.size();
-    for (int slot = first; !stop_;) {
-      bool claimed = false;
-      try {
-        claimed = store.check(slot_key(slot));
-      } catch (const std::exception&) {
-        return;  // the store is gone: so is the job
-      }
-      if (!claimed) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        continue;
-      }
-      auto link = std::make_unique<Link>();
-      link->peer = ranks + slot - first;
-      try {
-        collective::Options o = options_;  // a joiner that never comes does not hold up the end of the job
-        o.rendezvous_abandoned = [this] { return stop_ ? std::string("the server is shutting down") : std::string(); };
-        link->pair = connect(me, slot, o);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "[strata.ps] server rank %d: worker slot %d claimed, but its link failed: %s\n", rank(), slot,
-                     e.what());
-        ++slot;
-        continue;
-      }
-      Link& l = *link;
-      l.header = l.pair->context()->createUnboundBuffer(&l.incoming, sizeof l.incoming);
-      {
-        std::lock_guard lock(mu_);
-        joined_.push_back(std::move(link));
-        queue_.push_back(Message{l.peer, kWorkerJoinedTag, 0, 0});
-        l.listener = std::thread([this, &l] { listen(l); });
-      }
-      ++slot;
-    }
-  }
-
-  /// The link between server `s` and worker `w` (indices among the servers and the workers).
-  std::unique_ptr<collective::Gloo> connect(int s, int w) { return connect(s, w, options_); }
-  std::unique_ptr<collective::Gloo> connect(int s, int w, const collective::Options& o) {
-    runtime::ProcessInfo p = info_;
-    p.rank = is_server() ? kServerEnd : kWorkerEnd;
-    p.world_size = 2;
-    if (!device_) device_ = collective::Gloo::device_for(p);  // one event loop for every link, as one mesh has
-    return std::make_unique<collective::Gloo>(p, prefix_ + ".link.s" + std::to_string(s) + ".w" + std::to_string(w), o,
-                                              device_);
-  }
   /// This process's link to world rank `peer`: a worker's, on a server; a server's, on a worker.
-  Link& link(int peer) {
+  Links::Link& link(int peer) {
     const auto& peers = is_server() ? roles_.workers : roles_.servers;
     const auto at = std::find(peers.begin(), peers.end(), peer);
     STRATA_REQUIRE(at != peers.end(), invalid_argument, "strata.ps", "rank ", rank(), " has no link to rank ", peer,
                    is_server() ? ": a server talks to workers only" : ": a worker talks to servers only");
-    return *links_[static_cast<std::size_t>(at - peers.begin())];
+    return (*links_)[static_cast<std::size_t>(at - peers.begin())];
   }
-  static Buffer buffer(Link& l, void* p, std::size_t bytes) { return l.pair->context()->createUnboundBuffer(p, bytes); }
+  static Buffer buffer(Links::Link& l, void* p, std::size_t bytes) { return l.pair->context()->createUnboundBuffer(p, bytes); }
   std::string blame(int peer, const std::string& what) const {
     const char st = peer_state(peer);
     return what + (runtime::is_gone(st) ? " (rank " + std::to_string(peer) + " is gone)"
                    : runtime::is_stopped(st) ? " (rank " + std::to_string(peer) + " is stopped)" : "");
-  }
-
-  // Server: receives each header from the link's worker and queues it, until stopped or the
-  // link closes: then the worker is lost (the request loop decides whether the job goes on).
-  void listen(Link& l) {
-    while (!stop_) {
-      try {
-        l.header->recv(kWorkerEnd, kHeaderSlot);  // throws too when the link has closed
-        if (!l.header->waitRecv(std::chrono::hours(24 * 365))) return;  // aborted: shutting down
-      } catch (const std::exception&) {
-        std::lock_guard lock(mu_);
-        if (!stop_) queue_.push_back(Message{l.peer, kWorkerLostTag, 0, 0});
-        return;
-      }
-      std::lock_guard lock(mu_);
-      queue_.push_back(Message{l.peer, l.incoming.tag, static_cast<std::size_t>(l.incoming.bytes), l.incoming.value});
-    }
   }
 
   runtime::ProcessInfo info_;
@@ -440,14 +316,8 @@ class Transport<collective::Gloo> {
   Roles roles_;
   collective::Options options_;
   std::unique_ptr<collective::Gloo> group_;
-  std::shared_ptr<gloo::transport::Device> device_;  // the links' (declared first: they go first)
-  std::vector<std::unique_ptr<Link>> links_;  // a server's to each worker, a worker's to each server
-  std::vector<std::unique_ptr<Link>> joined_;  // a server's to joiners not admitted yet (mu_)
-  std::mutex mu_;
-  std::deque<Message> queue_;
   bool joined_job_ = false;
-  std::atomic<bool> stop_{false};
-  std::thread acceptor_;
+  std::optional<Links> links_;  // made once this process's rank is known (a joiner's: from the store)
 };
 
 template <>
