@@ -92,11 +92,7 @@ class GlooLinks {
     link->peer = peer;
     link->pair = connect(s, w, options_);
     links_.push_back(std::move(link));
-    if (server_) {
-      Link& l = *links_.back();
-      l.header = l.pair->context()->createUnboundBuffer(&l.incoming, sizeof l.incoming);
-      l.listener = std::thread([this, &l] { listen(l); });
-    }
+    if (server_) serve(*links_.back());
   }
   /// The k-th link (in the order built, then admitted).
   Link& operator[](std::size_t k) { return *links_.at(k); }
@@ -168,16 +164,20 @@ class GlooLinks {
         ++slot;
         continue;
       }
-      Link& l = *link;
-      l.header = l.pair->context()->createUnboundBuffer(&l.incoming, sizeof l.incoming);
       {
         std::lock_guard lock(mu_);
+        queue_.push_back(Arrival{link->peer, kWorkerJoinedTag, 0, 0});
+        serve(*link);
         joined_.push_back(std::move(link));
-        queue_.push_back(Arrival{l.peer, kWorkerJoinedTag, 0, 0});
-        l.listener = std::thread([this, &l] { listen(l); });
       }
       ++slot;
     }
+  }
+
+  // A server's listener on link `l`: its header buffer, then the thread that fills it.
+  void serve(Link& l) {
+    l.header = l.pair->context()->createUnboundBuffer(&l.incoming, sizeof l.incoming);
+    l.listener = std::thread([this, &l] { listen(l); });
   }
 
   // Receives each header from the link's worker and queues it, until stopped or the link
