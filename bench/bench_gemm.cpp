@@ -4,9 +4,12 @@
 // alternating rounds of the same process; one JSON line per shape with the median GFLOP/s of
 // each and their ratio (docs/performance.md, "GEMM kernels"). With --cold every call is timed
 // alone after 64 MiB of other memory was written, so that its operands and output come from
-// memory, as a layer's do in a training step whose activations outgrow the caches.
+// memory, as a layer's do in a training step whose activations outgrow the caches. With --bf16
+// the rounds alternate strata's bfloat16 GEMM (gemm_bf16.hpp, the kernel this CPU gets) with
+// the float GEMM a float32 step runs (gemm()), on the same shapes: bench/gemm_vs_pytorch.py sets
+// them beside PyTorch's.
 //
-//   OPENBLAS_NUM_THREADS=1 build/bench/bench_gemm [--rounds 9] [--cold]
+//   OPENBLAS_NUM_THREADS=1 build/bench/bench_gemm [--rounds 9] [--cold] [--bf16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include <strata/kernels/cpu/gemm.hpp>
+#include <strata/kernels/cpu/gemm_bf16.hpp>
 
 namespace kc = strata::kernels::cpu;
 
@@ -62,29 +66,37 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int rounds = 9;
-  bool cold = false;
+  bool cold = false, bf16 = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = std::max(1, std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--cold") == 0) cold = true;
+    if (std::strcmp(argv[i], "--bf16") == 0) bf16 = true;
   }
 #ifndef STRATA_GEMM_AVX512
   (void)rounds;
   (void)cold;
+  (void)bf16;
   std::printf("{\"bench\": \"gemm\", \"skipped\": \"strata's AVX-512 GEMM is built for x86-64 with GCC or clang only\"}\n");
 }
 #else
-  if (!kc::has_avx512f()) {
+  if (!kc::has_avx512f() && !bf16) {
     std::printf("{\"bench\": \"gemm\", \"skipped\": \"this CPU has no AVX-512: strata's AVX-512 GEMM cannot run\"}\n");
     return 0;
   }
 #if STRATA_HAS_BLAS
   kc::set_blas_threads(1);
-  const GemmFn peer = &kc::gemm_blas<float>;
-  const std::string peer_name = "openblas-" + kc::blas_core().used;
+  GemmFn peer = &kc::gemm_blas<float>;
+  std::string peer_name = "openblas-" + kc::blas_core().used;
 #else
-  const GemmFn peer = &kc::gemm_builtin<float>;
-  const std::string peer_name = "builtin";
+  GemmFn peer = &kc::gemm_builtin<float>;
+  std::string peer_name = "builtin";
 #endif
+  GemmFn ours_fn = &kc::gemm_avx512;
+  if (bf16) {  // the bfloat16 GEMM against the float one a float32 step runs
+    ours_fn = &kc::gemm_bf16;
+    peer = &kc::gemm<float>;
+    peer_name = "strata-float32 (" + kc::gemm_kernel().name + ")";
+  }
   // The character Transformer's (batch 32 x context 64 tokens, width 128) and the ResNet's
   // (batch 64, a 64-channel 3 x 3 layer on 7 x 7 planes) products, forward and backward.
   const Shape shapes[] = {
@@ -118,11 +130,20 @@ int main(int argc, char** argv) {
                                 b.data(), s.tb ? s.k : s.n, 0.0f, c.data(), s.n};
     std::vector<double> mine, theirs;
     for (int r = 0; r < rounds; ++r) {
-      mine.push_back(time(&kc::gemm_avx512, g));
+      mine.push_back(time(ours_fn, g));
       theirs.push_back(time(peer, g));
     }
     const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
     const double ours = flops / median(mine) / 1e9, peers = flops / median(theirs) / 1e9;
+    if (bf16) {
+      std::printf(
+          "{\"bench\": \"gemm_bf16\", \"shape\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"trans_a\": %d, "
+          "\"trans_b\": %d, \"operands\": \"%s\", \"rounds\": %d, \"bf16_kernel\": \"%s\", \"bf16_gflops\": %.1f, "
+          "\"float\": \"%s\", \"float_gflops\": %.1f, \"ratio\": %.3f}\n",
+          s.what, static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), s.ta, s.tb,
+          cold ? "cold" : "hot", rounds, kc::bf16_gemm_kernel().name.c_str(), ours, peer_name.c_str(), peers, ours / peers);
+      continue;
+    }
     std::printf(
         "{\"bench\": \"gemm\", \"shape\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"trans_a\": %d, "
         "\"trans_b\": %d, \"operands\": \"%s\", \"rounds\": %d, \"strata_avx512_gflops\": %.1f, \"peer\": \"%s\", \"peer_gflops\": %.1f, "

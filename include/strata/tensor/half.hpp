@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>  // std::memcpy
 
+#include <strata/kernels/math/bfloat16.hpp>  // bf16_bits, bf16_float
 #include <strata/tensor/dtype.hpp>  // dtype_of
 
 namespace strata {
@@ -23,19 +24,12 @@ inline float bits_float(std::uint32_t u) noexcept {
 }
 }  // namespace detail
 
-/// bfloat16: the upper half of a float32.
+/// bfloat16: the upper half of a float32 (rounded to nearest even, kernels/math/bfloat16.hpp).
 struct BFloat16 {
   std::uint16_t bits = 0;
   BFloat16() = default;
-  explicit BFloat16(float f) noexcept {
-    const std::uint32_t u = detail::float_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN stays a (quiet) NaN
-      bits = static_cast<std::uint16_t>((u >> 16) | 0x40u);
-      return;
-    }
-    bits = static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-  explicit operator float() const noexcept { return detail::bits_float(static_cast<std::uint32_t>(bits) << 16); }
+  explicit BFloat16(float f) noexcept : bits(kernels::math::bf16_bits(f)) {}
+  explicit operator float() const noexcept { return kernels::math::bf16_float(bits); }
 };
 
 /// IEEE 754 binary16.

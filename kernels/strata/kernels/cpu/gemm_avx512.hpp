@@ -70,6 +70,48 @@ struct TileEpilogue {
   if (p < 2 * rows && ((p & 1) == 0 || m1 != 0)) prefetch_for_write(c + (p >> 1) * ldc + (p & 1) * 16);
 }
 
+/// Stores a tile's R rows of accumulators (lo: columns 0-15, hi: 16-31, masked by m0 and m1):
+/// C = alpha * acc + (load_c ? beta * C : 0), then the epilogue e. The kernels over other
+/// operand types (gemm_bf16.hpp) store their tiles through it too.
+template <int R>
+[[gnu::target("avx512f"), gnu::always_inline]] inline void store_tile(const __m512 (&lo)[R], const __m512 (&hi)[R], float* c,
+                                                                     std::int64_t ldc, float alpha, float beta, bool load_c,
+                                                                     __mmask16 m0, __mmask16 m1, const TileEpilogue& e) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
+  const __m512 cb0 = e.col_bias ? _mm512_maskz_loadu_ps(m0, e.col_bias) : zero;
+  const __m512 cb1 = e.col_bias ? _mm512_maskz_loadu_ps(m1, e.col_bias + 16) : zero;
+  const bool whole = (m0 & m1) == 0xffff;
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) {
+    float* ci = c + i * ldc;
+    __m512 x0 = _mm512_mul_ps(lo[i], va), x1 = _mm512_mul_ps(hi[i], va);
+    if (load_c) {
+      x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, ci), vb, x0);
+      x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, ci + 16), vb, x1);
+    }
+    if (e.col_bias) {
+      x0 = _mm512_add_ps(x0, cb0);
+      x1 = _mm512_add_ps(x1, cb1);
+    }
+    if (e.row_bias) {
+      const __m512 rb = _mm512_set1_ps(e.row_bias[i]);
+      x0 = _mm512_add_ps(x0, rb);
+      x1 = _mm512_add_ps(x1, rb);
+    }
+    if (e.relu) {  // x > 0 ? x : 0, as the scalar pass: NaN and -0 give +0
+      x0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x0, zero, _CMP_GT_OQ), x0);
+      x1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x1, zero, _CMP_GT_OQ), x1);
+    }
+    if (whole) {  // (a masked store that misses the cache costs several plain ones on AMD cores)
+      _mm512_storeu_ps(ci, x0);
+      _mm512_storeu_ps(ci + 16, x1);
+    } else {
+      _mm512_mask_storeu_ps(ci, m0, x0);
+      _mm512_mask_storeu_ps(ci + 16, m1, x1);
+    }
+  }
+}
+
 /// C[0:R, 0:32] (masked by m0, m1) = alpha * sum_p A(i, p) B(p, :) + (load_c ? beta * C : 0),
 /// then the epilogue e. A(i, p) is a[i * lda + p], or a[p * lda + i] when kTransA; bp is a
 /// packed B panel. kRowSums (with kTransA): row_sums[0:R] += sum_p A(i, p) as well, the R
@@ -118,39 +160,7 @@ template <int R, bool kTransA, bool kRowSums = false>
       }
     }
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
-  const __m512 cb0 = e.col_bias ? _mm512_maskz_loadu_ps(m0, e.col_bias) : zero;
-  const __m512 cb1 = e.col_bias ? _mm512_maskz_loadu_ps(m1, e.col_bias + 16) : zero;
-  const bool whole = (m0 & m1) == 0xffff;
-#pragma GCC unroll 12
-  for (int i = 0; i < R; ++i) {
-    float* ci = c + i * ldc;
-    __m512 x0 = _mm512_mul_ps(lo[i], va), x1 = _mm512_mul_ps(hi[i], va);
-    if (load_c) {
-      x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, ci), vb, x0);
-      x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, ci + 16), vb, x1);
-    }
-    if (e.col_bias) {
-      x0 = _mm512_add_ps(x0, cb0);
-      x1 = _mm512_add_ps(x1, cb1);
-    }
-    if (e.row_bias) {
-      const __m512 rb = _mm512_set1_ps(e.row_bias[i]);
-      x0 = _mm512_add_ps(x0, rb);
-      x1 = _mm512_add_ps(x1, rb);
-    }
-    if (e.relu) {  // x > 0 ? x : 0, as the scalar pass: NaN and -0 give +0
-      x0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x0, zero, _CMP_GT_OQ), x0);
-      x1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x1, zero, _CMP_GT_OQ), x1);
-    }
-    if (whole) {  // (a masked store that misses the cache costs several plain ones on AMD cores)
-      _mm512_storeu_ps(ci, x0);
-      _mm512_storeu_ps(ci + 16, x1);
-    } else {
-      _mm512_mask_storeu_ps(ci, m0, x0);
-      _mm512_mask_storeu_ps(ci + 16, m1, x1);
-    }
-  }
+  store_tile<R>(lo, hi, c, ldc, alpha, beta, load_c, m0, m1, e);
 }
 
 using TileFn = void (*)(std::int64_t, const float*, std::int64_t, const float*, float*, std::int64_t, float, float,
@@ -237,19 +247,7 @@ namespace avx512 {
     thread_local std::vector<float> flipped;
     flipped.resize(static_cast<std::size_t>(g.n * g.m));
     gemm({!g.trans_b, !g.trans_a, g.n, g.m, g.k, g.alpha, g.b, g.ldb, g.a, g.lda, 0.0f, flipped.data(), g.m}, g.a_row_sums);
-    const bool plain = !g.has_epilogue();
-    for (std::int64_t i = 0; i < g.m; ++i) {
-      float* ci = g.c + i * g.ldc;
-      const float* from = flipped.data() + i;
-      if (g.beta == 0.0f && plain)
-        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = from[j * g.m];
-      else if (plain)
-        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = from[j * g.m] + g.beta * ci[j];
-      else if (g.beta == 0.0f)
-        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = epilogue_value(g, i, j, from[j * g.m]);
-      else
-        for (std::int64_t j = 0; j < g.n; ++j) ci[j] = epilogue_value(g, i, j, from[j * g.m] + g.beta * ci[j]);
-    }
+    store_transposed(g, flipped.data());
     return;
   }
   static constexpr auto plain = tile_table<false, false>(std::make_integer_sequence<int, kMR>{});

@@ -36,6 +36,26 @@ void apply_epilogue(const math::GemmArgs<T>& g) {
   }
 }
 
+/// C = from^T + beta * C, then g's epilogue, where from holds the product transposed (n x m,
+/// row stride m): how the kernels that compute Cᵀ = op(B)ᵀ op(A)ᵀ for wide products with few
+/// rows land their result.
+template <class T>
+void store_transposed(const math::GemmArgs<T>& g, const T* from_t) {
+  const bool plain = !g.has_epilogue();
+  for (std::int64_t i = 0; i < g.m; ++i) {
+    T* ci = g.c + i * g.ldc;
+    const T* from = from_t + i;
+    if (g.beta == T(0) && plain)
+      for (std::int64_t j = 0; j < g.n; ++j) ci[j] = from[j * g.m];
+    else if (plain)
+      for (std::int64_t j = 0; j < g.n; ++j) ci[j] = from[j * g.m] + g.beta * ci[j];
+    else if (g.beta == T(0))
+      for (std::int64_t j = 0; j < g.n; ++j) ci[j] = epilogue_value(g, i, j, from[j * g.m]);
+    else
+      for (std::int64_t j = 0; j < g.n; ++j) ci[j] = epilogue_value(g, i, j, from[j * g.m] + g.beta * ci[j]);
+  }
+}
+
 /// g.a_row_sums[i] += Σ_p op(A)(i, p) over the whole depth, in p order (nothing without them).
 template <class T>
 void add_a_row_sums(const math::GemmArgs<T>& g) {
