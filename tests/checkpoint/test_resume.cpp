@@ -308,7 +308,7 @@ TEST_CASE_TEMPLATE("Checkpoint.DamagedCheckpointsAreNeverTrainedOverNorPruned", 
     for (std::int64_t step : {10, 20, 30}) run.checkpoints.save({step, 0, step});
   }
   const ck::CheckpointManager m(dir, 3);
-  support::damage_last_tensor(m.path_for(30));
+  ::support::damage_last_tensor(m.path_for(30));
   const auto damaged_30 = file_bytes(m.path_for(30));
   {
     Checkpointed<S> run(strategy, dir);
@@ -324,7 +324,7 @@ TEST_CASE_TEMPLATE("Checkpoint.DamagedCheckpointsAreNeverTrainedOverNorPruned", 
     CHECK(m.steps() == std::vector<std::int64_t>{60, 50, 40});
     CHECK(file_bytes(set_aside) == damaged_30);
   }
-  for (std::int64_t step : m.steps()) support::damage_last_tensor(m.path_for(step));
+  for (std::int64_t step : m.steps()) ::support::damage_last_tensor(m.path_for(step));
   const auto before_40 = file_bytes(m.path_for(40));
   {
     Checkpointed<S> run(strategy, dir);

@@ -101,7 +101,7 @@ TEST_CASE("Checkpoint.Weights: a damaged last tensor fails before any value chan
   manual_seed(4);
   nn::Sequential saved = make_model();
   save_weights(saved, path);
-  support::damage_last_tensor(path);  // every earlier tensor reads and verifies
+  ::support::damage_last_tensor(path);  // every earlier tensor reads and verifies
   manual_seed(5);
   nn::Sequential one = make_model();
   const auto one_before = values(one);

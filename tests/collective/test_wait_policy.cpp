@@ -14,32 +14,32 @@
 #include <strata/collective/detail/wait_policy.hpp>
 #include <strata/collective/in_process.hpp>
 
-namespace detail = strata::collective::detail;
+namespace wait_detail = strata::collective::detail;
 using Clock = std::chrono::steady_clock;
 
 TEST_CASE("Collective.WaitPolicy.OnlyAReplicaThreadWithACoreEachSpinsLong") {
   const unsigned cores = std::thread::hardware_concurrency();
   REQUIRE(cores > 0);
-  const bool on = detail::long_spin_budget().count() > 0;  // STRATA_SPIN_US=0 turns it off
-  CHECK(detail::may_spin_long(1) == on);
-  CHECK(detail::may_spin_long(static_cast<int>(cores)) == on);
-  CHECK_FALSE(detail::may_spin_long(static_cast<int>(cores) + 1));  // more ranks than cores
-  CHECK_FALSE(detail::may_spin_long(0));
+  const bool on = wait_detail::long_spin_budget().count() > 0;  // STRATA_SPIN_US=0 turns it off
+  CHECK(wait_detail::may_spin_long(1) == on);
+  CHECK(wait_detail::may_spin_long(static_cast<int>(cores)) == on);
+  CHECK_FALSE(wait_detail::may_spin_long(static_cast<int>(cores) + 1));  // more ranks than cores
+  CHECK_FALSE(wait_detail::may_spin_long(0));
   // A communication thread (AsyncWorker) never spins long: its rank computes on the same core.
   bool on_worker = true;
-  detail::AsyncWorker worker;
-  worker.enqueue([&] { on_worker = detail::may_spin_long(1); });
+  wait_detail::AsyncWorker worker;
+  worker.enqueue([&] { on_worker = wait_detail::may_spin_long(1); });
   worker.drain();
   CHECK_FALSE(on_worker);
-  CHECK(detail::may_spin_long(1) == on);  // the flag is the worker thread's own
+  CHECK(wait_detail::may_spin_long(1) == on);  // the flag is the worker thread's own
 }
 
 TEST_CASE("Collective.WaitPolicy.BudgetIsTwoMillisecondsUnlessSet") {
   if (std::getenv("STRATA_SPIN_US") == nullptr)
-    CHECK(detail::long_spin_budget() == detail::kLongSpin);
+    CHECK(wait_detail::long_spin_budget() == wait_detail::kLongSpin);
   else
-    CHECK(detail::long_spin_budget().count() == std::atol(std::getenv("STRATA_SPIN_US")));
-  CHECK(detail::kLongSpin == std::chrono::microseconds(2000));
+    CHECK(wait_detail::long_spin_budget().count() == std::atol(std::getenv("STRATA_SPIN_US")));
+  CHECK(wait_detail::kLongSpin == std::chrono::microseconds(2000));
 }
 
 TEST_CASE("Collective.WaitPolicy.SpinForEndsWhenReadyOrAfterItsBudget") {
@@ -48,15 +48,15 @@ TEST_CASE("Collective.WaitPolicy.SpinForEndsWhenReadyOrAfterItsBudget") {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
     flag.store(true);
   });
-  CHECK(detail::spin_for(std::chrono::seconds(5), [&] { return flag.load(); }));
+  CHECK(wait_detail::spin_for(std::chrono::seconds(5), [&] { return flag.load(); }));
   setter.join();
   const auto t0 = Clock::now();
-  CHECK_FALSE(detail::spin_for(std::chrono::microseconds(3000), [] { return false; }));
+  CHECK_FALSE(wait_detail::spin_for(std::chrono::microseconds(3000), [] { return false; }));
   CHECK(Clock::now() - t0 >= std::chrono::microseconds(3000));
 }
 
 TEST_CASE("Collective.WaitPolicy.BackoffAfterALongSpinRunsOut") {
-  detail::SpinBackoff b;
+  wait_detail::SpinBackoff b;
   auto brief_waits = [&] {  // long_now() false this many times in a row, then true
     int n = 0;
     while (!b.long_now()) ++n;
@@ -64,20 +64,20 @@ TEST_CASE("Collective.WaitPolicy.BackoffAfterALongSpinRunsOut") {
   };
   CHECK(brief_waits() == 0);
   b.ran_out();
-  CHECK(b.brief_left() == detail::SpinBackoff::kFirst);
-  CHECK(brief_waits() == static_cast<int>(detail::SpinBackoff::kFirst));
+  CHECK(b.brief_left() == wait_detail::SpinBackoff::kFirst);
+  CHECK(brief_waits() == static_cast<int>(wait_detail::SpinBackoff::kFirst));
   b.ran_out();  // the long spin tried after them ran out too: twice as many
-  CHECK(brief_waits() == static_cast<int>(2 * detail::SpinBackoff::kFirst));
+  CHECK(brief_waits() == static_cast<int>(2 * wait_detail::SpinBackoff::kFirst));
   for (int i = 0; i < 12; ++i) b.ran_out();  // doubling stops at kMost
-  CHECK(b.brief_left() == detail::SpinBackoff::kMost);
-  CHECK(brief_waits() == static_cast<int>(detail::SpinBackoff::kMost));
+  CHECK(b.brief_left() == wait_detail::SpinBackoff::kMost);
+  CHECK(brief_waits() == static_cast<int>(wait_detail::SpinBackoff::kMost));
   b.paid();  // a long spin that ended in time: the next run-out backs off kFirst again
   b.ran_out();
-  CHECK(b.brief_left() == detail::SpinBackoff::kFirst);
+  CHECK(b.brief_left() == wait_detail::SpinBackoff::kFirst);
 }
 
 TEST_CASE("Collective.WaitPolicy.SpinWaitSpinsBrieflyAfterItsLongSpinRanOut") {
-  if (!detail::may_spin_long(1)) return;  // STRATA_SPIN_US=0: no long spin to run out
+  if (!wait_detail::may_spin_long(1)) return;  // STRATA_SPIN_US=0: no long spin to run out
   std::thread([] {  // a fresh thread: its own SpinBackoff
     long calls = 0;
     auto never = [&] {
@@ -85,16 +85,16 @@ TEST_CASE("Collective.WaitPolicy.SpinWaitSpinsBrieflyAfterItsLongSpinRanOut") {
       return false;
     };
     const auto t0 = Clock::now();
-    CHECK_FALSE(detail::spin_wait(1, 10, never));  // long: runs the whole budget out
-    CHECK(Clock::now() - t0 >= detail::long_spin_budget());
-    CHECK(detail::spin_backoff().brief_left() == detail::SpinBackoff::kFirst);
+    CHECK_FALSE(wait_detail::spin_wait(1, 10, never));  // long: runs the whole budget out
+    CHECK(Clock::now() - t0 >= wait_detail::long_spin_budget());
+    CHECK(wait_detail::spin_backoff().brief_left() == wait_detail::SpinBackoff::kFirst);
     calls = 0;
-    CHECK_FALSE(detail::spin_wait(1, 10, never));  // brief: 10 turns, and one last look
+    CHECK_FALSE(wait_detail::spin_wait(1, 10, never));  // brief: 10 turns, and one last look
     CHECK(calls == 11);
-    CHECK(detail::spin_backoff().brief_left() == detail::SpinBackoff::kFirst - 1);
+    CHECK(wait_detail::spin_backoff().brief_left() == wait_detail::SpinBackoff::kFirst - 1);
     std::atomic<bool> flag{true};
-    CHECK(detail::spin_wait(1, 10, [&] { return flag.load(); }));  // ready at once: still counted as brief
-    CHECK(detail::spin_backoff().brief_left() == detail::SpinBackoff::kFirst - 2);
+    CHECK(wait_detail::spin_wait(1, 10, [&] { return flag.load(); }));  // ready at once: still counted as brief
+    CHECK(wait_detail::spin_backoff().brief_left() == wait_detail::SpinBackoff::kFirst - 2);
   }).join();
 }
 

@@ -1,4 +1,6 @@
-// Host vectors to and from cuda:0 tensors, and random data, for the CUDA tests.
+// Host vectors to and from cuda:0 tensors, and random data, for the CUDA tests. The CUDA
+// backend is registered by the object every CUDA test program links (cuda_backend_objects), so
+// a test compiled by the host compiler creates cuda:0 tensors as a .cu one does.
 #pragma once
 
 #include <algorithm>
@@ -6,7 +8,8 @@
 #include <random>
 #include <vector>
 
-#include <strata/tensor/cuda/backend.cuh>
+#include <strata/kernels/cuda/allocator.hpp>  // the caching allocators
+#include <strata/kernels/cuda/runtime.hpp>    // compute_stream
 #include <strata/strata.hpp>
 
 namespace cuda_test {

@@ -8,6 +8,7 @@
 #include "cuda_test_support.hpp"
 
 #include <strata/kernels/cuda/blas.hpp>
+#include <strata/kernels/cuda/elementwise.cuh>
 #include <strata/kernels/cuda/optim_step.cuh>
 #include <strata/kernels/cuda/pool.cuh>
 #include <strata/kernels/cuda/reduce.cuh>

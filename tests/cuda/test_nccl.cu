@@ -2,7 +2,7 @@
 // collective on device memory, the asynchronous form ordered on a stream, the fingerprint
 // check, and abort; MultiWorkerMirroredStrategy<Nccl> and MirroredStrategy<Nccl> (one replica
 // per GPU this machine has) train as OneDeviceStrategy on the CPU. Groups of several GPUs are
-// in test_nccl_multi_gpu.cu.
+// in test_nccl_multi_gpu.cpp.
 #include "doctest.hpp"
 
 #include <chrono>

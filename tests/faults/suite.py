@@ -316,7 +316,7 @@ def scenarios():
     for pol in ("in_process", "mpi", "gloo"):  # without the fingerprint check: an error, never a wrong sum
         S.append(("A5 mismatch: count (no debug)", pol, FaultJob(pol, "shape", expect_blame=None)))
     S.append(("A6 abort unblocks waiting ranks", "in_process",
-              ExistingTest(program="test_collective", case="Collective.InProcess.AbortReachesWaitingRanks")))
+              ExistingTest(program="test_unit", case="Collective.InProcess.AbortReachesWaitingRanks")))
     S.append(("A6 abort unblocks waiting ranks", "gloo",
               ExistingTest(program="test_gloo", case="Collective.Gloo.AbortUnblocksAWaitingRank", gloo_ranks=RANKS)))
     for t in ("gloo_incomplete_rendezvous", "gloo_incomplete_rendezvous_tcp_store"):
@@ -370,37 +370,37 @@ def scenarios():
                        ("C7 disk full, write errors", "Checkpoint.FullDiskIsAnIoErrorAndThePreviousSurvives"),
                        ("C7 disk full, write errors", "Checkpoint.WriteErrorsNameThePath"),
                        ("C8 other model or world size", "Checkpoint.RestoreRejectsAnotherModelOrWorld")):
-        S.append((scen, "storage", ExistingTest(program="test_checkpoint", case=case)))
+        S.append((scen, "storage", ExistingTest(program="test_unit", case=case)))
     S.append(("C6 every rank saves, the chief writes", "mpi", ExistingTest("multi_worker_mirrored_mpi_np4")))
     S.append(("C6 every rank saves, the chief writes", "gloo", ExistingTest("multi_worker_mirrored_gloo_np4")))
     S.append(("C7 real full disk (tmpfs), every rank told", "gloo", ExistingTest("checkpoint_full_disk_gloo")))
     S.append(("C8 other model or world size", "trainer", ExistingTest("resume_refusals")))
     S.append(("C2/C3 damaged shard, other server count", "mpi (parameter server)",
               ExistingTest("resume_parameter_server_refusals")))
-    S.append(("D1 malformed data files", "data", ExistingTest(program="test_data", case="Data.Idx.RejectsBadFilesByName")))
+    S.append(("D1 malformed data files", "data", ExistingTest(program="test_unit", case="Data.Idx.RejectsBadFilesByName")))
     S.append(("D1 malformed data files", "data",
-              ExistingTest(program="test_data", case="Data.Idx.ReadsGzipAndRejectsTruncatedGzip")))
+              ExistingTest(program="test_unit", case="Data.Idx.ReadsGzipAndRejectsTruncatedGzip")))
     S.append(("D1 malformed data files", "trainer", ExistingTest("example_cli_rejects_missing_data", should_fail=True)))
     for pol in ("mpi", "gloo"):
         S.append(("D1 one rank's data missing", pol, BadDataOnOneRank(pol)))
-    S.append(("D2 uneven data per rank", "in_process", ExistingTest(program="test_strategy", case="Strategy.Mirrored.EmptyReplicaBatch")))
+    S.append(("D2 uneven data per rank", "in_process", ExistingTest(program="test_unit", case="Strategy.Mirrored.EmptyReplicaBatch")))
     S.append(("D2+D3 uneven data, NaN on one rank", "mpi", ExistingTest("multi_worker_mirrored_mpi_np3")))
     S.append(("D2+D3 uneven data, NaN on one rank", "gloo", ExistingTest("multi_worker_mirrored_gloo_np3")))
     S.append(("D3 NaN on one rank", "in_process",
-              ExistingTest(program="test_strategy", case="Strategy.Mirrored.NonFiniteGradientsSkippedTogether")))
-    S.append(("D4-D6 bad environment named", "runtime", ExistingTest(program="test_runtime", case="Runtime.Process.BadEnvironmentIsNamed")))
+              ExistingTest(program="test_unit", case="Strategy.Mirrored.NonFiniteGradientsSkippedTogether")))
+    S.append(("D4-D6 bad environment named", "runtime", ExistingTest(program="test_unit", case="Runtime.Process.BadEnvironmentIsNamed")))
     S.append(("D5 duplicate rank", "gloo", ExistingTest("gloo_duplicate_rank")))
     S.append(("D5 duplicate rank", "gloo (tcp store)", ExistingTest("gloo_duplicate_rank_tcp_store")))
     S.append(("D7 port already in use", "gloo (tcp store)", PortInUse()))
     S.append(("D8 unknown interface", "gloo", ExistingTest(program="test_gloo", case="Collective.Gloo.BadInterfaceListsTheAvailableOnes")))
-    S.append(("D10 invalid call arguments", "in_process", ExistingTest(program="test_collective", case="Collective.InProcess.BadArgumentsAreNamed")))
+    S.append(("D10 invalid call arguments", "in_process", ExistingTest(program="test_unit", case="Collective.InProcess.BadArgumentsAreNamed")))
     S.append(("D9 another wire version on one rank", "gloo", ExistingTest("gloo_build_skew")))
     S.append(("D9 another wire version on one rank", "gloo (tcp store)", ExistingTest("gloo_build_skew_tcp_store")))
     S.append(("E1 no wildcard listener", "gloo (tcp store)", ListenerCheck()))
     S.append(("E2 strangers on the store, job unharmed", "gloo (tcp store)", ExistingTest("hostile_store_clients")))
     for case in ("Runtime.TcpStore.RefusesAndNamesStrangers", "Runtime.TcpStore.IdleAndSlowConnectionsDoNotStopTheJob",
                  "Runtime.TcpStore.AClientRefusesAStoreWithoutTheToken"):
-        S.append(("E2 strangers on the store", "runtime", ExistingTest(program="test_runtime", case=case)))
+        S.append(("E2 strangers on the store", "runtime", ExistingTest(program="test_unit", case=case)))
     S.append(("E2 store parsers fuzzed", "runtime", Fuzz("store_protocol", "corpus_store_protocol")))
     S.append(("E3 malicious checkpoints", "storage", Fuzz()))
     return S

@@ -2,6 +2,7 @@
 // padding rows left out, labels that are no class named, updates from several replica threads
 // summed on read, and a read or reset inside Strategy::run refused.
 #include "doctest.hpp"
+#include "support/labels.hpp"
 
 #include <cmath>
 #include <string>
@@ -12,10 +13,6 @@
 using namespace strata;
 
 namespace {
-
-Tensor labels_of(const std::vector<std::int64_t>& v) {
-  return from_vector<std::int64_t>({static_cast<std::int64_t>(v.size())}, v);
-}
 
 /// A batch of `rows` rows whose last `padding` rows are padding (label kPadLabel).
 data::Batch batch_of(const Tensor& x, const Tensor& y, std::int64_t padding) {

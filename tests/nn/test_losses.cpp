@@ -2,6 +2,7 @@
 // loss's formula, gradients against finite differences, every reduction, padding rows, and
 // the local-mean misuse inside a strategy with several replicas.
 #include "doctest.hpp"
+#include "support/labels.hpp"
 
 #include <cmath>
 #include <functional>
@@ -41,10 +42,6 @@ std::vector<double> per_row(const Tensor& pred, const Tensor& target, const std:
     out[static_cast<std::size_t>(r)] = s / static_cast<double>(m);
   }
   return out;
-}
-
-Tensor labels_of(const std::vector<std::int64_t>& v) {
-  return from_vector<std::int64_t>({static_cast<std::int64_t>(v.size())}, v);
 }
 
 /// -log softmax(x_r)[c] for every row r and class c.

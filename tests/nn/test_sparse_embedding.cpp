@@ -23,7 +23,7 @@ Tensor idx64(const std::vector<std::int64_t>& v) {
 }
 
 // A fixed weight per output element, so that every row's gradient differs.
-Tensor weigh(const Tensor& y, std::uint64_t seed = 5) {
+Tensor weigh_rows(const Tensor& y, std::uint64_t seed = 5) {
   strata::Generator g(seed);
   return strata::sum(y * strata::uniform(y.shape(), 0.5, 1.5, g, y.dtype()));
 }
@@ -53,7 +53,7 @@ TEST_CASE("SparseEmbedding: the rows of a row-sparse gradient are the dense grad
   const Tensor w0 = table(10, 3, 1);
   for (const Tensor& idx : {idx64({3, 1, 3, 7, 1, 3}),
                             strata::from_vector<std::int32_t>({2, 3}, {3, 1, 3, 7, 1, 3}, strata::DType::i32)}) {
-    auto loss = [&](const Tensor& w, TableGradient g) { return weigh(strata::embedding(w, idx, g)); };
+    auto loss = [&](const Tensor& w, TableGradient g) { return weigh_rows(strata::embedding(w, idx, g)); };
     const Tensor dense = gradient_of(w0, TableGradient::dense, loss);
     const Tensor sparse = gradient_of(w0, TableGradient::row_sparse, loss);
     REQUIRE(sparse.has_row_grad());
@@ -74,7 +74,7 @@ TEST_CASE("SparseEmbedding: two lookups of one table, a dense use beside them, a
   const Tensor a = idx64({0, 5, 5, 2}), b = idx64({5, 6, 0});
   SUBCASE("two row-sparse lookups in one pass: their rows combined") {
     auto loss = [&](const Tensor& w, TableGradient g) {
-      return weigh(strata::embedding(w, a, g), 1) + weigh(strata::embedding(w, b, g), 2);
+      return weigh_rows(strata::embedding(w, a, g), 1) + weigh_rows(strata::embedding(w, b, g), 2);
     };
     const Tensor dense = gradient_of(w0, TableGradient::dense, loss);
     const Tensor sparse = gradient_of(w0, TableGradient::row_sparse, loss);
@@ -86,8 +86,8 @@ TEST_CASE("SparseEmbedding: two lookups of one table, a dense use beside them, a
     const Tensor x = table(3, 8, 3).detach();
     for (bool dense_first : {false, true}) {
       auto loss = [&](const Tensor& w, TableGradient g) {
-        const Tensor lookup = weigh(strata::embedding(w, a, g), 1);
-        const Tensor product = weigh(strata::matmul(x, w), 2);
+        const Tensor lookup = weigh_rows(strata::embedding(w, a, g), 1);
+        const Tensor product = weigh_rows(strata::matmul(x, w), 2);
         return dense_first ? product + lookup : lookup + product;
       };
       const Tensor dense = gradient_of(w0, TableGradient::dense, loss);
@@ -99,7 +99,7 @@ TEST_CASE("SparseEmbedding: two lookups of one table, a dense use beside them, a
     }
   }
   SUBCASE("a computed table (not a leaf): its gradient flows on dense") {
-    auto loss = [&](const Tensor& w, TableGradient g) { return weigh(strata::embedding(w * 3.0, a, g)); };
+    auto loss = [&](const Tensor& w, TableGradient g) { return weigh_rows(strata::embedding(w * 3.0, a, g)); };
     const Tensor dense = gradient_of(w0, TableGradient::dense, loss);
     const Tensor sparse = gradient_of(w0, TableGradient::row_sparse, loss);
     CHECK_FALSE(sparse.has_row_grad());
@@ -120,8 +120,8 @@ TEST_CASE("SparseEmbedding: passes overwrite or accumulate rows as they do dense
   auto two_passes = [&](TableGradient g, strata::GradAccumulation second) {
     Tensor w = w0.clone().requires_grad_();
     const std::vector<Tensor> params{w};
-    (void)strata::grad(weigh(strata::embedding(w, a, g), 1), params);
-    (void)strata::grad(weigh(strata::embedding(w, b, g), 2), params, second);
+    (void)strata::grad(weigh_rows(strata::embedding(w, a, g), 1), params);
+    (void)strata::grad(weigh_rows(strata::embedding(w, b, g), 2), params, second);
     return w;
   };
   for (auto mode : {strata::GradAccumulation::overwrite, strata::GradAccumulation::accumulate}) {
@@ -137,9 +137,9 @@ TEST_CASE("SparseEmbedding: passes overwrite or accumulate rows as they do dense
     Tensor w = w0.clone().requires_grad_();
     Tensor other = table(2, 2, 5);
     const std::vector<Tensor> params{w, other};
-    (void)strata::grad(weigh(strata::embedding(w, a, TableGradient::row_sparse)), params);
+    (void)strata::grad(weigh_rows(strata::embedding(w, a, TableGradient::row_sparse)), params);
     REQUIRE(w.has_row_grad());
-    (void)strata::grad(weigh(other), params);
+    (void)strata::grad(weigh_rows(other), params);
     CHECK(w.row_grad().size() == 0);  // zero: no rows
     CHECK(w.grad().to_vector<float>() == std::vector<float>(12, 0.0f));
   }
@@ -149,7 +149,7 @@ TEST_CASE("SparseEmbedding: a hook sees the gradient dense, and it stays so") {
   Tensor w = table(5, 2, 6);
   std::vector<float> seen;
   w.register_hook([&](const Tensor& g) { seen = g.to_vector<float>(); });
-  strata::backward(weigh(strata::embedding(w, idx64({2, 2, 4}), TableGradient::row_sparse)));
+  strata::backward(weigh_rows(strata::embedding(w, idx64({2, 2, 4}), TableGradient::row_sparse)));
   CHECK_FALSE(w.has_row_grad());
   REQUIRE(seen.size() == 10);
   CHECK(seen == w.grad().to_vector<float>());
@@ -164,8 +164,8 @@ TEST_CASE("SparseEmbedding: nn::Embedding with row-sparse gradients") {
   CHECK(sparse.weight().impl()->ag.row_sparse);
   CHECK_FALSE(dense.weight().impl()->ag.row_sparse);
   const Tensor idx = strata::from_vector<std::int64_t>({2, 2}, {8, 3, 3, 0});
-  strata::backward(weigh(dense(idx)));
-  strata::backward(weigh(sparse(idx)));
+  strata::backward(weigh_rows(dense(idx)));
+  strata::backward(weigh_rows(sparse(idx)));
   REQUIRE(sparse.weight().has_row_grad());
   CHECK(expand(sparse.weight().row_grad(), 9, 4) == dense.weight().grad().to_vector<float>());
 }

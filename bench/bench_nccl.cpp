@@ -35,7 +35,6 @@
 
 #include <strata/collective/in_process.hpp>
 #include <strata/collective/nccl.hpp>
-#include <strata/tensor/cuda/backend.cuh>
 
 namespace {
 
