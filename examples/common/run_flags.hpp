@@ -1,6 +1,6 @@
 /// \file
 /// The flags every trainer shares, one name for one thing: how long to train, the batch, the
-/// rate, the seed, the data, the checkpoints and the output. Each trainer declares them here
+/// rate, the seed, the data, the checkpoints, the output and the precision. Each trainer declares them here
 /// with its own defaults and words, and its model's flags beside them.
 #pragma once
 
@@ -21,6 +21,7 @@ struct RunFlags {
   std::string checkpoint_dir;
   std::int64_t checkpoint_every = 0;
   bool start_afresh = false;
+  std::string precision = "fp32";  ///< the products' precision policy (strata::precision::from_name)
 };
 
 /// What a trainer says of the shared flags whose meaning is its own.
@@ -46,6 +47,10 @@ inline void add_run_flags(CLI::App& app, RunFlags& f, const RunFlagWords& words)
   app.add_option("--checkpoint-every", f.checkpoint_every, "also save every this many steps (0: only at the end)");
   app.add_flag("--start-afresh", f.start_afresh, "with --checkpoint-dir: when none of its checkpoints reads, train "
                "from step 0 and keep them set aside (without it, that is an error naming each file)");
+  app.add_option("--precision", f.precision, "what the products compute in: fp32, or bf16 (operands rounded to "
+                 "bfloat16, float32 sums and variables; docs/mixed_precision.md)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
 }
 
 /// The checks of the shared flags, once `app` has parsed (CLI11 errors). `async_server`: the

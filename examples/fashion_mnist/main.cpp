@@ -90,6 +90,7 @@ int main(int argc, char** argv) try {
   fmnist::Options o;
   if (const int status = fmnist::parse_options(argc, argv, o); status >= 0) return status;
   strata::kernels::cpu::set_blas_threads(o.threads);
+  const strata::precision::Scope precision(strata::precision::from_name(o.precision));  // every replica's
   trainer::with_strategy(o, [&](auto& strategy) { fmnist::train(strategy, o); });
   return 0;
 } catch (const std::exception& e) {

@@ -128,7 +128,8 @@ class RunReport {
         {"steps", steps_}, {"final_loss", figure(last_loss_, 6)}, {"test_accuracy", figure(accuracy_, 4)},
         {"examples_per_s", figure(rate, 1)}, {"steady_examples_per_s", figure(steady, 1)},
         {"allreduce_ms_per_step", figure(allreduce_ms, 4)}, {"allreduce_hidden", figure(hidden, 3)},
-        {"blas_kernels", strata::kernels::cpu::blas_core().used}, {"gemm_kernel", strata::kernels::cpu::gemm_kernel().name}};
+        {"blas_kernels", strata::kernels::cpu::blas_core().used}, {"gemm_kernel", strata::kernels::cpu::gemm_kernel().name},
+        {"precision", strata::precision::name_of(strata::precision::current())}};
     std::printf("%s\n", line.dump().c_str());
   }
 

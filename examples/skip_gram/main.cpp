@@ -299,6 +299,7 @@ void train(S& strategy, const Options& o) {
 int main(int argc, char** argv) try {
   Options o;
   if (const int status = parse_options(argc, argv, o); status >= 0) return status;
+  const strata::precision::Scope precision(strata::precision::from_name(o.precision));  // every replica's
   trainer::with_strategy(o, [&](auto& strategy) { train(strategy, o); });
   return 0;
 } catch (const std::exception& e) {

@@ -47,6 +47,7 @@
 #include <strata/optim/adam.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/optim/sgd.hpp>
+#include <strata/precision/policy.hpp>
 #include <strata/reducer/gradient_engine.hpp>
 #include <strata/strategy/central_storage.hpp>
 #include <strata/strategy/checkpointing.hpp>

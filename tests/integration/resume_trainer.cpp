@@ -6,7 +6,7 @@
 //                  [--rows N (the first N training images)] [--batch B (the global batch; default 64 per replica)]
 //                  [--max-steps S] [--strategy one_device|mirrored|central_storage|
 //                  multi_worker_mirrored|parameter_server] [--replicas R] [--collective mpi|gloo]
-//                  [--servers S] [--mode sync] [--update-on servers|workers]
+//                  [--servers S] [--mode sync] [--update-on servers|workers] [--precision fp32|bf16]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -29,7 +29,7 @@
 namespace {
 
 struct Args {
-  std::string dir, model = "mlp", strategy = "one_device", collective = "mpi", update_on = "servers";
+  std::string dir, model = "mlp", strategy = "one_device", collective = "mpi", update_on = "servers", precision = "fp32";
   std::int64_t every = 0, max_steps = -1, rows = -1, batch = -1;
   int epochs = 1, replicas = 2, servers = 1;
 };
@@ -153,10 +153,12 @@ int main(int argc, char** argv) try {
     else if (flag == "--collective") a.collective = v;
     else if (flag == "--servers") a.servers = std::atoi(v.c_str());
     else if (flag == "--update-on") a.update_on = v;
+    else if (flag == "--precision") a.precision = v;
     else if (flag == "--mode") STRATA_REQUIRE(v == "sync", strata::invalid_argument, "resume_trainer", "--mode sync only");
     else STRATA_THROW(strata::invalid_argument, "resume_trainer", "unknown flag ", flag);
   }
   STRATA_REQUIRE(!a.dir.empty(), strata::invalid_argument, "resume_trainer", "--checkpoint-dir is required");
+  const strata::precision::Scope precision(strata::precision::from_name(a.precision));
   with_strategy(a, [&](auto& strategy) { train(strategy, a); });
   return 0;
 } catch (const std::exception& e) {

@@ -4,7 +4,8 @@
 # --checkpoint-every, stops at --steps and saves where told; restarted with --max-steps (the
 # old spelling of --steps) it resumes from its last checkpoint and trains the rest. With
 # every checkpoint damaged it refuses to start, naming the files, until --start-afresh; then
-# it trains from step 0 and the damaged files stay (set aside).
+# it trains from step 0 and the damaged files stay (set aside). --precision bf16 trains; a
+# precision it does not run is refused, naming the flag.
 #   usage: run_trainer_flags.sh FASHION_MNIST CHAR_TRANSFORMER SKIP_GRAM
 set -u
 work=$(mktemp -d)
@@ -43,6 +44,12 @@ for exe in "$@"; do
     { cat "$work/$name.4"; fail "$name: --start-afresh failed"; }
   [[ $(steps_of "$work/$name.4") == 8 ]] || fail "$name: --start-afresh did not train from step 0"
   [[ -f $dir/ckpt-000000000008.strata.damaged ]] || { ls "$dir"; fail "$name: the damaged checkpoint was not kept"; }
-  echo "ok   $name: --steps, --max-steps, --checkpoint-dir/--checkpoint-every, a refusal and --start-afresh"
+  "$exe" "${flags[@]}" --batch 16 --seed 1 --quiet --steps 2 --precision bf16 > "$work/$name.5" 2>&1 ||
+    { cat "$work/$name.5"; fail "$name: --precision bf16 failed"; }
+  [[ $(steps_of "$work/$name.5") == 2 ]] || fail "$name: --precision bf16 did not train 2 steps"
+  "$exe" "${flags[@]}" --batch 16 --seed 1 --quiet --steps 2 --precision fp16 > "$work/$name.6" 2>&1 &&
+    { cat "$work/$name.6"; fail "$name: took --precision fp16, which it does not run"; }
+  grep -q -- "--precision" "$work/$name.6" || { cat "$work/$name.6"; fail "$name: the refusal of fp16 names no flag"; }
+  echo "ok   $name: --steps, --max-steps, --checkpoint-dir/--checkpoint-every, a refusal, --start-afresh, --precision"
 done
 echo PASS

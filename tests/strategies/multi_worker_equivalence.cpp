@@ -232,6 +232,9 @@ int check_all() {
   // device ends (their zero gradients, not the last step's, in the all-reduce).
   failures += zero_rows::check_models(std::to_string(n) + " processes",
                                       [&]() -> auto& { return strategy; });
+  // The same under the bfloat16 policy, set on each process's thread.
+  failures += zero_rows::check_models(std::to_string(n) + " processes", [&]() -> auto& { return strategy; },
+                                      zero_rows::kBf16Models, strata::precision::bfloat16);
   return failures + check_uneven(strategy) + check_compression<C>(n, rank) + check_nonfinite(strategy) +
          check_shared_saves(strategy) + check_split_update<C>(n, rank);
 }

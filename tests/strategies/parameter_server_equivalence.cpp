@@ -162,12 +162,16 @@ int check_sync(int servers) {
   // device ends (their zero gradients, not the last step's, pushed to the servers).
   {
     std::unique_ptr<strata::ParameterServerStrategy<C, strata::ps::Sync>> current;
-    failures += zero_rows::check_models("sync, " + std::to_string(servers) + " servers", [&]() -> auto& {
+    const auto fresh = [&]() -> auto& {
       current.reset();  // (one strategy at a time)
       current = std::make_unique<strata::ParameterServerStrategy<C, strata::ps::Sync>>(
           strata::ParameterServerOptions{.servers = servers, .partition_bytes = 2048});
       return *current;
-    });
+    };
+    failures += zero_rows::check_models("sync, " + std::to_string(servers) + " servers", fresh);
+    // The same with the workers under the bfloat16 policy.
+    failures += zero_rows::check_models("sync, " + std::to_string(servers) + " servers", fresh, zero_rows::kBf16Models,
+                                        strata::precision::bfloat16);
   }
   // SyncBatchNorm: statistics over the global batch of the workers, so they train as one
   // device does. Its running statistics are the workers' state (the servers hold the

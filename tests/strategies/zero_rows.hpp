@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -154,13 +155,15 @@ inline double difference(Model m, std::vector<std::vector<float>> got, std::vect
   return equivalence::max_relative_difference(got, ref);
 }
 
-/// Every model's epoch under the strategy `get()` returns a reference to (one for every
-/// model, or a new one each), against one device; prints a line each (naming `who`) and
-/// returns the failures.
+/// Every model's epoch (of `models`) under the strategy `get()` returns a reference to (one
+/// for every model, or a new one each), against one device, both under the precision policy
+/// `policy`; prints a line each (naming `who`) and returns the failures.
 template <class Get>
-int check_models(const std::string& who, Get get) {
+int check_models(const std::string& who, Get get, std::span<const Model> models = kModels,
+                 strata::precision::Policy policy = strata::precision::float32) {
+  const strata::precision::Scope scope(policy);
   int failures = 0;
-  for (const Model m : kModels) {
+  for (const Model m : models) {
     auto& strategy = get();
     const int replicas = strategy.num_replicas_in_sync();
     bool server = false;
@@ -170,11 +173,17 @@ int check_models(const std::string& who, Get get) {
     const double diff = difference(m, train_epoch(strategy, m), one_device_reference(m, replicas), server);
     const bool ok = diff < 1e-5;
     failures += ok ? 0 : 1;
-    std::printf("%s %s%s: %s, an epoch ending in 1 row for %d replicas: %s differ from one device's by %.3g (relative)\n",
-                ok ? "ok  " : "FAIL", rank.c_str(), who.c_str(), name(m), replicas,
+    std::printf("%s %s%s: %s in %s, an epoch ending in 1 row for %d replicas: %s differ from one device's by %.3g "
+                "(relative)\n",
+                ok ? "ok  " : "FAIL", rank.c_str(), who.c_str(), name(m), strata::precision::name_of(policy), replicas,
                 m == Model::resnet || server ? "parameters" : "parameters and buffers", diff);
   }
   return failures;
 }
+
+/// The models whose products a 16-bit policy rounds (the CNN's first convolution and its
+/// linear layers, the Transformer's linear layers; the ResNet's 3x3 convolutions go by
+/// Winograd in float32).
+inline constexpr Model kBf16Models[] = {Model::cnn, Model::transformer};
 
 }  // namespace zero_rows

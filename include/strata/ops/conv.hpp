@@ -298,7 +298,7 @@ inline Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, std
           kernels::cpu::GemmArgs<T> g{false, false, OC, P, R, T(1), wp, R, cc + b * P, ld, T(0), yi + b * OC * P, P};
           g.row_bias = bp;
           g.relu = relu;
-          kernels::cpu::gemm(g);
+          ops::detail::host_gemm(g);
         }
         continue;
       }

@@ -10,9 +10,11 @@
 #include <strata/autograd/tape.hpp>
 #include <strata/kernels/cpu/elementwise.hpp>  // relu_mask_inplace, column_sums
 #include <strata/kernels/cpu/gemm.hpp>         // kernels::cpu::gemm
+#include <strata/kernels/cpu/gemm_bf16.hpp>    // kernels::cpu::gemm_bf16
 #include <strata/kernels/math/unary.hpp>     // Unary::relu
 #include <strata/ops/detail/strided.hpp>      // for_each_strided: the batch entries
 #include <strata/ops/shape_ops.hpp>         // reshape: linear over leading axes
+#include <strata/precision/policy.hpp>      // the products' compute type
 #include <strata/tensor/device_kernels.hpp>  // the device path
 #include <strata/tensor/tensor.hpp>
 
@@ -23,12 +25,20 @@ enum class Activation : std::int64_t { none, relu };
 
 namespace ops::detail {
 
+/// A host GEMM of an operation, in the calling thread's precision: under bfloat16 a float
+/// product rounds its operands to bfloat16 and sums in float32 (precision/policy.hpp).
+template <class T>
+void host_gemm(const kernels::cpu::GemmArgs<T>& g) {
+  if constexpr (std::is_same_v<T, float>)
+    if (precision::current().compute == DType::bf16) return kernels::cpu::gemm_bf16(g);
+  kernels::cpu::gemm(g);
+}
+
 /// C (+)= op(A) op(B) with explicit row strides; `accumulate` adds to C instead of overwriting it.
 template <class T>
 void gemm_strided(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
                   const T* b, std::int64_t ldb, T* c, std::int64_t ldc, bool accumulate) {
-  kernels::cpu::GemmArgs<T> g{ta, tb, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc};
-  kernels::cpu::gemm(g);
+  host_gemm(kernels::cpu::GemmArgs<T>{ta, tb, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc});
 }
 
 /// The same on contiguous operands.
@@ -204,7 +214,7 @@ inline void linear_backward(autograd::Node& n, std::uint64_t epoch) {
         if (!db.accumulate) std::fill_n(db.dst.template data<T>(), O, T(0));
         dw.a_row_sums = db.dst.template data<T>();
       }
-      kernels::cpu::gemm(dw);
+      host_gemm(dw);
     } else if (db) {  // db = column sums of G
       kernels::cpu::column_sums<T>(N, O, gp, db.dst.template data<T>(), db.accumulate);
     }
@@ -298,7 +308,7 @@ inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {}, Act
                                   T(0), out.template data<T>(), O};
       g.col_bias = bc.defined() ? bc.template data<T>() : nullptr;
       g.relu = act == Activation::relu;
-      kernels::cpu::gemm(g);
+      ops::detail::host_gemm(g);
     });
   }
   if (auto* n = autograd::record("linear", &ops::detail::linear_backward, out, x, w, b)) {

@@ -4,7 +4,8 @@
 /// autograd tape (thread-local), so a step costs a wake-up, not a thread start. Hand-off is an
 /// atomic generation counter: spin briefly, then sleep on it (futex), no lock on the way.
 /// Between steps the pool also copies the next batch's rows (ReplicaPoolRows), so that work is
-/// shared by the replica threads instead of left to the caller's while the others wait.
+/// shared by the replica threads instead of left to the caller's while the others wait. Every
+/// replica runs under the caller's precision policy (precision/policy.hpp).
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <strata/collective/detail/wait_policy.hpp>  // cpu_relax
 #include <strata/collective/options.hpp>
 #include <strata/data/pipeline.hpp>    // RowParallelism, split_begin
+#include <strata/precision/policy.hpp>
 #include <strata/strategy/replicated.hpp>  // ReplicaScope
 #include <strata/support/error.hpp>
 
@@ -59,6 +61,7 @@ class ReplicaPool {
     call_ = [](void* f, int r) { (*static_cast<F*>(f))(r); };
     job_error_ = &on_error;
     error_call_ = [](void* f, int r, const char* what) { (*static_cast<OnError*>(f))(r, what); };
+    policy_ = precision::current();
     done_.store(0, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
     if (n_ > 1) generation_.notify_all();
@@ -85,6 +88,7 @@ class ReplicaPool {
 
   void execute(int r) {
     ReplicaScope scope(r, /*step=*/true, /*in_sync=*/n_);
+    const precision::Scope policy(policy_);
     try {
       call_(job_, r);
     } catch (const std::exception& e) {
@@ -140,6 +144,7 @@ class ReplicaPool {
   void (*call_)(void*, int) = nullptr;
   void* job_error_ = nullptr;
   void (*error_call_)(void*, int, const char*) = nullptr;
+  precision::Policy policy_;  // the caller's, for the replica threads
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<int> done_{0};
   std::atomic<bool> stop_{false};
