@@ -3,7 +3,7 @@
 // the examples/s it implies, and the peak RSS, as one JSON line. Each timed step ends with the
 // loss on the host, so on a GPU it covers the batch's copy in and all the step's kernels.
 //
-//   bench_train --model mlp|cnn [--steps N] [--warmup W] [--batch B] [--data DIR]
+//   bench_train --model mlp|cnn [--steps N] [--warmup W] [--batch B] [--data DIR] [--precision fp32|bf16]
 //   bench_train_cuda ... --device cuda:0        (the same program with the CUDA kernels)
 #include <sys/resource.h>
 
@@ -20,6 +20,7 @@ int main(int argc, char** argv) try {
   std::string model_name = "mlp", dir = strata::data::default_fashion_mnist_dir();
   long steps = -1, warmup = 30, batch = 64;
   strata::Device device = strata::Device::cpu();
+  strata::precision::Policy precision = strata::precision::float32;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--model") model_name = argv[i + 1];
@@ -27,12 +28,14 @@ int main(int argc, char** argv) try {
     else if (a == "--warmup") warmup = std::atol(argv[i + 1]);
     else if (a == "--batch") batch = std::atol(argv[i + 1]);
     else if (a == "--data") dir = argv[i + 1];
+    else if (a == "--precision") precision = strata::precision::from_name(argv[i + 1]);
     else if (a == "--device") device = std::string(argv[i + 1]) == "cpu" ? strata::Device::cpu()
                                        : strata::Device::cuda(std::atoi(argv[i + 1] + 5));
     else throw strata::invalid_argument("unknown flag " + a);
   }
   if (steps < 0) steps = model_name == "mlp" ? 300 : 120;
   strata::kernels::cpu::set_blas_threads(1);
+  const strata::precision::Scope policy(precision);
   strata::manual_seed(0);
   strata::OneDeviceStrategy strategy(device);
   auto model = strategy.scope([&] { return strata::models::fashion_mnist(model_name); });
@@ -51,10 +54,10 @@ int main(int argc, char** argv) try {
   const double median = timed.empty() ? 0 : timed[timed.size() / 2];
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  std::printf("{\"impl\":\"strata\",\"device\":\"%s\",\"batch\":%ld,\"model\":\"%s\",\"steps\":%zu,"
+  std::printf("{\"impl\":\"strata\",\"device\":\"%s\",\"precision\":\"%s\",\"batch\":%ld,\"model\":\"%s\",\"steps\":%zu,"
               "\"median_step_ms\":%.4f,\"examples_per_s\":%.1f,"
               "\"peak_rss_mib\":%.1f}\n",
-              device.kind == strata::DeviceKind::cpu ? "cpu" : "cuda", batch, model_name.c_str(), timed.size(), median,
+              device.kind == strata::DeviceKind::cpu ? "cpu" : "cuda", strata::precision::name_of(precision), batch, model_name.c_str(), timed.size(), median,
               median > 0 ? 1000.0 * static_cast<double>(batch) / median : 0.0,
               static_cast<double>(ru.ru_maxrss) / 1024.0);
   return 0;

@@ -69,6 +69,7 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--epochs", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="bf16: the forward under autocast")
     ap.add_argument("--data", default=os.environ.get("STRATA_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
     a = ap.parse_args()
     steps = a.steps or (300 if a.model == "mlp" else 120)
@@ -100,14 +101,15 @@ def main():
         t0 = time.perf_counter()
         xb, yb = xb.to(dev), yb.to(dev)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xb), yb)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = loss_fn(model(xb), yb)
         loss.backward()
         opt.step()
         loss.item()
         times.append((time.perf_counter() - t0) * 1000.0)
     timed = sorted(times[a.warmup:])
     median = timed[len(timed) // 2]
-    report = {"impl": "pytorch-" + torch.__version__, "device": dev.type, "batch": a.batch, "model": a.model, "steps": len(timed),
+    report = {"impl": "pytorch-" + torch.__version__, "device": dev.type, "precision": a.precision, "batch": a.batch, "model": a.model, "steps": len(timed),
               "median_step_ms": round(median, 4), "examples_per_s": round(1000.0 * a.batch / median, 1),
               "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)}
     if a.epochs:

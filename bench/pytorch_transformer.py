@@ -101,6 +101,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-windows", type=int, default=256)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (one process)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="bf16: the forward under autocast")
     ap.add_argument("--data", default=os.environ.get("STRATA_FORTUNES_DIR", "/usr/share/games/fortunes"))
     a = ap.parse_args()
     if a.nproc == 1:
@@ -145,7 +146,8 @@ def train(rank, a, port):
             g["lr"] = cosine(step, a.lr, a.steps, warm, a.lr / 10)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        out = loss_fn(net(xb).reshape(-1, len(vocab)), yb.reshape(-1))
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            out = loss_fn(net(xb).reshape(-1, len(vocab)), yb.reshape(-1))
         out.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -159,7 +161,8 @@ def train(rank, a, port):
                   for i in range(0, len(vx), 64)) / vy.numel()
     timed = sorted(times[a.warmup_steps:]) or sorted(times)
     median = timed[len(timed) // 2]
-    print(json.dumps({"impl": "pytorch-" + torch.__version__, "model": "char_transformer", "steps": a.steps,
+    print(json.dumps({"impl": "pytorch-" + torch.__version__, "model": "char_transformer", "precision": a.precision,
+                      "steps": a.steps,
                       "batch": a.batch, "nproc": a.nproc, "train_loss": round(loss, 5), "validation_loss": round(val, 5),
                       "median_step_ms": round(median, 4), "chars_per_s": round(1000.0 * a.nproc * a.batch * a.context / median, 1),
                       "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)}))

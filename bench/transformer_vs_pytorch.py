@@ -5,7 +5,7 @@ each reporting its median step time, its final training and validation losses an
 RSS; prints one JSON line per seed with the medians, the per-pair ratios of step speed
 (PyTorch's median step time / strata's) and the validation losses of both.
 
-    /usr/bin/python3 bench/transformer_vs_pytorch.py --build build [--pairs 3] [--steps 200] [--seeds 0]
+    /usr/bin/python3 bench/transformer_vs_pytorch.py --build build [--pairs 3] [--steps 200] [--seeds 0] [--precision bf16]
 
 With --device cuda both train on the GPU: examples/char_transformer_cuda --device cuda:0 and
 PyTorch on cuda, float32 without TF32 on both sides.
@@ -31,10 +31,13 @@ def main():
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: strata's --precision bf16 against PyTorch's forward under autocast bfloat16")
     a = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     for seed in a.seeds.split(","):
-        common = ["--steps", str(a.steps), "--batch", str(a.batch), "--context", str(a.context), "--seed", seed]
+        common = ["--steps", str(a.steps), "--batch", str(a.batch), "--context", str(a.context), "--seed", seed,
+                  "--precision", a.precision]
         gpu = a.device == "cuda"
         strata_cmd = [os.path.join(a.build, "examples", "char_transformer_cuda" if gpu else "char_transformer"), *common,
                       "--eval-every", str(a.steps), "--quiet"] + (["--device", "cuda:0"] if gpu else [])
@@ -44,7 +47,7 @@ def main():
         ratios = [p["median_step_ms"] / s["median_step_ms"] for s, p in zip(s_runs, p_runs)]
         median = lambda runs, key: round(statistics.median(r[key] for r in runs), 5)
         print(json.dumps({
-            "bench": "char_transformer", "threads": 1, "steps": a.steps, "batch": a.batch, "context": a.context,
+            "bench": "char_transformer", "precision": a.precision, "threads": 1, "steps": a.steps, "batch": a.batch, "context": a.context,
             "seed": int(seed), "pairs": a.pairs, "peer": p_runs[0]["impl"],
             "strata_step_ms": median(s_runs, "median_step_ms"), "peer_step_ms": median(p_runs, "median_step_ms"),
             "ratio": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
