@@ -9,6 +9,8 @@
 
 #include <strata/strata.hpp>
 
+#include "support/reference.hpp"
+
 using strata::Tensor;
 namespace precision = strata::precision;
 
@@ -33,22 +35,17 @@ void check_within_float_sums(const Tensor& got_t, const std::vector<double>& wan
   CHECK(worst <= 1.0);
 }
 
-// Row-major C[m, n] = A[m, k] B[k, n] (transposed where asked) and sum |a| |b|, in float64.
+// Row-major C[m, n] = op(A) op(B) and each element's sum of |products|, in float64.
 struct Product {
   std::vector<double> value, scale;
 };
 Product product(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const std::vector<double>& a,
                 const std::vector<double>& b) {
-  Product p{std::vector<double>(static_cast<std::size_t>(m * n)), std::vector<double>(static_cast<std::size_t>(m * n))};
-  for (std::int64_t i = 0; i < m; ++i)
-    for (std::int64_t j = 0; j < n; ++j)
-      for (std::int64_t q = 0; q < k; ++q) {
-        const double x = a[static_cast<std::size_t>(ta ? q * m + i : i * k + q)];
-        const double y = b[static_cast<std::size_t>(tb ? j * k + q : q * n + j)];
-        p.value[static_cast<std::size_t>(i * n + j)] += x * y;
-        p.scale[static_cast<std::size_t>(i * n + j)] += std::abs(x * y);
-      }
-  return p;
+  const auto magnitudes = [](std::vector<double> v) {
+    for (double& x : v) x = std::abs(x);
+    return v;
+  };
+  return {ref::matmul(ta, tb, m, n, k, a, b), ref::matmul(ta, tb, m, n, k, magnitudes(a), magnitudes(b))};
 }
 
 double max_difference(const Tensor& a, const Tensor& b) {

@@ -29,11 +29,6 @@ namespace avx512 {
 /// The most keys a fused tile takes (8 vectors of 16).
 inline constexpr std::int64_t kFusedKeys = 128;
 
-/// The lanes [0, n) of a vector: none for n <= 0, all for n >= 16.
-inline __mmask16 lanes_below(std::int64_t n) {
-  return n <= 0 ? static_cast<__mmask16>(0) : n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
-}
-
 namespace detail {
 using cpu::detail::f32x16;
 

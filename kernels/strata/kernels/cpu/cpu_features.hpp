@@ -29,7 +29,7 @@ inline bool has_avx512_bf16() {
   static const bool yes = [] {
     if (!has_avx512f() || !__builtin_cpu_supports("avx512bw")) return false;
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid_max(0, nullptr) < 7 || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+    if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;  // (false below leaf 7)
     return (eax >> 5 & 1u) != 0;
   }();
   return yes;

@@ -63,14 +63,7 @@ template <class T>
 void gemm_builtin(const GemmArgs<T>& g) {
   using namespace detail;
   constexpr int MR = kMR<T>, NR = kNR<T>;
-  // Scale C by beta once; beta == 0 overwrites, so NaNs already in C do not survive.
-  for (std::int64_t i = 0; i < g.m; ++i) {
-    T* row = g.c + i * g.ldc;
-    if (g.beta == T(0))
-      for (std::int64_t j = 0; j < g.n; ++j) row[j] = T(0);
-    else if (g.beta != T(1))
-      for (std::int64_t j = 0; j < g.n; ++j) row[j] *= g.beta;
-  }
+  scale_by_beta(g);
   add_a_row_sums(g);
   if (g.k == 0 || g.alpha == T(0)) return apply_epilogue(g);
   auto A = [&](std::int64_t i, std::int64_t p) { return g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p]; };

@@ -42,10 +42,15 @@ inline constexpr std::int64_t kMC = 16 * kMR;   // rows of A swept over one pack
 inline constexpr std::int64_t kNC = 1024;       // columns of B packed at once (1 MiB)
 inline constexpr std::int64_t kGatherMaxLd = (std::int64_t{1} << 31) / 4 / kNR;  // 32-bit gather offsets
 
+/// The lanes [0, n) of a vector: none for n <= 0, all for n >= 16.
+inline __mmask16 lanes_below(std::int64_t n) {
+  return n <= 0 ? static_cast<__mmask16>(0) : n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+}
+
 /// The load/store masks of a 32-column tile that is w columns wide (0 < w <= 32).
 [[gnu::target("avx512f")]] inline void column_masks(int w, __mmask16& lo, __mmask16& hi) {
-  lo = static_cast<__mmask16>(w >= 16 ? 0xffff : (1u << w) - 1);
-  hi = static_cast<__mmask16>(w <= 16 ? 0 : w >= 32 ? 0xffff : (1u << (w - 16)) - 1);
+  lo = lanes_below(w);
+  hi = lanes_below(w - 16);
 }
 
 /// What a tile adds as it stores C, on the last block of the depth (GemmArgs' epilogue):
@@ -232,8 +237,7 @@ namespace avx512 {
     return;
   }
   if (g.k == 0 || g.alpha == 0.0f) {
-    for (std::int64_t i = 0; i < g.m; ++i)
-      for (std::int64_t j = 0; j < g.n; ++j) g.c[i * g.ldc + j] = g.beta == 0.0f ? 0.0f : g.beta * g.c[i * g.ldc + j];
+    scale_by_beta(g);
     add_a_row_sums(g);  // (b_col_sums come from the transposed route, which has k > 0 and alpha != 0)
     return apply_epilogue(g);
   }

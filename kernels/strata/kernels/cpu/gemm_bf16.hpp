@@ -57,11 +57,6 @@ using Pair = std::uint32_t;
   return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), both);
 }
 
-/// The mask of the first n of 16 lanes (n clamped to 0-16).
-inline __mmask16 first_lanes(std::int64_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1);
-}
-
 /// Packs op(B)[p0:p0+kc, j0:j0+nc] into panels of kNR columns, kq = ceil(kc / 2) rows of kNR
 /// pairs each (panel j at dst + j * kq): pair (q, c) = (B(p0 + 2q, c), B(p0 + 2q + 1, c)),
 /// zeros past kc and past nc.
@@ -73,7 +68,7 @@ inline __mmask16 first_lanes(std::int64_t n) {
   for (std::int64_t jr = 0; jr < nc; jr += kNR, dst += kq * kNR) {
     const std::int64_t w = std::min<std::int64_t>(kNR, nc - jr);
     if (!g.trans_b) {  // B(p, j) = b[p * ldb + j]: two rows of b make a panel row
-      const __mmask16 m[2] = {first_lanes(w), first_lanes(w - 16)};
+      const __mmask16 m[2] = {avx512::lanes_below(w), avx512::lanes_below(w - 16)};
       const float* src = g.b + p0 * g.ldb + j0 + jr;
       for (std::int64_t q = 0; q < kq; ++q, src += 2 * g.ldb) {
         const bool odd = 2 * q + 1 < kc;
@@ -94,8 +89,8 @@ inline __mmask16 first_lanes(std::int64_t n) {
           for (std::int64_t q = 0; q < kq; ++q) _mm512_storeu_si512(out + q * kNR, _mm512_setzero_si512());
           continue;
         }
-        const auto lo8 = static_cast<__mmask8>(first_lanes(std::min<std::int64_t>(wh, 8)));
-        const auto hi8 = static_cast<__mmask8>(first_lanes(wh - 8));
+        const auto lo8 = static_cast<__mmask8>(avx512::lanes_below(std::min<std::int64_t>(wh, 8)));
+        const auto hi8 = static_cast<__mmask8>(avx512::lanes_below(wh - 8));
         const float* col = g.b + (j0 + jr + 16 * h) * g.ldb + p0;
         const float* col8 = hi8 != 0 ? col + 8 * g.ldb : col;  // not formed past b when no lane reads it
         std::int64_t q = 0;
@@ -105,7 +100,7 @@ inline __mmask16 first_lanes(std::int64_t n) {
           _mm512_storeu_si512(out + q * kNR, (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi), _mm512_castsi512_ps(lo)));
         }
         if (q < kq) {  // an odd depth: the last pair's second half is zero
-          const __m512 e = _mm512_mask_i32gather_ps(zero, first_lanes(wh), rows16, col + 2 * q, 4);
+          const __m512 e = _mm512_mask_i32gather_ps(zero, avx512::lanes_below(wh), rows16, col + 2 * q, 4);
           _mm512_storeu_si512(out + q * kNR, pairs_of(e, zero));
         }
       }
@@ -133,8 +128,8 @@ inline __mmask16 first_lanes(std::int64_t n) {
       const float* src = g.a + (i0 + i) * g.lda + p0;
       auto* out = reinterpret_cast<std::uint16_t*>(dst + i * kq);
       for (std::int64_t p = 0; p < kc; p += 32) {
-        const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(kc - p), src + p);
-        const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(kc - p - 16), src + p + 16);
+        const __m512 lo = _mm512_maskz_loadu_ps(avx512::lanes_below(kc - p), src + p);
+        const __m512 hi = _mm512_maskz_loadu_ps(avx512::lanes_below(kc - p - 16), src + p + 16);
         const std::int64_t stored = std::min<std::int64_t>(32, 2 * kq - p);  // the odd depth's zero too
         const auto mask = static_cast<__mmask32>(stored >= 32 ? 0xffffffffu : (1u << stored) - 1);
         _mm512_mask_storeu_epi16(out + p, mask, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
@@ -148,7 +143,7 @@ inline __mmask16 first_lanes(std::int64_t n) {
     const float* even = g.a + (p0 + 2 * q) * g.lda + i0;
     const bool odd = 2 * q + 1 < kc;
     for (std::int64_t i = 0; i < mc; i += 16) {
-      const __mmask16 m = first_lanes(mc - i);
+      const __mmask16 m = avx512::lanes_below(mc - i);
       const __m512 e = _mm512_maskz_loadu_ps(m, even + i);
       const __m512 o = odd ? _mm512_maskz_loadu_ps(m, even + g.lda + i) : zero;
       _mm512_storeu_si512(dst + q * ld + i, pairs_of(e, o));
@@ -218,8 +213,7 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
   add_a_row_sums(g);  // from the float operand: a bias gradient in float precision
   if (g.m == 0 || g.n == 0) return;
   if (g.k == 0 || g.alpha == 0.0f) {
-    for (std::int64_t i = 0; i < g.m; ++i)
-      for (std::int64_t j = 0; j < g.n; ++j) g.c[i * g.ldc + j] = g.beta == 0.0f ? 0.0f : g.beta * g.c[i * g.ldc + j];
+    scale_by_beta(g);
     return apply_epilogue(g);
   }
   // Few rows against many columns, B read transposed: its gathers would cost more than the

@@ -36,6 +36,20 @@ void apply_epilogue(const math::GemmArgs<T>& g) {
   }
 }
 
+/// C[0:m, 0:n] = beta * C, before a product is added to it; beta == 0 overwrites, so NaNs
+/// already in C do not survive.
+template <class T>
+void scale_by_beta(const math::GemmArgs<T>& g) {
+  if (g.beta == T(1)) return;
+  for (std::int64_t i = 0; i < g.m; ++i) {
+    T* row = g.c + i * g.ldc;
+    if (g.beta == T(0))
+      for (std::int64_t j = 0; j < g.n; ++j) row[j] = T(0);
+    else
+      for (std::int64_t j = 0; j < g.n; ++j) row[j] *= g.beta;
+  }
+}
+
 /// C = from^T + beta * C, then g's epilogue, where from holds the product transposed (n x m,
 /// row stride m): how the kernels that compute Cᵀ = op(B)ᵀ op(A)ᵀ for wide products with few
 /// rows land their result.
