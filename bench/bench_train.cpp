@@ -3,7 +3,7 @@
 // the examples/s it implies, and the peak RSS, as one JSON line. Each timed step ends with the
 // loss on the host, so on a GPU it covers the batch's copy in and all the step's kernels.
 //
-//   bench_train --model mlp|cnn [--steps N] [--warmup W] [--batch B] [--data DIR] [--precision fp32|bf16]
+//   bench_train --model mlp|cnn [--steps N] [--warmup W] [--batch B] [--data DIR] [--precision fp32|bf16|fp16]
 //   bench_train_cuda ... --device cuda:0        (the same program with the CUDA kernels)
 #include <sys/resource.h>
 
@@ -40,6 +40,7 @@ int main(int argc, char** argv) try {
   strata::OneDeviceStrategy strategy(device);
   auto model = strategy.scope([&] { return strata::models::fashion_mnist(model_name); });
   strata::optim::Sgd opt(model.parameters(), 0.05, 0.9);
+  if (strata::precision::needs_loss_scale(precision)) opt.set_loss_scale();  // fp16
   auto data = strategy.distribute(
       strata::data::Pipeline(strata::data::fashion_mnist_train(dir)).shuffle(0).batch(batch).take(warmup + steps));
   std::vector<double> ms;

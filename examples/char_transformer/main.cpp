@@ -139,7 +139,8 @@ void train(S& strategy, const Options& o) {
   auto model = strategy.scope([&] { return strata::models::CharTransformer(shape); });
   auto opt = strategy.scope([&] { return strata::optim::AdamW(model.parameters(), o.lr, {.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1}); });
   opt.set_schedule(strata::optim::Schedule::cosine(o.lr, o.steps, std::min<std::int64_t>(100, o.steps / 10), o.lr / 10));
-  if (o.clip > 0) opt.clip_by_global_norm(o.clip);
+  if (o.clip > 0) opt.clip_by_global_norm(o.clip);  // of the gradients divided by the loss scale, if any
+  if (strata::precision::needs_loss_scale(strata::precision::current())) opt.set_loss_scale();  // fp16
   auto pipeline = strata::data::Pipeline(train_windows).shuffle(o.seed).batch(o.batch * strategy.num_replicas_in_sync());
   const bool report = strategy.is_chief() && !o.quiet;
   if (report)
@@ -173,7 +174,7 @@ void train(S& strategy, const Options& o) {
             const strata::Tensor per_char = strata::nn::cross_entropy(logits, strata::reshape(b.y, {-1}),
                                                                       strata::nn::Reduction::none);
             strata::Tensor l = strata::compute_average_loss(per_char, b.global_size * o.context);
-            opt.apply_gradients(ctx, strata::grad(l, model.parameters()));
+            opt.apply_gradients(ctx, strata::grad(opt.scale_loss(l), model.parameters()));
             return l;
           },
           batch);

@@ -47,9 +47,10 @@ inline void add_run_flags(CLI::App& app, RunFlags& f, const RunFlagWords& words)
   app.add_option("--checkpoint-every", f.checkpoint_every, "also save every this many steps (0: only at the end)");
   app.add_flag("--start-afresh", f.start_afresh, "with --checkpoint-dir: when none of its checkpoints reads, train "
                "from step 0 and keep them set aside (without it, that is an error naming each file)");
-  app.add_option("--precision", f.precision, "what the products compute in: fp32, or bf16 (operands rounded to "
-                 "bfloat16, float32 sums and variables; docs/mixed_precision.md)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+  app.add_option("--precision", f.precision, "what the products compute in: fp32, bf16 (operands rounded to "
+                 "bfloat16, float32 sums and variables) or fp16 (to float16, with a dynamic loss scale); "
+                 "docs/mixed_precision.md")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
 }
 

@@ -46,6 +46,7 @@ void train(S& strategy, const Options& o) {
   auto model = strategy.scope([&] { return strata::models::fashion_mnist(o.model); });
   auto opt = strategy.scope(
       [&] { return strata::optim::Sgd(model.parameters(), o.lr, {.momentum = o.momentum_or_default()}); });
+  if (strata::precision::needs_loss_scale(strata::precision::current())) opt.set_loss_scale();  // fp16
   auto pipeline = strata::data::Pipeline(strata::data::fashion_mnist_train(o.data_dir))
                       .shuffle(o.seed)
                       .batch(o.batch * strategy.num_replicas_in_sync());

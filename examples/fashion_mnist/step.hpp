@@ -32,7 +32,7 @@ double train_step(S& strategy, Model& model, Optimizer& opt, const auto& batch, 
         strata::Gradients grads;
         {
           strata::observe::ScopedEvent ev("backward", "compute");
-          grads = strata::grad(loss, model.parameters());
+          grads = strata::grad(opt.scale_loss(loss), model.parameters());  // times the loss scale, if any
         }
         const auto t2 = Clock::now();
         opt.apply_gradients(ctx, std::move(grads));

@@ -195,6 +195,7 @@ void train(S& strategy, const Options& o) {
   auto model = strategy.scope([&] { return SkipGram(corpus.vocabulary_size(), o.dim, grad, o.bigram_rows); });
   auto opt = strategy.scope([&] { return strata::optim::Adam(model.parameters(), o.lr); });
   opt.set_sparse_updates(o.updates == "dense" ? strata::optim::SparseUpdates::dense : strata::optim::SparseUpdates::lazy);
+  if (strata::precision::needs_loss_scale(strata::precision::current())) opt.set_loss_scale();  // fp16
   auto pipeline = strata::data::Pipeline(train_rows).shuffle(o.seed).batch(o.batch * strategy.num_replicas_in_sync());
   const bool report = strategy.is_chief() && !o.quiet;
   if (report)
@@ -224,7 +225,7 @@ void train(S& strategy, const Options& o) {
       auto losses = strategy.run(
           [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
             strata::Tensor l = pair_loss(model(b.x), b.global_size);
-            opt.apply_gradients(ctx, strata::grad(l, model.parameters()));
+            opt.apply_gradients(ctx, strata::grad(opt.scale_loss(l), model.parameters()));
             return l;
           },
           batch);

@@ -6,7 +6,7 @@
 //                  [--rows N (the first N training images)] [--batch B (the global batch; default 64 per replica)]
 //                  [--max-steps S] [--strategy one_device|mirrored|central_storage|
 //                  multi_worker_mirrored|parameter_server] [--replicas R] [--collective mpi|gloo]
-//                  [--servers S] [--mode sync] [--update-on servers|workers] [--precision fp32|bf16]
+//                  [--servers S] [--mode sync] [--update-on servers|workers] [--precision fp32|bf16|fp16]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +71,7 @@ void train(S& strategy, const Args& a) {
     return strata::models::fashion_mnist(a.model);
   });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(model.parameters(), 0.05, {.momentum = 0.9}); });
+  if (strata::precision::needs_loss_scale(strata::precision::current())) opt.set_loss_scale();  // fp16
   strata::data::TensorDataset train = strata::data::fashion_mnist_train();
   if (a.rows >= 0)
     train = strata::data::TensorDataset(strata::data::slice_rows(train.x, 0, a.rows), strata::data::slice_rows(train.y, 0, a.rows));

@@ -4,8 +4,8 @@
 # --checkpoint-every, stops at --steps and saves where told; restarted with --max-steps (the
 # old spelling of --steps) it resumes from its last checkpoint and trains the rest. With
 # every checkpoint damaged it refuses to start, naming the files, until --start-afresh; then
-# it trains from step 0 and the damaged files stay (set aside). --precision bf16 trains; a
-# precision it does not run is refused, naming the flag.
+# it trains from step 0 and the damaged files stay (set aside). --precision bf16 and fp16 train; a
+# precision it does not run (fp8) is refused, naming the flag.
 #   usage: run_trainer_flags.sh FASHION_MNIST CHAR_TRANSFORMER SKIP_GRAM
 set -u
 work=$(mktemp -d)
@@ -47,9 +47,12 @@ for exe in "$@"; do
   "$exe" "${flags[@]}" --batch 16 --seed 1 --quiet --steps 2 --precision bf16 > "$work/$name.5" 2>&1 ||
     { cat "$work/$name.5"; fail "$name: --precision bf16 failed"; }
   [[ $(steps_of "$work/$name.5") == 2 ]] || fail "$name: --precision bf16 did not train 2 steps"
-  "$exe" "${flags[@]}" --batch 16 --seed 1 --quiet --steps 2 --precision fp16 > "$work/$name.6" 2>&1 &&
-    { cat "$work/$name.6"; fail "$name: took --precision fp16, which it does not run"; }
-  grep -q -- "--precision" "$work/$name.6" || { cat "$work/$name.6"; fail "$name: the refusal of fp16 names no flag"; }
+  "$exe" "${flags[@]}" --batch 16 --seed 1 --quiet --steps 2 --precision fp16 > "$work/$name.6" 2>&1 ||
+    { cat "$work/$name.6"; fail "$name: --precision fp16 failed"; }
+  [[ $(steps_of "$work/$name.6") == 2 ]] || fail "$name: --precision fp16 did not train 2 steps"
+  "$exe" "${flags[@]}" --batch 16 --seed 1 --quiet --steps 2 --precision fp8 > "$work/$name.7" 2>&1 &&
+    { cat "$work/$name.7"; fail "$name: took --precision fp8, which it does not run"; }
+  grep -q -- "--precision" "$work/$name.7" || { cat "$work/$name.7"; fail "$name: the refusal of fp8 names no flag"; }
   echo "ok   $name: --steps, --max-steps, --checkpoint-dir/--checkpoint-every, a refusal, --start-afresh, --precision"
 done
 echo PASS

@@ -172,6 +172,11 @@ int check_sync(int servers) {
     // The same with the workers under the bfloat16 policy.
     failures += zero_rows::check_models("sync, " + std::to_string(servers) + " servers", fresh, zero_rows::kBf16Models,
                                         strata::precision::bfloat16);
+    // float16 with the loss scale, the last worker's loss infinite in the second step: the
+    // workers agree to skip the push (the servers update) and halve their scales together.
+    const int workers = fresh().num_workers();
+    failures += zero_rows::check_models("sync, " + std::to_string(servers) + " servers", fresh, zero_rows::kBf16Models,
+                                        strata::precision::float16, {.replica = workers - 1, .step = 1});
   }
   // SyncBatchNorm: statistics over the global batch of the workers, so they train as one
   // device does. Its running statistics are the workers' state (the servers hold the
@@ -273,6 +278,53 @@ int check_async(int servers, std::int64_t staleness) {
   std::printf("%s rank %d (%s): async, staleness %lld: %zu steps here, %.0f in all; updates per held partition:%s\n",
               failures == 0 ? "ok  " : "FAIL", strategy.rank(), strategy.is_server() ? "server" : "worker",
               static_cast<long long>(staleness), losses.size(), total, counts.empty() ? " (none held)" : counts.c_str());
+  return failures;
+}
+
+// Async under float16 with the loss scale: the first worker's loss is infinite in its second
+// step. That worker alone skips the step (no push) and halves its scale; the others' steps go
+// on as they come, every step pushed is one update of every partition, nothing hangs and
+// everything stays finite.
+template <class C>
+int check_async_loss_scale(int servers) {
+  const strata::precision::Scope fp16(strata::precision::float16);
+  strata::ParameterServerStrategy<C, strata::ps::Async> strategy({.servers = servers, .partition_bytes = 2048});
+  const int worker = strategy.is_server() ? -1 : strategy.transport().roles().index_of(strategy.rank());
+  strata::manual_seed(7);
+  auto net = strategy.scope([&] { return zero_rows::make(zero_rows::Model::cnn); });
+  auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.05, {.momentum = 0.9}); });
+  opt.set_loss_scale();
+  std::int64_t steps = 0;
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(zero_rows::dataset(zero_rows::Model::cnn)).batch(2)))
+    strategy.run(
+        [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+          const strata::Tensor loss = zero_rows::poisoned(
+              zero_rows::replica_loss(zero_rows::Model::cnn, net, b.x, b.y, b.global_size), worker == 0 && steps == 1);
+          opt.apply_gradients(ctx, strata::grad(opt.scale_loss(loss), net.parameters()));
+          ++steps;
+        },
+        batch);
+  int failures = 0;
+  const bool poisoned = worker == 0;
+  double applied = strategy.is_server() ? 0 : static_cast<double>(opt.steps());
+  strategy.transport().world().allreduce_raw(&applied, &applied, 1, strata::DType::f64, strata::ReduceOp::Sum);
+  if (!strategy.is_server()) {
+    const bool ok = opt.skipped_steps() == (poisoned ? 1 : 0) && opt.steps() == steps - opt.skipped_steps() &&
+                    opt.loss_scale()->scale() == (poisoned ? 32768.0 : 65536.0);
+    failures += ok ? 0 : 1;
+  }
+  for (std::size_t id = 0; id < strategy.shards().partitions.size(); ++id)
+    if (strategy.is_server() && strategy.shards().partitions[id].server == strategy.transport().roles().index_of(strategy.rank()))
+      failures += strategy.server_updates(id) == static_cast<std::int64_t>(applied) ? 0 : 1;
+  bool finite = true;
+  for (const strata::Tensor& p : static_cast<strata::nn::Module&>(net).parameters())
+    for (float v : p.to_vector<float>()) finite = finite && std::isfinite(v);
+  failures += finite ? 0 : 1;
+  std::printf("%s rank %d (%s): async in fp16, worker 0's second loss infinite: %lld steps here, %lld skipped, scale "
+              "%g; %.0f updates applied in all\n",
+              failures == 0 ? "ok  " : "FAIL", strategy.rank(), strategy.is_server() ? "server" : "worker",
+              static_cast<long long>(steps), static_cast<long long>(strategy.is_server() ? 0 : opt.skipped_steps()),
+              strategy.is_server() ? 0.0 : opt.loss_scale()->scale(), applied);
   return failures;
 }
 
@@ -593,7 +645,7 @@ int check_all(int servers) {
   return check_sync<C>(servers) + check_gather<C>(servers) + check_async<C>(servers, -1) +
          check_async<C>(servers, 0) + check_async_table<C>(servers, -1) + check_async_table<C>(servers, 0) +
          check_staleness<C>(servers, 0) + check_staleness<C>(servers, -1) + check_async_dispatched<C>(servers) +
-         check_remote_lookups<C>(servers);
+         check_remote_lookups<C>(servers) + check_async_loss_scale<C>(servers);
 }
 
 int main(int argc, char** argv) {

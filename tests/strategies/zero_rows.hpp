@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -92,32 +93,68 @@ std::vector<std::vector<float>> state_of(const Net& net) {
   return out;
 }
 
-/// One epoch of `m` under `strategy` (SGD with momentum); replica 0's state after it.
+/// A loss made infinite on one replica in one step (a float16 overflow there): none by default.
+struct Poison {
+  int replica = -1;
+  std::int64_t step = -1;
+  /// Whether replica `r` poisons its loss in step `step`, where it has rows (a replica without
+  /// rows has no gradient for the infinity to reach).
+  bool hits(int r, std::int64_t at, const Tensor& rows) const { return r == replica && at == step && rows.dim(0) > 0; }
+};
+
+/// `loss` times infinity where `poison` is true.
+inline Tensor poisoned(const Tensor& loss, bool poison) {
+  return poison ? strata::mul(loss, std::numeric_limits<double>::infinity()) : loss;
+}
+
+/// Under a policy that needs a loss scale (float16), the optimizer's scale, skipped steps and
+/// steps, appended to its state: N replicas must decide like one device.
+template <class Opt>
+void add_loss_scale(std::vector<std::vector<float>>& state, const Opt& opt) {
+  const strata::optim::Optimizer& held = opt;
+  if (held.loss_scale())
+    state.push_back({static_cast<float>(held.loss_scale()->scale()), static_cast<float>(held.skipped_steps()),
+                     static_cast<float>(held.steps())});
+}
+
+/// One epoch of `m` under `strategy` (SGD with momentum, and the loss scale where the calling
+/// thread's policy needs one); replica 0's state after it.
 template <strata::Strategy S>
-std::vector<std::vector<float>> train_epoch(S& strategy, Model m) {
+std::vector<std::vector<float>> train_epoch(S& strategy, Model m, Poison poison = {}) {
   strata::manual_seed(7);
   auto net = strategy.scope([&] { return make(m); });
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.05, {.momentum = 0.9}); });
-  for (auto& batch : strategy.distribute(strata::data::Pipeline(dataset(m)).shuffle(3).batch(kGlobalBatch)))
+  if (strata::precision::needs_loss_scale(strata::precision::current())) opt.set_loss_scale();
+  std::int64_t step = 0;
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(dataset(m)).shuffle(3).batch(kGlobalBatch))) {
     strategy.run(
         [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
-          opt.apply_gradients(ctx, strata::grad(replica_loss(m, net, b.x, b.y, b.global_size), net.parameters()));
+          const Tensor loss = poisoned(replica_loss(m, net, b.x, b.y, b.global_size),
+                                       poison.hits(ctx.replica_id_in_sync_group(), step, b.x));
+          opt.apply_gradients(ctx, strata::grad(opt.scale_loss(loss), net.parameters()));
         },
         batch);
-  return state_of(net);
+    ++step;
+  }
+  auto state = state_of(net);
+  add_loss_scale(state, opt);
+  return state;
 }
 
 /// One device's state after the epoch. With per-replica BatchNorm a step's statistics are each
 /// replica's rows', so the reference for `replicas` replicas computes each replica's rows on
 /// their own (as a strategy splits them: data::detail::split_begin), skips the shares with no
 /// rows, and adds their gradients before the one update.
-inline std::vector<std::vector<float>> one_device_reference(Model m, int replicas) {
+/// A `poison` makes the whole step's loss infinite, as one replica's makes the sum's.
+inline std::vector<std::vector<float>> one_device_reference(Model m, int replicas, Poison poison = {}) {
   strata::OneDeviceStrategy one;
   strata::manual_seed(7);
   auto net = one.scope([&] { return make(m); });
   auto opt = one.scope([&] { return strata::optim::Sgd(net.parameters(), 0.05, {.momentum = 0.9}); });
+  if (strata::precision::needs_loss_scale(strata::precision::current())) opt.set_loss_scale();
   const int shares = m == Model::resnet ? replicas : 1;
-  for (auto& batch : one.distribute(strata::data::Pipeline(dataset(m)).shuffle(3).batch(kGlobalBatch)))
+  std::int64_t step = 0;
+  for (auto& batch : one.distribute(strata::data::Pipeline(dataset(m)).shuffle(3).batch(kGlobalBatch))) {
     one.run(
         [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
           strata::Gradients grads{};
@@ -126,16 +163,21 @@ inline std::vector<std::vector<float>> one_device_reference(Model m, int replica
             const std::int64_t lo = strata::data::detail::split_begin(b.size, r, shares);
             const std::int64_t hi = strata::data::detail::split_begin(b.size, r + 1, shares);
             if (hi == lo) continue;
-            const Tensor loss = replica_loss(m, net, strata::data::slice_rows(b.x, lo, hi),
-                                             strata::data::slice_rows(b.y, lo, hi), b.global_size);
-            grads = strata::grad(loss, net.parameters(),
+            const Tensor loss = poisoned(replica_loss(m, net, strata::data::slice_rows(b.x, lo, hi),
+                                                      strata::data::slice_rows(b.y, lo, hi), b.global_size),
+                                         first && poison.step == step);
+            grads = strata::grad(opt.scale_loss(loss), net.parameters(),
                                  first ? strata::GradAccumulation::overwrite : strata::GradAccumulation::accumulate);
             first = false;
           }
           opt.apply_gradients(ctx, grads);
         },
         batch);
-  return state_of(net);
+    ++step;
+  }
+  auto state = state_of(net);
+  add_loss_scale(state, opt);
+  return state;
 }
 
 /// The number of parameters of `m`.
@@ -155,12 +197,28 @@ inline double difference(Model m, std::vector<std::vector<float>> got, std::vect
   return equivalence::max_relative_difference(got, ref);
 }
 
+/// How far N replicas may end the epoch from one device under `policy` (max_relative_difference
+/// of the parameters and buffers). float32: its sums' order, 1e-5. A 16-bit policy adds what
+/// that order does to the products' operands: a float32 value that lands on the other side of
+/// a rounding boundary of the compute type rounds to the neighbouring 16-bit value, one unit
+/// away (so a one-row step's gradient element moves by up to 2^-7 relative in bfloat16, 2^-10
+/// in float16, where it flips), and the epoch's parameters stay within the type's unit
+/// roundoff: 2^-8 for bfloat16, 2^-11 for float16.
+inline double bound(strata::precision::Policy policy) {
+  switch (policy.compute) {
+    case strata::DType::bf16: return 0x1p-8;
+    case strata::DType::f16: return 0x1p-11;
+    default: return 1e-5;
+  }
+}
+
 /// Every model's epoch (of `models`) under the strategy `get()` returns a reference to (one
 /// for every model, or a new one each), against one device, both under the precision policy
-/// `policy`; prints a line each (naming `who`) and returns the failures.
+/// `policy` (with the loss scale where it needs one, and `poison` on one replica); prints a line
+/// each (naming `who`) and returns the failures.
 template <class Get>
 int check_models(const std::string& who, Get get, std::span<const Model> models = kModels,
-                 strata::precision::Policy policy = strata::precision::float32) {
+                 strata::precision::Policy policy = strata::precision::float32, Poison poison = {}) {
   const strata::precision::Scope scope(policy);
   int failures = 0;
   for (const Model m : models) {
@@ -170,13 +228,18 @@ int check_models(const std::string& who, Get get, std::span<const Model> models 
     if constexpr (requires { strategy.is_server(); }) server = strategy.is_server();
     std::string rank;
     if constexpr (requires { strategy.rank(); }) rank = "rank " + std::to_string(strategy.rank()) + ", ";
-    const double diff = difference(m, train_epoch(strategy, m), one_device_reference(m, replicas), server);
-    const bool ok = diff < 1e-5;
+    const double diff =
+        difference(m, train_epoch(strategy, m, poison), one_device_reference(m, replicas, poison), server);
+    const bool ok = diff < bound(policy);
     failures += ok ? 0 : 1;
-    std::printf("%s %s%s: %s in %s, an epoch ending in 1 row for %d replicas: %s differ from one device's by %.3g "
-                "(relative)\n",
-                ok ? "ok  " : "FAIL", rank.c_str(), who.c_str(), name(m), strata::precision::name_of(policy), replicas,
-                m == Model::resnet || server ? "parameters" : "parameters and buffers", diff);
+    const std::string poisoned_step =
+        poison.replica < 0 ? "" : " (step " + std::to_string(poison.step) + " infinite on replica " +
+                                      std::to_string(poison.replica) + ")";
+    std::printf("%s %s%s: %s in %s%s, an epoch ending in 1 row for %d replicas: %s differ from one device's by %.3g "
+                "(relative; bound %.3g)\n",
+                ok ? "ok  " : "FAIL", rank.c_str(), who.c_str(), name(m), strata::precision::name_of(policy),
+                poisoned_step.c_str(), replicas,
+                m == Model::resnet || server ? "parameters" : "parameters and buffers", diff, bound(policy));
   }
   return failures;
 }

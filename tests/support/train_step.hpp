@@ -15,7 +15,7 @@ double train_step(S& strategy, Model& model, Optimizer& opt, const auto& batch) 
       [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
         strata::Tensor loss =
             strata::nn::cross_entropy(model(b.x), b.y, strata::nn::Reduction::sum_over_global_batch, b.global_size);
-        opt.apply_gradients(ctx, strata::grad(loss, model.parameters()));
+        opt.apply_gradients(ctx, strata::grad(opt.scale_loss(loss), model.parameters()));
         return loss;
       },
       batch);

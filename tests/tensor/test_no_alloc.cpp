@@ -74,6 +74,7 @@ Counted steady_state_allocations(S& strategy, Make make, strata::Shape example_s
 
   auto model = strategy.scope(make);
   auto opt = strategy.scope([&] { return strata::optim::Sgd(model.parameters(), 0.05, 0.9); });
+  if (strata::precision::needs_loss_scale(strata::precision::current())) opt.set_loss_scale();
   const std::int64_t batch = per_replica * strategy.num_replicas_in_sync();
   auto data = strategy.distribute(strata::data::Pipeline(strata::data::TensorDataset(x, y)).shuffle(0).batch(batch));
   int step = 0;
@@ -180,6 +181,23 @@ TEST_CASE("Tensor.Allocator.SteadyStateTransformerStepAllocatesNothing") {
   }
   counting = false;
   CHECK(allocations.exchange(0) == 0);
+}
+
+// Under the 16-bit policies: the GEMMs' packing and rounding buffers grow once; float16's loss
+// scale (the scaled loss, the division and check of the gradients, and with sharded sums the
+// wait for the shares to be read) takes nothing per step.
+TEST_CASE("Tensor.Allocator.SteadySixteenBitStepsAllocateNothing") {
+  for (const strata::precision::Policy policy : {strata::precision::bfloat16, strata::precision::float16}) {
+    CAPTURE(strata::precision::name_of(policy));
+    const strata::precision::Scope scope(policy);
+    strata::OneDeviceStrategy one;
+    CHECK(steady_state_allocations(one, strata::models::fashion_mnist_cnn, {1, 28, 28}).allocations == 0);
+  }
+  const strata::precision::Scope fp16(strata::precision::float16);
+  strata::MirroredStrategy sharded(2, {.bucket_bytes = 256 * 1024,
+                                       .split_update = strata::UpdateSplit::on,
+                                       .gradients = strata::GradientLayout::sharded});
+  check_nothing_per_step(steady_state_allocations(sharded, strata::models::fashion_mnist_mlp, {1, 28, 28}));
 }
 
 // Every replica thread, the gradient engine's buckets and the strategy's hand-off included,

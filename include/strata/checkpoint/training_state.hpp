@@ -1,6 +1,7 @@
 /// \file
 /// A training run's state as named checkpoint tensors, and back: the parameters
-/// ("param.<i>"), the optimizer's slots ("optimizer.<slot>.<i>") and step count, the data
+/// ("param.<i>"), the optimizer's slots ("optimizer.<slot>.<i>"), step count and loss scale
+/// ("optimizer.loss_scale": the scale and its finite steps in a row, where it has one), the data
 /// position and step ("position": step, epoch, batch in epoch), the default generator
 /// ("rng") and the replicas in sync ("replicas"). restore_training_state() checks the whole
 /// file and every shape before it changes anything, so a mismatch fails before training.
@@ -14,6 +15,9 @@
 #include <array>
 #include <cstring>
 #include <cstdint>
+#include <cmath>    // std::floor
+#include <exception>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <string>
@@ -52,24 +56,38 @@ inline Tensor generator_tensor(const Generator& g) {
   return r;
 }
 
-/// Appends `opt`'s slots as "<prefix><slot>" and its step count as "<prefix>steps".
+/// Appends `opt`'s slots as "<prefix><slot>", its step count as "<prefix>steps" and, where it
+/// has a loss scale, the scale and its finite steps in a row as "<prefix>loss_scale" (float64 [2]).
 inline void add_optimizer_state(NamedTensors& out, const std::string& prefix, const optim::Optimizer& opt) {
   for (const auto& [name, t] : opt.state()) out.emplace_back(prefix + name, t);
   out.emplace_back(prefix + "steps", full({}, static_cast<double>(opt.steps()), DType::i64));
+  if (const auto& ls = opt.loss_scale())
+    out.emplace_back(prefix + "loss_scale",
+                     from_vector<double>({2}, {ls->scale(), static_cast<double>(ls->clean_steps())}));
 }
 
-/// What add_optimizer_state() wrote under `prefix`: the slots (named without the prefix) and
-/// the step count, for Optimizer::load_state.
+/// What add_optimizer_state() wrote under `prefix`: the slots (named without the prefix), the
+/// step count and the loss scale (scale, finite steps), for Optimizer::load_state.
 struct OptimizerState {
   std::vector<std::pair<std::string, Tensor>> slots;
   std::int64_t steps = 0;
+  std::optional<std::pair<double, std::int64_t>> loss_scale;
 };
 inline OptimizerState read_optimizer_state(const Reader& r, const std::string& prefix) {
   OptimizerState st;
   for (const Entry& e : r.entries())
-    if (e.name.rfind(prefix, 0) == 0 && e.name != prefix + "steps")
+    if (e.name.rfind(prefix, 0) == 0 && e.name != prefix + "steps" && e.name != prefix + "loss_scale")
       st.slots.emplace_back(e.name.substr(prefix.size()), r.read(e.name));
   st.steps = static_cast<std::int64_t>(r.read(prefix + "steps").item());
+  if (r.find(prefix + "loss_scale")) {
+    const Tensor ls = r.read(prefix + "loss_scale");
+    STRATA_REQUIRE(ls.numel() == 2 && ls.dtype() == DType::f64, invalid_argument, "strata.checkpoint", "'", r.name(),
+                   "': malformed ", prefix, "loss_scale");
+    const auto v = ls.to_vector<double>();
+    STRATA_REQUIRE(v[1] >= 0 && v[1] == std::floor(v[1]), invalid_argument, "strata.checkpoint", "'", r.name(),
+                   "': malformed ", prefix, "loss_scale (", v[1], " finite steps)");
+    st.loss_scale.emplace(v[0], static_cast<std::int64_t>(v[1]));
+  }
   return st;
 }
 
@@ -154,7 +172,17 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
                    i);
     generator_states.push_back(std::move(g));
   }
+  if (optimizer.loss_scale && opt.loss_scale()) {  // checked before anything changes
+    optim::LossScale check = *opt.loss_scale();
+    try {
+      check.restore(optimizer.loss_scale->first, optimizer.loss_scale->second);
+    } catch (const std::exception& e) {
+      STRATA_THROW(invalid_argument, "strata.checkpoint.mismatch", "'", r.name(), "': ", e.what());
+    }
+  }
   opt.adopt_state(std::move(optimizer.slots), optimizer.steps);  // checks every slot before changing any
+  if (optimizer.loss_scale && opt.loss_scale())
+    opt.restore_loss_scale(optimizer.loss_scale->first, optimizer.loss_scale->second);
   for (std::size_t i = 0; i < params.size(); ++i) read_into_tensor(r, param_keys[i], params[i]);
   for (std::size_t i = 0; i < buffers.size(); ++i) read_into_tensor(r, buffer_keys[i], buffers[i]);
   auto set = [](Generator& g, const Tensor& t) {

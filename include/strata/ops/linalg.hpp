@@ -11,6 +11,7 @@
 #include <strata/kernels/cpu/elementwise.hpp>  // relu_mask_inplace, column_sums
 #include <strata/kernels/cpu/gemm.hpp>         // kernels::cpu::gemm
 #include <strata/kernels/cpu/gemm_bf16.hpp>    // kernels::cpu::gemm_bf16
+#include <strata/kernels/cpu/gemm_f16.hpp>     // kernels::cpu::gemm_f16
 #include <strata/kernels/math/unary.hpp>     // Unary::relu
 #include <strata/ops/detail/strided.hpp>      // for_each_strided: the batch entries
 #include <strata/ops/shape_ops.hpp>         // reshape: linear over leading axes
@@ -25,12 +26,16 @@ enum class Activation : std::int64_t { none, relu };
 
 namespace ops::detail {
 
-/// A host GEMM of an operation, in the calling thread's precision: under bfloat16 a float
-/// product rounds its operands to bfloat16 and sums in float32 (precision/policy.hpp).
+/// A host GEMM of an operation, in the calling thread's precision: under bfloat16 (float16) a
+/// float product rounds its operands to bfloat16 (float16) and sums in float32
+/// (precision/policy.hpp).
 template <class T>
 void host_gemm(const kernels::cpu::GemmArgs<T>& g) {
-  if constexpr (std::is_same_v<T, float>)
-    if (precision::current().compute == DType::bf16) return kernels::cpu::gemm_bf16(g);
+  if constexpr (std::is_same_v<T, float>) {
+    const DType compute = precision::current().compute;
+    if (compute == DType::bf16) return kernels::cpu::gemm_bf16(g);
+    if (compute == DType::f16) return kernels::cpu::gemm_f16(g);
+  }
   kernels::cpu::gemm(g);
 }
 

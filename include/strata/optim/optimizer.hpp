@@ -22,6 +22,7 @@
 #include <strata/autograd/backward.hpp>  // Gradients
 #include <strata/kernels/cpu/optim_step.hpp>  // all_zero
 #include <strata/optim/gradient_transforms.hpp>
+#include <strata/optim/loss_scale.hpp>
 #include <strata/optim/nonfinite.hpp>
 #include <strata/optim/schedule.hpp>
 #include <strata/optim/update_stages.hpp>
@@ -85,6 +86,24 @@ class Optimizer {
   /// parameter i's); it runs before the clipping. An empty function removes it.
   void set_gradient_transform(std::function<void(const Gradients&)> fn) { transforms_.user = std::move(fn); }
   const GradientTransforms& gradient_transforms() const noexcept { return transforms_; }
+
+  /// Turns on a dynamic loss scale (loss_scale.hpp), which a float16 run needs: backward then
+  /// takes scale_loss(loss), and each update divides the aggregated gradients by the scale
+  /// before anything reads them, skips a step whose gradients are not all finite (counted in
+  /// skipped_steps()) and moves the scale. Checkpoints hold its state.
+  void set_loss_scale(LossScaleOptions o = {}) { loss_scale_.emplace(o); }
+  /// Turns it off: gradients are used as they come.
+  void clear_loss_scale() noexcept { loss_scale_.reset(); }
+  /// The loss scale, or none.
+  const std::optional<LossScale>& loss_scale() const noexcept { return loss_scale_; }
+  /// Restores the scale a checkpoint saved (set_loss_scale first).
+  void restore_loss_scale(double scale, std::int64_t clean_steps) {
+    STRATA_CHECK(loss_scale_.has_value(), "restore_loss_scale: this optimizer has no loss scale (set_loss_scale)");
+    loss_scale_->restore(scale, clean_steps);
+  }
+  /// The loss backward should differentiate: `loss` times the current scale, or `loss` itself
+  /// without a loss scale.
+  Tensor scale_loss(const Tensor& loss) const { return loss_scale_ ? mul(loss, loss_scale_->scale()) : loss; }
 
   /// Sets the rate for the coming update from the schedule, if there is one (the update
   /// protocol calls it first, before the parameter servers are told the rate).
@@ -189,6 +208,10 @@ class Optimizer {
     begin_update();  // the schedule's rate, before stage 1 hands it to parameter servers
     check_placement(stages);
     stages.note_optimizer(*this);
+    if (loss_scale_ && stages.updates_elsewhere() && !unscaled_before_aggregation(stages, grads)) {
+      stages.publish();  // 4: nothing changed, as on every replica in sync
+      return;
+    }
     bool here;
     {
       const StageScope stage(stages, UpdateStage::aggregate);
@@ -242,7 +265,7 @@ class Optimizer {
     if (p == NonFinite::error) detail::local_nonfinite_checks().store(true, std::memory_order_relaxed);
   }
   NonFinite nonfinite() const noexcept { return nonfinite_; }
-  /// Steps skipped for non-finite gradients (NonFinite::skip).
+  /// Steps skipped for non-finite gradients (NonFinite::skip, or the loss scale's check).
   std::int64_t skipped_steps() const noexcept { return skipped_; }
 
   /// Named state tensors (buffers per parameter), for checkpoints.
@@ -349,12 +372,36 @@ class Optimizer {
                      "the optimizer, or leave sparse_tables on");
   }
 
-  /// Stage 2 on the aggregated gradients: whether the update goes ahead (the non-finite
-  /// policy), then the transforms (clipping, the user's), the same on every replica.
+  /// Where the update happens off this replica (on parameter servers, which only sum and
+  /// apply): the loss scale's division and check on this replica's own gradients before they
+  /// are pushed, agreed by every replica in sync (UpdateStages::all_finite). False: the step
+  /// is skipped here and on every replica in sync.
+  bool unscaled_before_aggregation(UpdateStages& stages, const Gradients& grads) {
+    const bool finite = stages.all_finite(unscale(grads, loss_scale_->scale()));
+    loss_scale_->after_step(finite);
+    if (!finite) ++skipped_;
+    return finite;
+  }
+
+  /// Stage 2 on the aggregated gradients: the loss scale's division and check, whether the
+  /// update goes ahead (the non-finite policy), then the transforms (clipping, the user's), the
+  /// same on every replica.
   bool transform(UpdateStages& stages, const Gradients& grads) {
+    if (loss_scale_) {
+      if (grads.completion != nullptr) {  // sums kept in shares, divided in place: each replica's copy whole first
+        grads.make_whole();
+        stages.shares_read();
+      }
+      const bool finite = unscale(grads, loss_scale_->scale());
+      loss_scale_->after_step(finite);
+      if (!finite) {
+        ++skipped_;
+        return false;
+      }
+    }
     if (!admits(grads, [&] { return stages.nonfinite_origin(); })) return false;
     if (!transforms_.active()) return true;
-    if (grads.completion != nullptr) {  // sums kept in shares (GradientLayout::sharded)
+    if (grads.completion != nullptr && !loss_scale_) {  // sums kept in shares (GradientLayout::sharded)
       grads.make_whole();
       stages.shares_read();
     }
@@ -443,6 +490,7 @@ class Optimizer {
   double lr_;
   std::optional<Schedule> schedule_;
   GradientTransforms transforms_;
+  std::optional<LossScale> loss_scale_;
   std::int64_t steps_ = 0, skipped_ = 0;
   std::uint64_t state_version_ = 0;
   NonFinite nonfinite_ = NonFinite::apply;

@@ -4,8 +4,10 @@
 ///
 ///   1. aggregate — the gradients combined over the replicas in sync (the bucketed engine's
 ///                  all-reduce, the central sum, or a push to the parameter servers);
-///   2. transform — on the aggregated gradients, the same bits on every replica: the
-///                  non-finite policy (skip or error), then the optimizer's gradient
+///   2. transform — on the aggregated gradients, the same bits on every replica: the loss
+///                  scale's division and check (loss_scale.hpp; where the update happens
+///                  elsewhere, on each replica's own gradients before stage 1, agreed by
+///                  all_finite), the non-finite policy (skip or error), then the optimizer's gradient
 ///                  transforms (gradient_transforms.hpp: a user's, clipping by value and by
 ///                  the global norm);
 ///   3. update    — the optimizer's rule on the whole of each parameter, on this replica's
@@ -72,6 +74,11 @@ class UpdateStages {
   /// After a replica made sums kept in shares whole (GradientLayout::sharded) for stage 2: none
   /// may change its own share in place before every replica has read it.
   virtual void shares_read() {}
+
+  /// Before stage 1, where stage 3 happens elsewhere and a loss scale checks each replica's own
+  /// gradients: whether every replica in sync found its own all finite (`mine`: this one's).
+  /// Every replica in sync calls it, at the same point, so it may meet the others.
+  virtual bool all_finite(bool mine) { return mine; }
 
   /// Whether stage 3 happens off this replica (on parameter servers), so that stage 2's
   /// gradient transforms cannot run here.

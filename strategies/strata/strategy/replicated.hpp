@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/optim/loss_scale.hpp>  // LossScaleOptions
 #include <strata/strategy/per_replica.hpp>
 #include <strata/support/check.hpp>
 #include <strata/support/replica_thread.hpp>  // current_local_replica
@@ -126,6 +127,30 @@ class Replicated {
     requires requires(T& t) { t.set_gradient_transform(fn); }
   {
     for (auto& c : copies_) c->set_gradient_transform(fn);
+  }
+  /// Every copy's loss scale (optim/loss_scale.hpp): the copies decide on the same aggregated
+  /// gradients, so their scales stay equal.
+  void set_loss_scale(const optim::LossScaleOptions& options = {})
+    requires requires(T& t) { t.set_loss_scale(options); }
+  {
+    for (auto& c : copies_) c->set_loss_scale(options);
+  }
+  void clear_loss_scale()
+    requires requires(T& t) { t.clear_loss_scale(); }
+  {
+    for (auto& c : copies_) c->clear_loss_scale();
+  }
+  /// The calling replica's loss times its copy's scale.
+  template <class L>
+  decltype(auto) scale_loss(const L& loss) const
+    requires requires(const T& t) { t.scale_loss(loss); }
+  {
+    return local().scale_loss(loss);
+  }
+  decltype(auto) loss_scale() const
+    requires requires(const T& t) { t.loss_scale(); }
+  {
+    return local().loss_scale();
   }
 
  private:

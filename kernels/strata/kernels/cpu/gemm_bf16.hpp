@@ -29,6 +29,7 @@
 #include <strata/kernels/cpu/gemm.hpp>
 #include <strata/kernels/cpu/gemm_avx512.hpp>
 #include <strata/kernels/cpu/gemm_epilogue.hpp>
+#include <strata/kernels/cpu/gemm_rounded.hpp>  // the fallback
 #include <strata/kernels/math/bfloat16.hpp>
 #include <strata/kernels/math/gemm_args.hpp>
 
@@ -273,26 +274,11 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
 #endif
 
 /// gemm_bf16 on any CPU: op(A) and op(B) rounded to bfloat16 into float copies, then the float
-/// GEMM over them (its products of bfloat16 values exact, its sums float's).
+/// GEMM over them (gemm_rounded.hpp).
 inline void gemm_bf16_rounded(const math::GemmArgs<float>& g) {
-  thread_local std::vector<float> a, b;
-  const auto rounded = [](std::vector<float>& to, const float* from, std::int64_t rows, std::int64_t cols,
-                          std::int64_t ld) {
-    to.resize(static_cast<std::size_t>(rows * cols));
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c < cols; ++c) to[static_cast<std::size_t>(r * cols + c)] = math::round_to_bf16(from[r * ld + c]);
-  };
-  const std::int64_t a_cols = g.trans_a ? g.m : g.k, b_cols = g.trans_b ? g.k : g.n;
-  rounded(a, g.a, g.trans_a ? g.k : g.m, a_cols, g.lda);
-  rounded(b, g.b, g.trans_b ? g.n : g.k, b_cols, g.ldb);
-  add_a_row_sums(g);  // from the float operand, as the AVX512-BF16 kernel takes them
-  math::GemmArgs<float> r = g;
-  r.a = a.data();
-  r.lda = a_cols;
-  r.b = b.data();
-  r.ldb = b_cols;
-  r.a_row_sums = nullptr;
-  gemm(r);
+  gemm_rounded_operands(g, [](const float* from, float* to, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) to[i] = math::round_to_bf16(from[i]);
+  });
 }
 
 /// The kernel that runs bfloat16 GEMMs in this process, and why (bf16_gemm_kernel()).

@@ -36,6 +36,15 @@ class WorkerContext final : private strata::detail::ReplicaStep, public ReplicaC
     return !s_.o_.update_on_servers;  // else the servers updated and the parameters hold their values
   }
   void set_gradient_sync(bool on) override { sync_on_ = on; }
+  /// The loss scale's check where the servers update: under Sync the workers' minimum, so
+  /// every worker skips the push together (the servers wait for every worker's); under Async
+  /// each worker's step is its own.
+  bool all_finite(bool mine) override {
+    if (!S::sync) return mine;
+    float f = mine ? 1.0f : 0.0f;
+    s_.t_.group().allreduce_raw(&f, &f, 1, DType::f32, ReduceOp::Min);
+    return f == 1.0f;
+  }
   bool updates_elsewhere() const override { return s_.o_.update_on_servers; }
   bool updates_rows_elsewhere() const override { return s_.o_.sparse_tables; }
   void note_optimizer(const optim::Optimizer& opt) override {

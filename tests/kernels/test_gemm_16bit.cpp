@@ -8,6 +8,8 @@
 #include <vector>
 
 #include <strata/kernels/cpu/gemm_bf16.hpp>
+#include <strata/kernels/cpu/gemm_f16.hpp>
+#include <strata/tensor/half.hpp>
 
 namespace {
 
@@ -16,9 +18,11 @@ namespace km = strata::kernels::math;
 
 using Bf16GemmFn = void (*)(const kc::GemmArgs<float>&);
 
+// A 16-bit GEMM and the rounding of its operands it stands for.
 struct NamedKernel {
   const char* name;
   Bf16GemmFn run;
+  float (*round)(float) = &km::round_to_bf16;
 };
 
 // Every bfloat16 GEMM this CPU can run, and the dispatcher.
@@ -26,6 +30,20 @@ std::vector<NamedKernel> bf16_kernels() {
   std::vector<NamedKernel> all{{"float32", &kc::gemm_bf16_rounded}, {"dispatch", &kc::gemm_bf16}};
 #ifdef STRATA_GEMM_AVX512
   if (kc::has_avx512_bf16()) all.push_back({"avx512-bf16", &kc::gemm_bf16_avx512});
+#endif
+  return all;
+}
+
+// Every float16 GEMM: the operands rounded one at a time, by F16C where the CPU has it, and
+// the dispatcher.
+std::vector<NamedKernel> f16_kernels() {
+  std::vector<NamedKernel> all{
+      {"f16 scalar", [](const kc::GemmArgs<float>& g) { kc::gemm_rounded_operands(g, kc::round_to_f16); }, &km::round_to_f16},
+      {"f16 dispatch", &kc::gemm_f16, &km::round_to_f16}};
+#ifdef STRATA_GEMM_F16C
+  if (kc::has_f16c())
+    all.push_back({"f16c", [](const kc::GemmArgs<float>& g) { kc::gemm_rounded_operands(g, kc::round_to_f16_f16c); },
+                   &km::round_to_f16});
 #endif
   return all;
 }
@@ -40,8 +58,8 @@ struct Bf16Shape {
   std::int64_t m, n, k;
 };
 
-// C = alpha bf16(op(A)) bf16(op(B)) + beta C, then the epilogue, against the same in float64
-// over the rounded operands (exact products): the float32 sums' error, at most about k units
+// C = alpha r(op(A)) r(op(B)) + beta C, then the epilogue, r the kernel's rounding to bfloat16
+// or float16, against the same in float64 over the rounded operands (exact products): the float32 sums' error, at most about k units
 // of float's last place of sum |alpha a b| + |beta c| + |biases|, element by element.
 void check_bf16_shape(const NamedKernel& kernel, Bf16Shape s, bool ta, bool tb) {
   const std::int64_t m = s.m, n = s.n, k = s.k;
@@ -56,10 +74,10 @@ void check_bf16_shape(const NamedKernel& kernel, Bf16Shape s, bool ta, bool tb) 
   std::vector<double> ab(static_cast<std::size_t>(m * n)), mag(ab.size()), sums(static_cast<std::size_t>(m), 0.25);
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t p = 0; p < k; ++p) {
-      const double x = km::round_to_bf16(at_a(i, p));
+      const double x = kernel.round(at_a(i, p));
       sums[static_cast<std::size_t>(i)] += at_a(i, p);
       for (std::int64_t j = 0; j < n; ++j) {
-        const double y = km::round_to_bf16(at_b(p, j));
+        const double y = kernel.round(at_b(p, j));
         ab[static_cast<std::size_t>(i * n + j)] += x * y;
         mag[static_cast<std::size_t>(i * n + j)] += std::abs(x * y);
       }
@@ -135,6 +153,74 @@ TEST_CASE("Kernels.GemmBf16.MatchesFloat64OfRoundedOperands") {
   for (const NamedKernel& kernel : bf16_kernels())
     for (const Bf16Shape& s : shapes)
       for (int t = 0; t < 4; ++t) check_bf16_shape(kernel, s, (t & 1) != 0, (t & 2) != 0);
+}
+
+TEST_CASE("Kernels.GemmF16.RoundsToNearestEven") {
+  // float16 keeps 10 fraction bits: 1 + 2^-11 is halfway between 1 and 1 + 2^-10 (even: 1),
+  // 1 + 3 * 2^-11 halfway between 1 + 2^-10 and 1 + 2^-9 (even: the latter). Its largest
+  // finite value is 65504; from 65520 (halfway to 65536) on, infinity. Its subnormals are
+  // multiples of 2^-24: 2^-25 is halfway between 0 and 2^-24 (even: 0), 3 * 2^-25 halfway
+  // between 2^-24 and 2^-23 (even: 2^-23).
+  CHECK(km::round_to_f16(1.0f + 0x1p-11f) == 1.0f);
+  CHECK(km::round_to_f16(1.0f + 3 * 0x1p-11f) == 1.0f + 0x1p-9f);
+  CHECK(km::round_to_f16(std::nextafter(1.0f + 0x1p-11f, 2.0f)) == 1.0f + 0x1p-10f);
+  CHECK(km::round_to_f16(65504.0f) == 65504.0f);
+  CHECK(km::round_to_f16(std::nextafter(65520.0f, 0.0f)) == 65504.0f);
+  CHECK(km::round_to_f16(65520.0f) == INFINITY);
+  CHECK(km::round_to_f16(-1e6f) == -INFINITY);
+  CHECK(km::round_to_f16(0x1p-24f) == 0x1p-24f);
+  CHECK(km::round_to_f16(0x1p-25f) == 0.0f);
+  CHECK(km::round_to_f16(3 * 0x1p-25f) == 0x1p-23f);
+  CHECK(km::round_to_f16(0x1p-14f) == 0x1p-14f);  // the smallest normal
+  CHECK(std::isnan(km::round_to_f16(NAN)));
+  CHECK(km::f16_bits(-2.0f) == 0xc000u);
+  CHECK(static_cast<float>(strata::Half(3.0f)) == 3.0f);
+#ifdef STRATA_GEMM_F16C
+  // F16C's conversions give the scalar conversion's floats, bit for bit, over a sweep of every
+  // 4099th float bit pattern (normals, subnormals, both signs, infinities and NaNs).
+  if (kc::has_f16c()) {
+    std::vector<float> from, got(4096), want(4096);
+    std::int64_t differ = 0;
+    for (std::uint64_t u = 0; u <= 0xffffffffu; u += 4099) {
+      from.push_back(from_bits(static_cast<std::uint32_t>(u)));
+      if (from.size() < 4096 && u + 4099 <= 0xffffffffu) continue;
+      const auto n = static_cast<std::int64_t>(from.size());
+      kc::round_to_f16_f16c(from.data(), got.data(), n);
+      kc::round_to_f16(from.data(), want.data(), n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::uint32_t a, b;
+        std::memcpy(&a, &got[static_cast<std::size_t>(i)], 4);
+        std::memcpy(&b, &want[static_cast<std::size_t>(i)], 4);
+        const bool both_nan = std::isnan(got[static_cast<std::size_t>(i)]) && std::isnan(want[static_cast<std::size_t>(i)]);
+        differ += a != b && !both_nan;
+      }
+      from.clear();
+    }
+    CHECK(differ == 0);
+  }
+#endif
+}
+
+TEST_CASE("Kernels.GemmF16.MatchesFloat64OfRoundedOperands") {
+  const Bf16Shape shapes[] = {{1, 1, 1}, {13, 33, 7}, {25, 70, 513}, {5, 1030, 64}, {1, 17, 2}};
+  for (const NamedKernel& kernel : f16_kernels())
+    for (const Bf16Shape& s : shapes)
+      for (int t = 0; t < 4; ++t) check_bf16_shape(kernel, s, (t & 1) != 0, (t & 2) != 0);
+}
+
+TEST_CASE("Kernels.GemmF16.OperandsPastItsRangeAreInfinite") {
+  // 70000 is past float16's 65504: the operand is infinite, and so is the product, as on a GPU
+  // (what a loss scale that is too large shows as); 60001 is within range.
+  for (const NamedKernel& kernel : f16_kernels()) {
+    INFO(kernel.name);
+    std::vector<float> big{70000.0f, 1.0f}, fits{60001.0f, 0.0f}, tiny{0x1p-26f, 0.0f}, ones{1.0f, 1.0f}, c{0.0f};
+    kernel.run({false, false, 1, 1, 2, 1.0f, big.data(), 2, ones.data(), 1, 0.0f, c.data(), 1});
+    CHECK(c[0] == INFINITY);
+    kernel.run({false, false, 1, 1, 2, 1.0f, fits.data(), 2, ones.data(), 1, 0.0f, c.data(), 1});
+    CHECK(c[0] == 60000.0f);  // 60001 rounded to float16's multiples of 32 there
+    kernel.run({false, false, 1, 1, 2, 1.0f, tiny.data(), 2, ones.data(), 1, 0.0f, c.data(), 1});
+    CHECK(c[0] == 0.0f);  // below half of float16's smallest subnormal: gone (what a loss scale prevents)
+  }
 }
 
 TEST_CASE("Kernels.GemmBf16.EmptyAndDegenerateShapes") {
