@@ -17,6 +17,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 #define STRATA_GEMM_F16C 1
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -29,7 +30,12 @@ namespace strata::kernels::cpu {
 /// Whether this CPU converts float <-> float16 in vectors (F16C: every x86-64 since 2013).
 inline bool has_f16c() {
 #ifdef STRATA_GEMM_F16C
-  static const bool yes = (__builtin_cpu_init(), __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"));
+  static const bool yes = [] {  // AVX with the OS's register state, and CPUID leaf 1 ECX bit 29
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx")) return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx >> 29 & 1u) != 0;
+  }();
   return yes;
 #else
   return false;
