@@ -172,7 +172,8 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
                    i);
     generator_states.push_back(std::move(g));
   }
-  if (optimizer.loss_scale && opt.loss_scale()) {  // checked before anything changes
+  const bool restores_scale = optimizer.loss_scale && opt.loss_scale();
+  if (restores_scale) {  // checked on a copy before anything changes
     optim::LossScale check = *opt.loss_scale();
     try {
       check.restore(optimizer.loss_scale->first, optimizer.loss_scale->second);
@@ -181,7 +182,7 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
     }
   }
   opt.adopt_state(std::move(optimizer.slots), optimizer.steps);  // checks every slot before changing any
-  if (optimizer.loss_scale && opt.loss_scale())
+  if (restores_scale)
     opt.restore_loss_scale(optimizer.loss_scale->first, optimizer.loss_scale->second);
   for (std::size_t i = 0; i < params.size(); ++i) read_into_tensor(r, param_keys[i], params[i]);
   for (std::size_t i = 0; i < buffers.size(); ++i) read_into_tensor(r, buffer_keys[i], buffers[i]);

@@ -12,9 +12,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include <strata/autograd/backward.hpp>  // Gradients, NoGradGuard
-#include <strata/ops/elementwise.hpp>    // mul
-#include <strata/optim/nonfinite.hpp>    // all_finite
+#include <strata/autograd/backward.hpp>           // Gradients, NoGradGuard
+#include <strata/optim/gradient_transforms.hpp>  // GradientTransforms::values, scale
+#include <strata/optim/nonfinite.hpp>             // all_finite
 #include <strata/support/check.hpp>
 
 namespace strata::optim {
@@ -71,7 +71,8 @@ class LossScale {
   std::int64_t clean_ = 0;
 };
 
-/// t *= factor in place; whether every element of the result is finite (one pass on the host).
+/// t *= factor in place; whether every element of the result is finite (one pass over a
+/// float32 gradient on the host, where the step spends it).
 inline bool scale_and_check(Tensor& t, double factor) {
   if (t.device() == Device::cpu() && t.is_contiguous() && t.dtype() == DType::f32) {
     float* p = t.data<float>();
@@ -83,7 +84,7 @@ inline bool scale_and_check(Tensor& t, double factor) {
     }
     return ok;
   }
-  t.copy_(mul(t, factor));
+  GradientTransforms::scale(t, factor);
   return all_finite(t);
 }
 
@@ -95,8 +96,7 @@ inline bool unscale(const Gradients& g, double scale) {
   const double inverse = 1.0 / scale;  // exact for the powers of two the defaults keep the scale at
   bool ok = true;
   for (std::size_t i = 0; i < g.size(); ++i) {
-    const RowGrad rows = g.rows(i);
-    Tensor t = rows.defined() ? rows.rows : g[i];
+    Tensor t = GradientTransforms::values(g, i);
     if (t.defined()) ok &= scale_and_check(t, inverse);
   }
   return ok;

@@ -377,7 +377,12 @@ class Optimizer {
   /// are pushed, agreed by every replica in sync (UpdateStages::all_finite). False: the step
   /// is skipped here and on every replica in sync.
   bool unscaled_before_aggregation(UpdateStages& stages, const Gradients& grads) {
-    const bool finite = stages.all_finite(unscale(grads, loss_scale_->scale()));
+    return scaled_step_goes_ahead(stages.all_finite(unscale(grads, loss_scale_->scale())));
+  }
+
+  /// The loss scale moved by a step's finiteness; false (the step skipped, and counted) where
+  /// it was not finite.
+  bool scaled_step_goes_ahead(bool finite) {
     loss_scale_->after_step(finite);
     if (!finite) ++skipped_;
     return finite;
@@ -387,25 +392,16 @@ class Optimizer {
   /// update goes ahead (the non-finite policy), then the transforms (clipping, the user's), the
   /// same on every replica.
   bool transform(UpdateStages& stages, const Gradients& grads) {
-    if (loss_scale_) {
-      if (grads.completion != nullptr) {  // sums kept in shares, divided in place: each replica's copy whole first
-        grads.make_whole();
-        stages.shares_read();
-      }
-      const bool finite = unscale(grads, loss_scale_->scale());
-      loss_scale_->after_step(finite);
-      if (!finite) {
-        ++skipped_;
-        return false;
-      }
-    }
-    if (!admits(grads, [&] { return stages.nonfinite_origin(); })) return false;
-    if (!transforms_.active()) return true;
-    if (grads.completion != nullptr && !loss_scale_) {  // sums kept in shares (GradientLayout::sharded)
+    // The loss scale and the transforms change the sums in place: where they are kept in shares
+    // (GradientLayout::sharded), each replica's copy is made whole, and no share changes before
+    // every replica has read it.
+    if ((loss_scale_ || transforms_.active()) && grads.completion != nullptr) {
       grads.make_whole();
       stages.shares_read();
     }
-    transforms_.apply(grads);
+    if (loss_scale_ && !scaled_step_goes_ahead(unscale(grads, loss_scale_->scale()))) return false;
+    if (!admits(grads, [&] { return stages.nonfinite_origin(); })) return false;
+    transforms_.apply(grads);  // (nothing where none is active)
     return true;
   }
 

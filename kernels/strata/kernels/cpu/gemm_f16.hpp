@@ -15,9 +15,9 @@
 
 #include <cstdint>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#include <strata/kernels/cpu/cpu_features.hpp>  // has_f16c
+#ifdef STRATA_CPU_FEATURES_X86
 #define STRATA_GEMM_F16C 1
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -26,21 +26,6 @@
 #include <strata/kernels/math/gemm_args.hpp>
 
 namespace strata::kernels::cpu {
-
-/// Whether this CPU converts float <-> float16 in vectors (F16C: every x86-64 since 2013).
-inline bool has_f16c() {
-#ifdef STRATA_GEMM_F16C
-  static const bool yes = [] {  // AVX with the OS's register state, and CPUID leaf 1 ECX bit 29
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx")) return false;
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx >> 29 & 1u) != 0;
-  }();
-  return yes;
-#else
-  return false;
-#endif
-}
 
 /// n floats rounded to float16 and back, one at a time.
 inline void round_to_f16(const float* from, float* to, std::int64_t n) {
