@@ -3,6 +3,7 @@
 // float64 over the operands rounded to bfloat16 (the products exact, the sums float32's error).
 #include "doctest.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -192,4 +193,65 @@ TEST_CASE("Precision.Bf16.Im2colConvolutionMatchesItsRoundedProducts") {
   }
   const precision::Scope back(precision::float32);
   CHECK(max_difference(run(x0, w0, r)[2], got[2]) > 1e-3);  // the policy took effect
+}
+
+TEST_CASE("Precision.SixteenBit.WinogradConvolutionOnTheSixteenBitGemm") {
+  // A 3x3 convolution of 16 channels at stride 1 goes by Winograd's F(2x2, 3x3); under a 16-bit
+  // policy its 16 GEMMs are that type's (host_gemm), forward and backward: the output and both
+  // gradients are the kernels' Winograd over gemm_bf16 (gemm_f16) bit for bit, within the
+  // type's rounding of the float64 convolution, and not float32's.
+  namespace cpu = strata::kernels::cpu;
+  namespace wg = strata::kernels::cpu::winograd;
+  const std::int64_t N = 3, C = 16, H = 7, K = 24;
+  const cpu::ConvGeometry geo{N, C, H, H, 3, 3, 1, 1}, adjoint{N, K, H, H, 3, 3, 1, 1};
+  REQUIRE(strata::ops::detail::runs_winograd(geo, K));
+  strata::Generator g(6);
+  const Tensor x0 = strata::uniform({N, C, H, H}, -1, 1, g), w0 = strata::uniform({K, C, 3, 3}, -1, 1, g);
+  const Tensor b0 = strata::uniform({K}, -1, 1, g), r = strata::uniform({N, K, H, H}, -1, 1, g);
+  auto run = [&](strata::DType dt) {
+    std::vector<Tensor> params{strata::to_dtype(x0, dt).requires_grad_(), strata::to_dtype(w0, dt).requires_grad_()};
+    const Tensor y = strata::conv2d(params[0], params[1], strata::to_dtype(b0, dt), 1, 1);
+    const auto grads = strata::grad(strata::sum(y * strata::to_dtype(r, dt)), params);
+    return std::vector<Tensor>{y, grads[0], grads[1]};
+  };
+  const auto definition = run(strata::DType::f64), f32 = run(strata::DType::f32);
+  struct Case {
+    precision::Policy policy;
+    wg::Product<float> gemm;
+    double tol;  // the largest error over the largest value: a few units of the type's rounding
+  };
+  for (const Case c : {Case{precision::bfloat16, &cpu::gemm_bf16, 0x1p-6}, Case{precision::float16, &cpu::gemm_f16, 0x1p-9}}) {
+    CAPTURE(precision::name_of(c.policy));
+    const precision::Scope scope(c.policy);
+    const auto got = run(strata::DType::f32);
+    // The same by the kernels, their GEMMs given.
+    Tensor y = Tensor::empty({N, K, H, H}), dx = Tensor::empty({N, C, H, H}), dw = Tensor::empty({K, C, 3, 3});
+    Tensor u = Tensor::empty({wg::kEntries, K, C}),
+           ws = Tensor::empty({std::max({wg::workspace_elements(geo, K, 4), wg::workspace_elements(adjoint, C, 4),
+                                         wg::filter_gradient_workspace(geo, K, 4)})});
+    wg::filter_transform<float>(K, C, w0.data<float>(), false, u.data<float>());
+    wg::convolve<float>(geo, K, x0.data<float>(), u.data<float>(), b0.data<float>(), false, false, y.data<float>(),
+                        ws.data<float>(), c.gemm);
+    wg::filter_transform<float>(C, K, w0.data<float>(), true, u.data<float>());
+    wg::convolve<float>(adjoint, C, r.data<float>(), u.data<float>(), nullptr, false, false, dx.data<float>(),
+                        ws.data<float>(), c.gemm);
+    wg::filter_gradient<float>(geo, K, x0.data<float>(), r.data<float>(), false, dw.data<float>(), ws.data<float>(),
+                               c.gemm);
+    const Tensor want[] = {y, dx, dw};
+    for (std::size_t i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      CHECK(got[i].to_vector<float>() == want[i].to_vector<float>());
+      const auto exact = definition[i].to_vector<double>();
+      double largest = 0;
+      for (double v : exact) largest = std::max(largest, std::abs(v));
+      const auto f = [&](const Tensor& t) {  // the largest error against the definition, over its largest value
+        const auto v = t.to_vector<double>();
+        double worst = 0;
+        for (std::size_t j = 0; j < v.size(); ++j) worst = std::max(worst, std::abs(v[j] - exact[j]));
+        return worst / largest;
+      };
+      CHECK(f(got[i]) <= c.tol);
+      CHECK(f(got[i]) > 16 * f(f32[i]));  // the policy took effect
+    }
+  }
 }

@@ -49,6 +49,7 @@ inline bool keeps_columns(const kernels::cpu::ConvGeometry& g) {
 
 /// Whether a CPU convolution goes by Winograd's F(2x2, 3x3), forward and backward: 3x3, stride
 /// 1, 16 channels or more in and out (kernels/cpu/winograd.hpp; STRATA_CONV=im2col turns it off).
+/// Its 16 GEMMs run in the thread's precision (host_gemm), as the direct convolution's do.
 inline bool runs_winograd(const kernels::cpu::ConvGeometry& g, std::int64_t out_channels) {
   return kernels::cpu::winograd::applies(g, out_channels) && kernels::cpu::winograd::enabled();
 }
@@ -66,7 +67,7 @@ void winograd_conv(const kernels::cpu::ConvGeometry& g, std::int64_t K, const T*
     wg::filter_transform<T>(g.c, K, w, true, u.template data<T>());
   else
     wg::filter_transform<T>(K, g.c, w, false, u.template data<T>());
-  wg::convolve<T>(g, K, x, u.template data<T>(), b, relu, accumulate, y, ws.template data<T>());
+  wg::convolve<T>(g, K, x, u.template data<T>(), b, relu, accumulate, y, ws.template data<T>(), &host_gemm<T>);
 }
 
 /// The geometry of images [first, first + count) of g's batch.
@@ -123,7 +124,7 @@ inline void conv2d_backward_winograd(autograd::Node& n, std::uint64_t epoch) {
     if (auto dw = autograd::grad_slot(n.in[1], epoch)) {
       Tensor ws = Tensor::empty({wg::filter_gradient_workspace(geo, OC, sizeof(T))}, g.dtype());
       wg::filter_gradient<T>(geo, OC, x.template data<T>(), gp, dw.accumulate, dw.dst.template data<T>(),
-                             ws.template data<T>());
+                             ws.template data<T>(), &host_gemm<T>);
     }
     if (auto dx = autograd::grad_slot(n.in[0], epoch)) {
       const kernels::cpu::ConvGeometry adjoint{N, OC, geo.oh(), geo.ow(), 3, 3, 1, 2 - geo.pad};

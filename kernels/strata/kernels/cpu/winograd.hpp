@@ -21,6 +21,11 @@
 /// [16][cnt * tiles][K], a tile's row b * tiles + ty * tw + tx. An image is copied into a
 /// bordered channels-last scratch before its input transform, and its output is turned back
 /// to NCHW after its output transform, with the bias, the ReLU and the accumulation.
+///
+/// The 16 GEMMs go through the caller's `product` (kernels::cpu::gemm by default): ops pass
+/// the GEMM of the thread's precision policy, so under bfloat16 or float16 the transformed
+/// operands U and V (H) are rounded to that type and their products summed in float, as the
+/// direct convolution's are. The transforms and Aᵀ M A stay float.
 #pragma once
 
 #include <algorithm>  // std::clamp, std::fill_n, std::max
@@ -37,6 +42,10 @@
 #include <strata/support/environment.hpp>
 
 namespace strata::kernels::cpu::winograd {
+
+/// A GEMM over float or double operands: the products' implementation the convolution uses.
+template <class T>
+using Product = void (*)(const math::GemmArgs<T>&);
 
 inline constexpr int kEntries = 16;  // ξ: the entries of a 4x4 transformed tile
 
@@ -349,7 +358,8 @@ namespace detail {
 
 template <class T, int kBytes>
 [[gnu::always_inline]] inline void convolve(const math::ConvGeometry& g, std::int64_t K, const T* x, const T* u,
-                                            const T* bias, bool relu, bool accumulate, T* y, T* ws) {
+                                            const T* bias, bool relu, bool accumulate, T* y, T* ws,
+                                            Product<T> product) {
   const Tiling t = tiling(g);
   const std::int64_t C = g.c, T1 = t.tiles(), nb = chunk_images(t, g.n, C, K, sizeof(T));
   const std::int64_t image = C * g.h * g.w, out_image = K * t.oh * t.ow;
@@ -364,8 +374,8 @@ template <class T, int kBytes>
       input_transform<T, kBytes>(t, C, d, v + b * T1 * C, cols * C);
     }
     for (int xi = 0; xi < kEntries; ++xi) {  // M[ξ] [cols, K] = V[ξ] [cols, C] U[ξ] [C, K]
-      GemmArgs<T> a{false, false, cols, K, C, T(1), v + xi * cols * C, C, u + xi * C * K, K, T(0), m + xi * cols * K, K};
-      gemm(a);
+      product(GemmArgs<T>{false, false, cols, K, C, T(1), v + xi * cols * C, C, u + xi * C * K, K, T(0),
+                          m + xi * cols * K, K});
     }
     for (std::int64_t b = 0; b < cnt; ++b)
       output_transform<T, kBytes>(t, K, m + b * T1 * K, cols * K, bias, relu, accumulate, o, y + (i0 + b) * out_image);
@@ -377,7 +387,7 @@ template <class T, int kBytes>
 /// V[ξ]ᵀ H[ξ] (input and output-gradient transforms), then Gᵀ M G.
 template <class T, int kBytes>
 [[gnu::always_inline]] inline void filter_gradient(const math::ConvGeometry& g, std::int64_t K, const T* x,
-                                                   const T* gy, bool accumulate, T* dw, T* ws) {
+                                                   const T* gy, bool accumulate, T* dw, T* ws, Product<T> product) {
   const Tiling t = tiling(g);
   const Tiling tg{t.oh, t.ow, t.th, t.tw, 2 * t.th, 2 * t.tw};  // the output gradient, hanging pixels 0
   const std::int64_t C = g.c, T1 = t.tiles(), nb = chunk_images(t, g.n, C, K, sizeof(T));
@@ -395,9 +405,8 @@ template <class T, int kBytes>
       grad_transform<T, kBytes>(t, K, d, h + b * T1 * K, cols * K);
     }
     for (int xi = 0; xi < kEntries; ++xi) {  // M[ξ] [C, K] (+)= V[ξ]ᵀ [C, cols] H[ξ] [cols, K]
-      GemmArgs<T> a{true, false, C, K, cols, T(1), v + xi * cols * C, C, h + xi * cols * K, K, T(i0 > 0 ? 1 : 0),
-                    m + xi * C * K, K};
-      gemm(a);
+      product(GemmArgs<T>{true, false, C, K, cols, T(1), v + xi * cols * C, C, h + xi * cols * K, K,
+                          T(i0 > 0 ? 1 : 0), m + xi * C * K, K});
     }
   }
   filter_gradient_transform(K, C, m, accumulate, dw);
@@ -407,13 +416,13 @@ template <class T, int kBytes>
 /// The same compiled for AVX-512: the transforms' channel loops then take 16 floats a step.
 [[gnu::target("avx512f")]] inline void convolve_avx512(const math::ConvGeometry& g, std::int64_t K, const float* x,
                                                        const float* u, const float* bias, bool relu, bool accumulate,
-                                                       float* y, float* ws) {
-  convolve<float, 64>(g, K, x, u, bias, relu, accumulate, y, ws);
+                                                       float* y, float* ws, Product<float> product) {
+  convolve<float, 64>(g, K, x, u, bias, relu, accumulate, y, ws, product);
 }
 [[gnu::target("avx512f")]] inline void filter_gradient_avx512(const math::ConvGeometry& g, std::int64_t K,
                                                               const float* x, const float* gy, bool accumulate,
-                                                              float* dw, float* ws) {
-  filter_gradient<float, 64>(g, K, x, gy, accumulate, dw, ws);
+                                                              float* dw, float* ws, Product<float> product) {
+  filter_gradient<float, 64>(g, K, x, gy, accumulate, dw, ws, product);
 }
 #define STRATA_WINOGRAD_AVX512 1
 #endif
@@ -422,28 +431,28 @@ template <class T, int kBytes>
 
 /// y [N, K, OH, OW] (+)= act(conv(x [N, C, H, W], w) + bias) at stride 1 and padding g.pad,
 /// where u is w's filter_transform ([16][C][K]); `ws` holds workspace_elements(g, K). bias
-/// may be null.
+/// may be null; `product` runs the 16 GEMMs.
 template <class T>
 void convolve(const math::ConvGeometry& g, std::int64_t K, const T* x, const T* u, const T* bias, bool relu,
-              bool accumulate, T* y, T* ws) {
+              bool accumulate, T* y, T* ws, Product<T> product = &gemm<T>) {
 #ifdef STRATA_WINOGRAD_AVX512
   if constexpr (std::is_same_v<T, float>)
-    if (has_avx512f()) return detail::convolve_avx512(g, K, x, u, bias, relu, accumulate, y, ws);
+    if (has_avx512f()) return detail::convolve_avx512(g, K, x, u, bias, relu, accumulate, y, ws, product);
 #endif
-  detail::convolve<T, 16>(g, K, x, u, bias, relu, accumulate, y, ws);
+  detail::convolve<T, 16>(g, K, x, u, bias, relu, accumulate, y, ws, product);
 }
 
 /// dw [K, C, 3, 3] (+)= the weight gradient of the convolution of x [N, C, H, W] at stride 1
 /// and padding g.pad whose output gradient is gy [N, K, OH, OW]; `ws` holds
-/// filter_gradient_workspace(g, K).
+/// filter_gradient_workspace(g, K); `product` runs the 16 GEMMs.
 template <class T>
 void filter_gradient(const math::ConvGeometry& g, std::int64_t K, const T* x, const T* gy, bool accumulate, T* dw,
-                     T* ws) {
+                     T* ws, Product<T> product = &gemm<T>) {
 #ifdef STRATA_WINOGRAD_AVX512
   if constexpr (std::is_same_v<T, float>)
-    if (has_avx512f()) return detail::filter_gradient_avx512(g, K, x, gy, accumulate, dw, ws);
+    if (has_avx512f()) return detail::filter_gradient_avx512(g, K, x, gy, accumulate, dw, ws, product);
 #endif
-  detail::filter_gradient<T, 16>(g, K, x, gy, accumulate, dw, ws);
+  detail::filter_gradient<T, 16>(g, K, x, gy, accumulate, dw, ws, product);
 }
 
 }  // namespace strata::kernels::cpu::winograd
