@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,9 @@ std::vector<NamedKernel> bf16_kernels() {
   std::vector<NamedKernel> all{{"float32", &kc::gemm_bf16_rounded}, {"dispatch", &kc::gemm_bf16}};
 #ifdef STRATA_GEMM_AVX512
   if (kc::has_avx512_bf16()) all.push_back({"avx512-bf16", &kc::gemm_bf16_avx512});
+#endif
+#ifdef STRATA_GEMM_AMX
+  if (kc::runs_amx_bf16()) all.push_back({"amx-bf16", &kc::gemm_bf16_amx});
 #endif
   return all;
 }
@@ -144,12 +149,14 @@ TEST_CASE("Kernels.GemmBf16.RoundsToNearestEven") {
 }
 
 TEST_CASE("Kernels.GemmBf16.MatchesFloat64OfRoundedOperands") {
-  // The edges of the AVX-512 kernel's blocking: rows around its 12-row tiles and its 192-row
-  // blocks, columns around its 32-column panels and 1024-column blocks, depths odd and around
-  // its 512-deep blocks; wide shapes with few rows take the transposed route where B is read
+  // The edges of the kernels' blocking: rows around the AVX-512 kernel's 12-row tiles and
+  // 192-row blocks and AMX's 16-row tiles, 32-row blocks and 256 rows packed; columns around
+  // the 32-column panels and 1024-column blocks; depths odd, around AMX's 32-deep tiles and
+  // the 512-deep blocks; wide shapes with few rows take the transposed route where B is read
   // transposed.
-  const Bf16Shape shapes[] = {{1, 1, 1},    {13, 33, 7},  {12, 32, 512}, {25, 70, 513}, {200, 40, 300},
-                              {5, 1030, 64}, {3, 200, 65}, {30, 1030, 1100}, {1, 17, 2}};
+  const Bf16Shape shapes[] = {{1, 1, 1},      {13, 33, 7},   {12, 32, 512}, {25, 70, 513},  {200, 40, 300},
+                              {5, 1030, 64},  {3, 200, 65},  {30, 1030, 1100}, {1, 17, 2}, {17, 16, 31},
+                              {33, 48, 33},   {257, 40, 95}, {48, 47, 1025}};
   for (const NamedKernel& kernel : bf16_kernels())
     for (const Bf16Shape& s : shapes)
       for (int t = 0; t < 4; ++t) check_bf16_shape(kernel, s, (t & 1) != 0, (t & 2) != 0);
@@ -243,4 +250,30 @@ TEST_CASE("Kernels.GemmBf16.EmptyAndDegenerateShapes") {
     kernel.run({false, false, 1, 1, 2, 1.0f, inf_a.data(), 2, ones.data(), 1, 0.0f, c.data(), 1});
     CHECK(c[0] == INFINITY);
   }
+}
+
+TEST_CASE("Kernels.GemmBf16.KernelFollowsTheCpuFlagsLinuxReports") {
+  // /proc/cpuinfo's flags, which Linux lists only for what the CPU has and the kernel supports
+  // (amx_bf16 beside amx_tile: the tiles' state enabled), against the kernel chosen from CPUID.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line) && line.rfind("flags", 0) != 0) {
+  }
+  if (line.empty()) return;  // no /proc: nothing independent to check against
+  std::istringstream words(line);
+  bool avx512_bf16 = false, amx_bf16 = false, amx_tile = false;
+  for (std::string w; words >> w;) {
+    avx512_bf16 |= w == "avx512_bf16";
+    amx_bf16 |= w == "amx_bf16";
+    amx_tile |= w == "amx_tile";
+  }
+  const std::string name = kc::bf16_gemm_kernel().name;
+  INFO(kc::bf16_gemm_kernel().reason);
+#if defined(STRATA_GEMM_AMX)
+  if (avx512_bf16 && amx_bf16 && amx_tile) CHECK(name == "amx-bf16");
+#endif
+#if defined(STRATA_GEMM_AVX512)
+  if (avx512_bf16 && !(amx_bf16 && amx_tile)) CHECK(name == "avx512-bf16");
+#endif
+  if (!avx512_bf16) CHECK(name == "float32");
 }
