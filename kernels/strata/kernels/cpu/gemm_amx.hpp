@@ -106,21 +106,7 @@ template <int kRowTiles>
 
 /// gemm_bf16_amx's work (see the file comment).
 [[gnu::target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")]] inline void gemm(const math::GemmArgs<float>& g) {
-  add_a_row_sums(g);  // from the float operand: a bias gradient in float precision
-  if (g.m == 0 || g.n == 0) return;
-  if (g.k == 0 || g.alpha == 0.0f) {
-    scale_by_beta(g);
-    return apply_epilogue(g);
-  }
-  // Few rows against many columns, B read transposed: the AVX512-BF16 kernel's route, for the
-  // same reason (its gathers would cost more than the products of the few rows they feed).
-  if (g.n > g.m && g.trans_b) {
-    thread_local std::vector<float> flipped;
-    flipped.resize(static_cast<std::size_t>(g.n * g.m));
-    gemm({!g.trans_b, !g.trans_a, g.n, g.m, g.k, g.alpha, g.b, g.ldb, g.a, g.lda, 0.0f, flipped.data(), g.m});
-    store_transposed(g, flipped.data());
-    return;
-  }
+  if (avx512_bf16::done_before_packing(g, &gemm)) return;
   TileConfig config;
   for (int t = 0; t < 8; ++t) {
     config.rows[t] = kTile;

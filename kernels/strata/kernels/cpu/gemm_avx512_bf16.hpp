@@ -200,23 +200,32 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
   return std::array<TileFn, sizeof...(R)>{&micro_tile<R + 1, kTransA>...};
 }
 
-/// gemm_bf16_avx512's work (see the file comment).
-[[gnu::target("avx512f,avx512bw,avx512bf16")]] inline void gemm(const math::GemmArgs<float>& g) {
-  add_a_row_sums(g);  // from the float operand: a bias gradient in float precision
-  if (g.m == 0 || g.n == 0) return;
+/// What both bfloat16 kernels do before packing, true where that finishes the product: op(A)'s
+/// row sums from the float operand (a bias gradient in float precision); an empty C; C = beta C
+/// and the epilogue where nothing is multiplied; and few rows against many columns with B read
+/// transposed, whose gathers would cost more than the products of the few rows they feed, run
+/// as Cᵀ = op(B)ᵀ op(A)ᵀ by `kernel` (the float kernel's reasons and route, gemm_avx512.hpp).
+inline bool done_before_packing(const math::GemmArgs<float>& g, void (*kernel)(const math::GemmArgs<float>&)) {
+  add_a_row_sums(g);
+  if (g.m == 0 || g.n == 0) return true;
   if (g.k == 0 || g.alpha == 0.0f) {
     scale_by_beta(g);
-    return apply_epilogue(g);
+    apply_epilogue(g);
+    return true;
   }
-  // Few rows against many columns, B read transposed: its gathers would cost more than the
-  // products of the few rows they feed; the float kernel's reasons and route (gemm_avx512.hpp).
   if (g.n > g.m && g.trans_b) {
     thread_local std::vector<float> flipped;
     flipped.resize(static_cast<std::size_t>(g.n * g.m));
-    gemm({!g.trans_b, !g.trans_a, g.n, g.m, g.k, g.alpha, g.b, g.ldb, g.a, g.lda, 0.0f, flipped.data(), g.m});
+    kernel({!g.trans_b, !g.trans_a, g.n, g.m, g.k, g.alpha, g.b, g.ldb, g.a, g.lda, 0.0f, flipped.data(), g.m});
     store_transposed(g, flipped.data());
-    return;
+    return true;
   }
+  return false;
+}
+
+/// gemm_bf16_avx512's work (see the file comment).
+[[gnu::target("avx512f,avx512bw,avx512bf16")]] inline void gemm(const math::GemmArgs<float>& g) {
+  if (done_before_packing(g, &gemm)) return;
   static constexpr auto plain = tile_table<false>(std::make_integer_sequence<int, kMR>{});
   static constexpr auto transposed = tile_table<true>(std::make_integer_sequence<int, kMR>{});
   const auto& tiles = g.trans_a ? transposed : plain;
