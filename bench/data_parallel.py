@@ -22,7 +22,10 @@ On a host whose two cores slow each other down (shared caches, memory bandwidth,
 hypervisor), no data-parallel run can scale better than that; `scaling_vs_ceiling` is a
 configuration's scaling efficiency over it.
 
-    /usr/bin/python3 bench/data_parallel.py --build build [--rounds 3] [--models mlp,cnn] [--steps N]
+    /usr/bin/python3 bench/data_parallel.py --build build [--rounds 3] [--models mlp,cnn] [--steps N] [--precision bf16]
+
+--precision bf16: every strata run under `--precision bf16`, DDP's forward and loss under CPU
+autocast bfloat16 (both keep float32 masters and reduce float32 gradients).
 """
 import argparse
 import json
@@ -116,6 +119,7 @@ def main():
     ap.add_argument("--models", default="mlp,cnn")
     ap.add_argument("--steps", type=int, default=None,
                     help="timed steps of each run, after 20 warm-up steps (default: 300 for the MLP, else 60)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     a = ap.parse_args()
     env = run_env()
     penv = peer_env(env, a.build)
@@ -123,7 +127,8 @@ def main():
     run = os.path.join(a.build, "tools", "strata-run")
     for model in a.models.split(","):
         timed = a.steps or (300 if model == "mlp" else 60)
-        common = ["--model", model, "--max-steps", str(20 + timed), "--no-eval", "--quiet"]
+        common = ["--model", model, "--max-steps", str(20 + timed), "--no-eval", "--quiet", "--precision", a.precision]
+        peer = ["--precision", a.precision]
         configs = {
             "one_device": [fm] + common,
             "one_device_pair": [fm] + common,  # run twice at once by pair_json: the ceiling
@@ -136,9 +141,9 @@ def main():
             "multi_worker_mirrored_gloo": [run, "-np", "2", fm] + common +
                                           ["--strategy", "multi_worker_mirrored", "--collective", "gloo"],
             "ddp_1": [sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "1",
-                      "--steps", str(timed)],
+                      "--steps", str(timed)] + peer,
             "ddp_2": [sys.executable, os.path.join(HERE, "pytorch_ddp.py"), "--model", model, "--nproc", "2",
-                      "--steps", str(timed)],
+                      "--steps", str(timed)] + peer,
         }
         got = {k: [] for k in configs}
         shuffle = random.Random(2026)
@@ -157,7 +162,8 @@ def main():
         for k in ("mirrored", "mirrored_sharded", "mirrored_sharded_measured_rows", "multi_worker_mirrored_mpi",
                   "multi_worker_mirrored_gloo"):
             print(json.dumps({
-                "bench": "data_parallel", "model": model, "replicas": 2, "strategy": k, "rounds": a.rounds,
+                "bench": "data_parallel", "model": model, "precision": a.precision, "replicas": 2, "strategy": k,
+                "rounds": a.rounds,
                 "strata_img_s": round(med[k], 1), "peer": "pytorch_ddp_gloo_2x1", "peer_img_s": round(med["ddp_2"], 1),
                 "ratio": round(med[k] / med["ddp_2"], 3),
                 "scaling_efficiency": round(med[k] / (2 * med["one_device"]), 3),

@@ -8,7 +8,7 @@ validation loss for the Transformer and of the held-out loss for skip-gram.
     /usr/bin/python3 bench/precision_quality.py --build build --model mlp --epochs 3 [--seeds 0,1,2]
     /usr/bin/python3 bench/precision_quality.py --build build --model resnet --epochs 2
     /usr/bin/python3 bench/precision_quality.py --build build --model transformer --steps 500
-    /usr/bin/python3 bench/precision_quality.py --build build --model skip_gram --epochs 1
+    /usr/bin/python3 bench/precision_quality.py --build build --model skip_gram [--steps 2000]
 """
 import argparse
 import json
@@ -23,10 +23,11 @@ def command(a, seed, precision):
     ex = os.path.join(a.build, "examples")
     common = ["--seed", seed, "--precision", precision, "--quiet"]
     if a.model == "transformer":
-        return [os.path.join(ex, "char_transformer"), *common, "--steps", str(a.steps), "--eval-every",
-                str(a.steps)], "validation_loss"
+        steps = a.steps or 500
+        return [os.path.join(ex, "char_transformer"), *common, "--steps", str(steps), "--eval-every",
+                str(steps)], "validation_loss"
     if a.model == "skip_gram":
-        return [os.path.join(ex, "skip_gram"), *common, "--epochs", str(a.epochs)], "held_out_loss"
+        return [os.path.join(ex, "skip_gram"), *common, "--steps", str(a.steps or 2000)], "held_out_loss"
     return [os.path.join(ex, "fashion_mnist"), *common, "--model", a.model, "--epochs", str(a.epochs)], "test_accuracy"
 
 
@@ -35,7 +36,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--model", default="mlp", choices=["mlp", "cnn", "resnet", "transformer", "skip_gram"])
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--steps", type=int, default=None, help="the Transformer's (default 500), skip-gram's (2000)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp16"])
     a = ap.parse_args()

@@ -3,7 +3,10 @@
 with the gloo backend over 127.0.0.1, batch B per process; rank 0 prints the global examples/s
 over the timed steps (wall time, batches assembled inside the loop as a training run does).
 
-    /usr/bin/python3 bench/pytorch_ddp.py --model mlp|cnn --nproc 2 [--steps N] [--warmup W]
+    /usr/bin/python3 bench/pytorch_ddp.py --model mlp|cnn --nproc 2 [--steps N] [--warmup W] [--precision bf16]
+
+--precision bf16 runs the forward and the loss under CPU autocast bfloat16 (float32 master weights
+and float32 gradients on the wire, as DDP keeps them).
 """
 import argparse
 import json
@@ -39,7 +42,8 @@ def worker(rank, a, port):
             t0 = time.perf_counter()
         idx = order[(k * gb + rank * a.batch) % (len(x) - gb):][:a.batch]
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x[idx]), y[idx])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = loss_fn(model(x[idx]), y[idx])
         loss.backward()
         opt.step()
         loss.item()
@@ -47,6 +51,7 @@ def worker(rank, a, port):
     elapsed = time.perf_counter() - t0
     if rank == 0:
         print(json.dumps({"impl": "pytorch-ddp-gloo-" + torch.__version__, "model": a.model, "nproc": a.nproc,
+                          "precision": a.precision,
                           "steps": a.steps, "examples_per_s": round(a.steps * gb / elapsed, 1)}), flush=True)
     dist.destroy_process_group()
 
@@ -58,6 +63,7 @@ def main():
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--data", default=os.environ.get("STRATA_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
     a = ap.parse_args()
     a.steps = a.steps or (300 if a.model == "mlp" else 60)
