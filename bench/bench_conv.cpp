@@ -4,8 +4,9 @@
 // --reps passes of each (a pass's backward differentiates the sum of the output, so the
 // input's and the weight's gradients are both computed, the stem's input's excepted, as in
 // training), and float32's time over the 16-bit one's; then the sums over the convolutions.
+// bench/conv_vs_pytorch.py runs PyTorch over the same shapes beside it.
 //
-//   bench_conv [--precision bf16|fp16] [--reps 30] [--batch 64]
+//   bench_conv [--precision bf16|fp16] [--reps 30] [--batch 64] [--conv NAME]   (NAME: a part of one's name)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,25 +70,32 @@ int main(int argc, char** argv) try {
   strata::precision::Policy low = strata::precision::bfloat16;
   int reps = 30;
   std::int64_t batch = 64;
+  std::string only;  // a part of the names of the convolutions to time; empty: all of them
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--precision") low = strata::precision::from_name(argv[i + 1]);
     else if (a == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
     else if (a == "--batch") batch = std::max(1L, std::atol(argv[i + 1]));
-    else throw strata::invalid_argument("unknown flag " + a + " (expected --precision, --reps, --batch)");
+    else if (a == "--conv") only = argv[i + 1];
+    else throw strata::invalid_argument("unknown flag " + a + " (expected --precision, --reps, --batch, --conv)");
   }
   strata::kernels::cpu::set_blas_threads(1);
   double total32 = 0, total16 = 0;
   for (const ConvCase& c : kResNet) {
+    if (std::string(c.name).find(only) == std::string::npos) continue;
     const Times f32 = time_conv(c, batch, reps, strata::precision::float32);
     const Times f16 = time_conv(c, batch, reps, low);
     total32 += f32.forward_ms + f32.backward_ms;
     total16 += f16.forward_ms + f16.backward_ms;
-    std::printf("{\"bench\":\"conv\",\"conv\":\"%s\",\"batch\":%lld,\"precision\":\"%s\",\"fp32_forward_ms\":%.4f,"
-                "\"forward_ms\":%.4f,\"forward_speedup\":%.3f,\"fp32_backward_ms\":%.4f,\"backward_ms\":%.4f,"
-                "\"backward_speedup\":%.3f}\n",
-                c.name, static_cast<long long>(batch), strata::precision::name_of(low), f32.forward_ms, f16.forward_ms,
-                f32.forward_ms / f16.forward_ms, f32.backward_ms, f16.backward_ms, f32.backward_ms / f16.backward_ms);
+    std::printf("{\"bench\":\"conv\",\"conv\":\"%s\",\"in\":%lld,\"size\":%lld,\"out\":%lld,\"kernel\":%lld,"
+                "\"stride\":%lld,\"pad\":%lld,\"input_grad\":%s,\"batch\":%lld,\"precision\":\"%s\","
+                "\"fp32_forward_ms\":%.4f,\"forward_ms\":%.4f,\"forward_speedup\":%.3f,\"fp32_backward_ms\":%.4f,"
+                "\"backward_ms\":%.4f,\"backward_speedup\":%.3f}\n",
+                c.name, static_cast<long long>(c.in), static_cast<long long>(c.size), static_cast<long long>(c.out),
+                static_cast<long long>(c.kernel), static_cast<long long>(c.stride), static_cast<long long>(c.pad),
+                c.input_grad ? "true" : "false", static_cast<long long>(batch), strata::precision::name_of(low),
+                f32.forward_ms, f16.forward_ms, f32.forward_ms / f16.forward_ms, f32.backward_ms, f16.backward_ms,
+                f32.backward_ms / f16.backward_ms);
   }
   std::printf("{\"bench\":\"conv\",\"conv\":\"all\",\"batch\":%lld,\"precision\":\"%s\",\"fp32_ms\":%.4f,\"ms\":%.4f,"
               "\"speedup\":%.3f}\n",
