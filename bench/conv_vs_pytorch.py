@@ -7,9 +7,8 @@ Each pair runs bench_conv once and then this script's PyTorch side over the shap
 printed, in a process of its own: the fastest of --reps passes of each convolution's forward
 and of its backward (the gradient of the output's sum; the stem's input needs none), as
 bench_conv times its own. One JSON line per convolution with forward + backward milliseconds
-of both sides in both precisions and the medians (min, max) over pairs of strata bf16 /
-PyTorch bf16 and of strata fp32 / PyTorch fp32 (a time ratio: above 1, strata is faster);
-then the same over all ten.
+of both sides in both precisions and the medians (min, max) over pairs of PyTorch's time over
+strata's, in bfloat16 and in float32 (above 1, strata is faster); then the same over all ten.
 
     /usr/bin/python3 bench/conv_vs_pytorch.py --build build [--pairs 3] [--reps 30]
 """
@@ -53,8 +52,15 @@ def peer(shapes_json, reps):
     print(json.dumps(out))
 
 
-def ratio_summary(q):
-    return [round(statistics.median(q), 3), round(min(q), 3), round(max(q), 3)]
+def summary(conv, per):
+    """The JSON line of one convolution (or of all): the medians of each side's milliseconds over
+    the pairs, and PyTorch's time over strata's per pair, as [median, min, max]."""
+    def ratio(peer, mine):
+        q = [p / s for p, s in zip(per[peer], per[mine])]
+        return [round(statistics.median(q), 3), round(min(q), 3), round(max(q), 3)]
+    return {"bench": "conv_vs_pytorch", "conv": conv, "pairs": len(per["strata_bf16"]),
+            **{k + "_ms": round(statistics.median(v), 4) for k, v in per.items()},
+            "bf16_ratio": ratio("peer_bf16", "strata_bf16"), "fp32_ratio": ratio("peer_fp32", "strata_fp32")}
 
 
 def main():
@@ -88,15 +94,8 @@ def main():
             for k, v in got.items():
                 per[k].append(v)
                 totals[k][p] += v
-        print(json.dumps({"bench": "conv_vs_pytorch", "conv": name, "batch": runs[0][0][i]["batch"], "pairs": a.pairs,
-                          **{k + "_ms": round(statistics.median(v), 4) for k, v in per.items()},
-                          "bf16_ratio": ratio_summary([p / s for p, s in zip(per["peer_bf16"], per["strata_bf16"])]),
-                          "fp32_ratio": ratio_summary([p / s for p, s in zip(per["peer_fp32"], per["strata_fp32"])])}),
-              flush=True)
-    print(json.dumps({"bench": "conv_vs_pytorch", "conv": "all", "pairs": a.pairs,
-                      **{k + "_ms": round(statistics.median(v), 4) for k, v in totals.items()},
-                      "bf16_ratio": ratio_summary([p / s for p, s in zip(totals["peer_bf16"], totals["strata_bf16"])]),
-                      "fp32_ratio": ratio_summary([p / s for p, s in zip(totals["peer_fp32"], totals["strata_fp32"])])}))
+        print(json.dumps({**summary(name, per), "batch": runs[0][0][i]["batch"]}), flush=True)
+    print(json.dumps(summary("all", totals)))
 
 
 if __name__ == "__main__":
