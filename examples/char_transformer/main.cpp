@@ -62,7 +62,8 @@ int parse_options(int argc, char** argv, Options& o) {
   app.add_option("--eval-every", o.eval_every, "steps between validation losses")->capture_default_str();
   app.add_option("--eval-windows", o.eval_windows, "held-out sequences each validation reads")->capture_default_str();
   app.add_option("--sample", o.sample_chars, "characters to sample at the end")->capture_default_str();
-  trainer::add_strategy_flags(app, o, "cpu, or cuda:N (char_transformer_cuda; one_device, or central_storage with replica r on cuda:N+r)");
+  trainer::add_strategy_flags(app, o, "cpu, or cuda:N (char_transformer_cuda; one_device, or central_storage with replica r on cuda:N+r)",
+                              /*sharded=*/true);
   try {
     app.parse(argc, argv);
     for (auto [flag, v] : {std::pair{"--steps", o.steps}, std::pair{"--context", o.context},
@@ -72,6 +73,9 @@ int parse_options(int argc, char** argv, Options& o) {
     if (o.width % o.heads != 0) throw CLI::ValidationError("--heads", "must divide --width");
     trainer::check_strategy_flags(app, o);
     trainer::check_run_flags(app, o, o.strategy == "parameter_server" && o.mode == "async");
+    if (o.strategy == "sharded" && !o.checkpoint_dir.empty())
+      throw CLI::ValidationError("--checkpoint-dir", "--strategy sharded: each rank holds its shard of the optimizer "
+                                 "state, which checkpoints do not capture yet");
     if (o.update_on == "servers" && o.clip > 0)
       throw CLI::ValidationError("--update-on", "servers needs --clip 0: clipping runs on the workers, before the update");
   } catch (const CLI::ParseError& e) {
@@ -202,6 +206,10 @@ void train(S& strategy, const Options& o) {
   const double median_ms = step_ms.empty() ? 0.0 : step_ms[warmup + (step_ms.size() - warmup) / 2];
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
+  // The optimizer state this process holds: its shard's alone under --strategy sharded.
+  double state_bytes = 0;
+  const strata::optim::Optimizer& held_opt = strata::detail::local_copy(opt, 0);
+  for (const auto& [name, t] : held_opt.state()) state_bytes += static_cast<double>(t.nbytes());
   if (strategy.is_chief()) {
     strata::models::CharTransformer& held = model;
     if (std::isnan(val_loss)) val_loss = validation_loss(held, val);  // a run that trained no step (resumed at its end)
@@ -211,9 +219,11 @@ void train(S& strategy, const Options& o) {
     // "steps": this run's (a resumed run's own); the train loss null where it trained none.
     const std::string train_loss = std::isnan(loss) ? "null" : std::to_string(loss);
     std::printf("{\"model\":\"char_transformer\",\"strategy\":\"%s\",\"replicas\":%d,\"steps\":%lld,\"train_loss\":%s,"
-                "\"validation_loss\":%.5f,\"chars_per_s\":%.1f,\"median_step_ms\":%.4f,\"peak_rss_mib\":%.1f}\n",
+                "\"validation_loss\":%.5f,\"chars_per_s\":%.1f,\"median_step_ms\":%.4f,\"peak_rss_mib\":%.1f,"
+                "\"optimizer_state_mib\":%.2f}\n",
                 S::name, strategy.num_replicas_in_sync(), static_cast<long long>(trained), train_loss.c_str(), val_loss,
-                static_cast<double>(tokens) / seconds, median_ms, static_cast<double>(usage.ru_maxrss) / 1024.0);
+                static_cast<double>(tokens) / seconds, median_ms, static_cast<double>(usage.ru_maxrss) / 1024.0,
+                state_bytes / (1024.0 * 1024.0));
   }
 }
 
@@ -223,7 +233,7 @@ int main(int argc, char** argv) try {
   Options o;
   if (const int status = parse_options(argc, argv, o); status >= 0) return status;
   const strata::precision::Scope precision(strata::precision::from_name(o.precision));  // every replica's
-  trainer::with_strategy(o, [&](auto& strategy) { train(strategy, o); });
+  trainer::with_strategy</*kSharded=*/true>(o, [&](auto& strategy) { train(strategy, o); });
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "char_transformer: %s\n", e.what());

@@ -34,6 +34,7 @@ struct StrategyFlags {
   std::string mode = "sync", update_on = "servers", tables = "rows";
   std::int64_t staleness = -1;
   bool dispatch_batches = false;
+  int shard_stage = 2;  ///< sharded: 1 the optimizer state, 2 also the gradients (ShardStage)
 
   /// --device as a Device: "cpu" or "cuda:N".
   strata::Device parsed_device() const {
@@ -43,10 +44,17 @@ struct StrategyFlags {
 };
 
 /// Declares the strategy flags on `app`; `device_help` says what --device needs in this trainer.
-inline void add_strategy_flags(CLI::App& app, StrategyFlags& f, const std::string& device_help) {
-  app.add_option("--strategy", f.strategy)
-      ->check(CLI::IsMember({"one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server"}))
-      ->capture_default_str();
+/// `sharded`: the trainer also offers ShardedStrategy (with_strategy<true>).
+inline void add_strategy_flags(CLI::App& app, StrategyFlags& f, const std::string& device_help, bool sharded = false) {
+  std::vector<std::string> strategies{"one_device", "mirrored", "central_storage", "multi_worker_mirrored",
+                                      "parameter_server"};
+  if (sharded) {
+    strategies.push_back("sharded");
+    app.add_option("--shard-stage", f.shard_stage, "sharded: 1 divides the optimizer state among the processes, 2 also "
+                   "the summed gradients (docs/sharding.md)")
+        ->check(CLI::IsMember({1, 2}))->capture_default_str();
+  }
+  app.add_option("--strategy", f.strategy)->check(CLI::IsMember(strategies))->capture_default_str();
   app.add_option("--replicas", f.replicas, "replica threads (mirrored, central_storage)")
       ->check(CLI::Range(1, 16))->capture_default_str();
   app.add_option("--collective", f.collective, "multi_worker_mirrored: mpi, gloo or nccl; parameter_server: mpi or gloo; "
@@ -85,8 +93,14 @@ inline void check_strategy_flags(const CLI::App& app, const StrategyFlags& f) {
     if (app.count(flag) > 0 && !applies) throw CLI::ValidationError(flag, std::string("applies to ") + where + " only");
   };
   only("--replicas", f.strategy == "mirrored" || f.strategy == "central_storage", "--strategy mirrored|central_storage");
-  only("--collective", f.strategy == "multi_worker_mirrored" || f.strategy == "parameter_server" || f.strategy == "mirrored",
-       "--strategy multi_worker_mirrored|parameter_server|mirrored");
+  only("--collective",
+       f.strategy == "multi_worker_mirrored" || f.strategy == "parameter_server" || f.strategy == "mirrored" ||
+           f.strategy == "sharded",
+       "--strategy multi_worker_mirrored|sharded|parameter_server|mirrored");
+  if (app.get_option_no_throw("--shard-stage") != nullptr)  // (declared by the trainers that offer sharded)
+    only("--shard-stage", f.strategy == "sharded", "--strategy sharded");
+  if (f.strategy == "sharded" && f.collective != "mpi" && f.collective != "gloo")
+    throw CLI::RequiredError("--collective (mpi or gloo) for --strategy sharded");
   if (f.strategy == "mirrored" && !f.collective.empty() && f.collective != "nccl")
     throw CLI::ValidationError("--collective", "mirrored takes nccl (replicas on GPUs) or none (replicas on CPU threads)");
   only("--compression", f.strategy == "multi_worker_mirrored", "--strategy multi_worker_mirrored");
@@ -124,9 +138,25 @@ void with_collective(const StrategyFlags& o, F&& f) {
                "=enabled", c == "nccl" ? " (and -Dmpi or -Dgloo), and run a CUDA build of the trainer" : "");
 }
 
-/// Runs f(strategy) with the strategy the flags name.
-template <class F>
+/// Runs f(strategy) with the strategy the flags name; `kSharded`: ShardedStrategy among them
+/// (each stage and collective one more instantiation of the trainer's loop).
+template <bool kSharded = false, class F>
 void with_strategy(const StrategyFlags& o, F&& f) {
+  if constexpr (kSharded)
+    if (o.strategy == "sharded") {
+      with_collective(o, [&]<class C>(C*) {
+        if constexpr (!strata::collective::DeviceCollective<C>) {
+          if (o.shard_stage == 1) {
+            strata::ShardedStrategy<C, strata::ShardStage::optimizer_state> s;
+            f(s);
+          } else {
+            strata::ShardedStrategy<C, strata::ShardStage::gradients> s;
+            f(s);
+          }
+        }
+      });
+      return;
+    }
   if (o.strategy == "one_device") {
     strata::OneDeviceStrategy s(o.parsed_device());
     f(s);

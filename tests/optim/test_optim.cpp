@@ -261,3 +261,52 @@ TEST_CASE("Optim.GradientTransforms: clipping by global norm and by value, and a
   CHECK_THROWS_WITH_AS(opt.clip_by_global_norm(-1), doctest::Contains("max_norm must be finite and non-negative"),
                        strata::invalid_argument);
 }
+
+TEST_CASE("Optim.HoldShards: two optimizers over disjoint shards update as one over the whole, bit for bit") {
+  // Parameters of 7 and 3 elements; shard A holds elements [0, 5) of the first and none of the
+  // second, shard B the rest. Each shard's gradient is the whole gradient's elements there, so
+  // the two shard optimizers together must give the whole one's parameters and state exactly.
+  auto make = [] {
+    strata::Generator g(3);
+    return std::vector<Tensor>{strata::uniform({7}, -1, 1, g).requires_grad_(), strata::uniform({3}, -1, 1, g).requires_grad_()};
+  };
+  const std::vector<Tensor> whole = make(), a = make(), b = make();
+  strata::optim::Adam reference(whole, 0.05, {.weight_decay = 0.01});
+  strata::optim::Adam left(a, 0.05, {.weight_decay = 0.01}), right(b, 0.05, {.weight_decay = 0.01});
+  auto shard = [](const Tensor& p, std::int64_t lo, std::int64_t hi) {
+    return strata::detail::make_view(p, {hi - lo}, {1}, p.impl()->offset() + lo);
+  };
+  const std::vector<Tensor> sa{shard(a[0], 0, 5), shard(a[1], 0, 0)}, sb{shard(b[0], 5, 7), shard(b[1], 0, 3)};
+  left.hold_shards(sa);
+  right.hold_shards(sb);
+  CHECK(left.holds_shards());
+  strata::Generator g(9);
+  for (int step = 0; step < 3; ++step) {
+    const Tensor g0 = strata::uniform({7}, -1, 1, g), g1 = strata::uniform({3}, -1, 1, g);
+    whole[0].impl()->ag.grad = g0.clone();
+    whole[1].impl()->ag.grad = g1.clone();
+    reference.step();
+    sa[0].impl()->ag.grad = shard(g0, 0, 5).clone();
+    sa[1].impl()->ag.grad = shard(g1, 0, 0).clone();
+    sb[0].impl()->ag.grad = shard(g0, 5, 7).clone();
+    sb[1].impl()->ag.grad = shard(g1, 0, 3).clone();
+    left.step();
+    right.step();
+  }
+  for (int i = 0; i < 7; ++i) CHECK((i < 5 ? a : b)[0].to_vector<float>()[i] == whole[0].to_vector<float>()[i]);
+  CHECK(b[1].to_vector<float>() == whole[1].to_vector<float>());
+  // The state is the shards': 2 x (5 + 0) and 2 x (2 + 3) elements; load_state checks its shapes.
+  std::int64_t held = 0;
+  for (const auto& [name, t] : left.state()) held += t.numel();
+  CHECK(held == 10);
+  CHECK_THROWS_WITH_AS(left.load_state(reference.state(), 3), doctest::Contains("for this rank's shard of it"),
+                       strata::invalid_argument);
+  // Shards that are no 1-D part of their parameter, or a transform of the user's, are refused.
+  strata::optim::Sgd sgd(make(), 0.1);
+  CHECK_THROWS_WITH_AS(sgd.hold_shards({strata::zeros({1, 7}), shard(a[1], 0, 3)}), doctest::Contains("no contiguous 1-D part"),
+                       strata::invalid_argument);
+  sgd.set_gradient_transform([](const strata::Gradients&) {});
+  const std::vector<Tensor> fresh = make();
+  CHECK_THROWS_WITH_AS(sgd.hold_shards({shard(fresh[0], 0, 7), shard(fresh[1], 0, 3)}), doctest::Contains("only their shards"),
+                       strata::invalid_argument);
+}

@@ -10,6 +10,7 @@
 #include <cstdlib>  // setenv
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <span>
@@ -53,6 +54,7 @@ struct Setup {
   strata::data::Remainder remainder = strata::data::Remainder::keep;  // of the last, partial batch
   Loss loss = Loss::cross_entropy;
   bool schedule = false;  // a cosine learning-rate schedule with warm-up instead of the constant rate
+  bool adam = false;      // Adam (lr 0.01) instead of SGD with momentum
   double clip_norm = 0;   // > 0: clip the aggregated gradients to this global norm
   bool shuffle = true;
   bool dropout = false;  // a Dropout layer in the model (keyed masks: the same per example on every strategy)
@@ -165,6 +167,10 @@ inline Tensor replica_loss(strata::nn::Module& m, const Tensor& x, const Tensor&
   return strata::nn::cross_entropy(m(x), y, Reduction::sum_over_global_batch, global);
 }
 
+template <strata::Strategy S, class Net, class Opt>
+std::vector<std::vector<float>> train_steps_with(S& strategy, const Setup& s, Net& net, Opt& opt,
+                                                 std::vector<double>* losses);
+
 /// Trains under `strategy` and returns the final parameters (replica 0's) and the losses.
 template <strata::Strategy S>
 std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::vector<double>* losses = nullptr) {
@@ -172,7 +178,18 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
   auto net = strategy.scope([&] {
     return model(s.conv, s.dropout, s.sync_batch_norm, s.table ? std::optional(s.table_gradient) : std::nullopt);
   });
+  if (s.adam) {
+    auto opt = strategy.scope([&] { return strata::optim::Adam(net.parameters(), 0.01); });
+    return train_steps_with(strategy, s, net, opt, losses);
+  }
   auto opt = strategy.scope([&] { return strata::optim::Sgd(net.parameters(), 0.2, {.momentum = 0.9}); });
+  return train_steps_with(strategy, s, net, opt, losses);
+}
+
+/// train_steps' loop, with its model and optimizer made.
+template <strata::Strategy S, class Net, class Opt>
+std::vector<std::vector<float>> train_steps_with(S& strategy, const Setup& s, Net& net, Opt& opt,
+                                                 std::vector<double>* losses) {
   opt.set_sparse_updates(s.sparse_updates);
   if (s.schedule) opt.set_schedule(strata::optim::Schedule::cosine(0.3, 20, 4, 0.01));
   if (s.clip_norm > 0) opt.clip_by_global_norm(s.clip_norm);
@@ -233,6 +250,28 @@ std::vector<std::vector<float>> train_steps(S& strategy, const Setup& s, std::ve
   const strata::nn::Module& held = net;  // this replica's copy
   for (const Tensor& b : held.buffers()) params.push_back(b.to_vector<float>());
   return params;
+}
+
+/// The summed gradients grads[i] reads in the first step (before apply_gradients) of the MLP
+/// with Adam on a global batch of 25: whole on every replica, one device's.
+template <strata::Strategy S>
+std::vector<std::vector<float>> first_gradients(S& strategy) {
+  strata::manual_seed(7);
+  auto net = strategy.scope([] { return model(false); });
+  auto opt = strategy.scope([&] { return strata::optim::Adam(net.parameters(), 0.01); });
+  std::vector<std::vector<float>> out;
+  std::mutex mutex;
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(dataset({})).batch(25).take(1)))
+    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      const auto grads = strata::grad(replica_loss(net, b.x, b.y, b.global_size), net.parameters());
+      {
+        const std::lock_guard<std::mutex> lock(mutex);  // replica threads of one process: the first one's
+        if (out.empty())
+          for (std::size_t i = 0; i < grads.size(); ++i) out.push_back(grads[i].template to_vector<float>());
+      }
+      opt.apply_gradients(ctx, grads);
+    }, batch);
+  return out;
 }
 
 /// out = A x + B z: a model of two inputs.

@@ -226,6 +226,17 @@ int check_all() {
     failures += ok ? 0 : 1;
     std::printf("%s rank %d of %d: local mean inside run: %s\n", ok ? "ok  " : "FAIL", rank, n, e.c_str());
   }
+  // The summed gradients read through grads[i] before apply_gradients: whole, whichever
+  // thread reduces the buckets (the communication thread's may still be in flight).
+  {
+    strata::OneDeviceStrategy one;
+    const double diff = equivalence::max_relative_difference(equivalence::first_gradients(strategy),
+                                                             equivalence::first_gradients(one));
+    const bool ok = diff < 1e-5;
+    failures += ok ? 0 : 1;
+    std::printf("%s rank %d of %d: grads[i] before apply_gradients differ from one device's by %.3g (relative)\n",
+                ok ? "ok  " : "FAIL", rank, n, diff);
+  }
   // Distributed evaluation: exactly the counts of one pass over the rows, on every rank.
   failures += equivalence::check_evaluation(strategy, ("rank " + std::to_string(rank)).c_str());
   // An epoch whose last batch leaves ranks without rows: the reference models end where one

@@ -44,12 +44,42 @@ TEST_CASE("Strategy.Mirrored.GradientEngineStepState") {
   Engine engine(comms[0], net.parameters(), 32 * 32 * 4);
   CHECK(engine.state() == Engine::StepState::idle);
   strata::grad(strata::sum(net(strata::full({2, 20}, 0.5))), net.parameters());
-  CHECK(engine.state() == Engine::StepState::open);  // whole layout: no shares to claim
-  CHECK_FALSE(engine.claim());
+  CHECK(engine.state() == Engine::StepState::open);
+  // Whole layout: the step's Gradients carry the engine, so that a read waits for the buckets
+  // in flight; no shares to gather.
+  CHECK(engine.claim());
+  CHECK_FALSE(engine.in_shares());
   engine.finish();
+  CHECK_FALSE(engine.claim());
   CHECK(engine.state() == Engine::StepState::idle);
   CHECK_FALSE(engine.sharded_step());
   CHECK(engine.stats().steps == 1);
+}
+
+TEST_CASE("Strategy.Sharded.BucketBlocksPartitionEveryParameter") {
+  // ShardedStrategy's layout: each bucket padded to n > 1 equal blocks of a multiple of 16
+  // elements; block r's runs of the parameters, over r, tile every parameter once, in order.
+  auto net = equivalence::model(false);
+  for (int n : {1, 2, 3, 4, 7}) {
+    const strata::detail::BucketPlan plan(net.parameters(), 32 * 32 * 4, n);
+    for (std::size_t b = 0; b < plan.buckets().size(); ++b) {
+      std::size_t used = 0;
+      for (std::size_t k : plan.buckets()[b].members) used += static_cast<std::size_t>(net.parameters()[k].numel());
+      CHECK((n == 1 || plan.block(b) % 16 == 0));  // (one block: the bucket as it is)
+      CHECK(plan.block(b) * static_cast<std::size_t>(n) == plan.buckets()[b].count);
+      CHECK(plan.buckets()[b].count >= used);
+      CHECK(plan.buckets()[b].count < used + 16 * static_cast<std::size_t>(n) + static_cast<std::size_t>(n));
+    }
+    std::vector<std::int64_t> next(net.parameters().size(), 0);
+    for (int r = 0; r < n; ++r) {
+      const auto mine = plan.block_ranges(r);
+      for (std::size_t k = 0; k < mine.size(); ++k) {
+        CHECK((mine[k].begin == next[k] || mine[k].begin == mine[k].end));
+        if (mine[k].end > mine[k].begin) next[k] = mine[k].end;
+      }
+    }
+    for (std::size_t k = 0; k < next.size(); ++k) CHECK(next[k] == net.parameters()[k].numel());
+  }
 }
 
 TEST_CASE("Strategy.Mirrored.BucketSharesPartitionEveryParameter") {

@@ -136,10 +136,11 @@ inline std::uint64_t backward(const Tensor& root, const Tensor& seed = {},
 
 namespace autograd {
 /// Gradients a strategy keeps in parts after backward (MirroredStrategy with
-/// GradientLayout::sharded: each replica holds the sum in its own share only) and completes
-/// when they are read through Gradients. The strategy registers one on the first parameter
-/// of the list it serves (set_gradient_completion); grad() asks it, once its pass is done,
-/// whether that pass left the gradients in parts.
+/// GradientLayout::sharded: each replica holds the sum in its own share only; ShardedStrategy:
+/// each rank its block) or still being summed (buckets in flight on a communication thread),
+/// and completes when they are read through Gradients. The strategy registers one on the
+/// first parameter of the list it serves (set_gradient_completion); grad() asks it, once its
+/// pass is done, whether that pass left the gradients in parts.
 class GradientCompletion {
  public:
   /// Whether the backward pass just run on this thread left the gradients in parts, not yet
@@ -147,6 +148,9 @@ class GradientCompletion {
   virtual bool claim() noexcept = 0;
   /// Makes every gradient of the parameter list whole; throws where it no longer can.
   virtual void make_whole() = 0;
+  /// Whether the parts are shares of other replicas' memory, which none may change in place
+  /// before every replica has read them (false: sums merely still in flight).
+  virtual bool in_shares() const noexcept = 0;
 
  protected:
   ~GradientCompletion() = default;

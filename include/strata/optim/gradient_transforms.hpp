@@ -43,7 +43,9 @@ struct GradientTransforms {
   /// On a device they are summed where they lie and added up there, and read once: reading
   /// each one would make the host wait for the device once per parameter (53 waits a step for
   /// the character Transformer on a GPU).
-  static double global_norm(const Gradients& g) {
+  static double global_norm(const Gradients& g) { return std::sqrt(sum_of_squares(g)); }
+  /// The square of global_norm(g), summed as it is.
+  static double sum_of_squares(const Gradients& g) {
     double sq = 0;
     Tensor unread;  // a device's running sum of squares, not read yet
     for (std::size_t i = 0; i < g.size(); ++i) {
@@ -67,7 +69,7 @@ struct GradientTransforms {
       }
     }
     if (unread.defined()) sq += unread.item();
-    return std::sqrt(sq);
+    return sq;
   }
 
   /// t *= factor, in place (one pass on the host).
@@ -84,6 +86,12 @@ struct GradientTransforms {
 
   /// Applies the transforms to `g` in place (a sharded strategy's shares are made whole first).
   void apply(const Gradients& g) const {
+    apply(g, [](double squares) { return squares; });
+  }
+  /// The same where `g` holds this rank's shards of the gradients (ShardedStrategy): the global
+  /// norm's sum of squares is `over_shards(this rank's)`, the sum over every rank's.
+  template <class OverShards>
+  void apply(const Gradients& g, OverShards&& over_shards) const {
     if (!active()) return;
     NoGradGuard no_grad;
     g.make_whole();
@@ -94,7 +102,7 @@ struct GradientTransforms {
         if (t.defined()) t.copy_(add(sub(t, relu(add(t, -max_value))), relu(add(neg(t), -max_value))));
       }
     if (max_global_norm > 0) {
-      const double norm = global_norm(g);
+      const double norm = std::sqrt(over_shards(sum_of_squares(g)));
       if (norm > max_global_norm)  // tf.clip_by_global_norm: max / norm, no epsilon; a NaN norm passes through
         for (std::size_t i = 0; i < g.size(); ++i) {
           Tensor t = values(g, i);

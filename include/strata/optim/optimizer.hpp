@@ -124,8 +124,17 @@ class Optimizer {
   }
 
   /// Updates every parameter from its .grad(); parameters without a gradient are skipped.
+  /// Holding shards (hold_shards), it updates each shard from the shard's gradient instead.
   void step() {
     NoGradGuard no_grad;
+    if (!shards_.empty()) {
+      for (std::size_t i = 0; i < shards_.size(); ++i) {
+        const Tensor g = shards_[i].grad();
+        if (g.defined() && shards_[i].numel() > 0) update(i, shards_[i], g);
+      }
+      ++steps_;
+      return;
+    }
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (updates_by_rows(i)) {
         step_rows(i, {0, params_[i].numel()});
@@ -188,6 +197,32 @@ class Optimizer {
   /// Changes whenever a state tensor is created or replaced (load_state, share_state_from).
   std::uint64_t state_version() const noexcept { return state_version_; }
 
+  /// Makes this optimizer update `shards` instead of its parameters (ShardedStrategy): shard
+  /// i a contiguous 1-D tensor holding this rank's elements of parameter i (none where another
+  /// rank holds all of it), its gradient the aggregated one of those elements. The state of
+  /// parameter i is then shaped like shard i, so a rank holds the state of its elements only
+  /// (state() and load_state speak of the shards), and stage 2 reads the shards' gradients:
+  /// the global norm and the finiteness are combined over the ranks by the update's stages
+  /// (UpdateStages::sum_over_shards, all_finite). Before any state exists.
+  void hold_shards(std::vector<Tensor> shards) {
+    STRATA_CHECK_EQ(shards.size(), params_.size(), "hold_shards: one shard per parameter");
+    for (std::size_t i = 0; i < shards.size(); ++i)
+      STRATA_CHECK(shards[i].defined() && shards[i].ndim() == 1 && shards[i].is_contiguous() &&
+                       shards[i].dtype() == params_[i].dtype() && shards[i].numel() <= params_[i].numel(),
+                   "hold_shards: shard ", i, " is no contiguous 1-D part of parameter ", i, " (", params_[i].shape(), " ",
+                   name_of(params_[i].dtype()), ")");
+    STRATA_CHECK(state().empty(), "hold_shards: the optimizer already holds state for whole parameters");
+    STRATA_REQUIRE(!transforms_.user, invalid_argument, "strata.optim.transform",
+                   "a gradient transform of your own reads whole gradients, and a sharded strategy's ranks hold "
+                   "only their shards of them: clip with clip_by_global_norm / clip_by_value, which combine over "
+                   "the shards, or use MultiWorkerMirroredStrategy");
+    shards_ = std::move(shards);
+  }
+  /// Whether this optimizer updates shards (hold_shards).
+  bool holds_shards() const noexcept { return !shards_.empty(); }
+  /// What the rule updates for parameter i: its shard (hold_shards), else the parameter.
+  const Tensor& updated(std::size_t i) const { return shards_.empty() ? params_.at(i) : shards_.at(i); }
+
   /// Applies `grads` inside a strategy's run(): the strategy behind `ctx` sums them over
   /// every replica in sync, transforms them, updates with this optimizer's rule where it
   /// places the variables, and publishes the new values (run_update).
@@ -219,7 +254,9 @@ class Optimizer {
     }
     if (here) {
       const StageScope stage(stages, UpdateStage::update);
-      if (transform(stages, grads)) update_where(stages.layout(grads, *this), grads);  // 2, 3
+      // Holding shards, stages 2 and 3 read the shards' aggregated gradients.
+      const Gradients mine = shards_.empty() ? grads : Gradients{shards_, nullptr};
+      if (transform(stages, mine)) update_where(stages.layout(mine, *this), mine);  // 2, 3
     } else {
       step_elsewhere();  // the servers updated the variables this replica reads
     }
@@ -332,11 +369,12 @@ class Optimizer {
                  "this optimizer does not update ranges of its parameters (updates_ranges() is false)");
   }
 
-  /// A zero state tensor shaped like parameter i, created on first use.
+  /// A zero state tensor shaped like parameter i (its shard: hold_shards), created on first use.
   Tensor& state_for(std::vector<Tensor>& slots, std::size_t i) {
     Tensor& t = slot(slots, i);
     if (!t.defined()) {
-      t = Tensor::empty(params_[i].shape(), params_[i].dtype(), params_[i].device()).fill_(0.0);
+      const Tensor& like = updated(i);
+      t = Tensor::empty(like.shape(), like.dtype(), like.device()).fill_(0.0);
       ++state_version_;
     }
     return t;
@@ -395,14 +433,38 @@ class Optimizer {
     // The loss scale and the transforms change the sums in place: where they are kept in shares
     // (GradientLayout::sharded), each replica's copy is made whole, and no share changes before
     // every replica has read it.
-    if ((loss_scale_ || transforms_.active()) && grads.completion != nullptr) {
+    if ((loss_scale_ || transforms_.active()) && grads.completion != nullptr && grads.completion->in_shares()) {
       grads.make_whole();
       stages.shares_read();
     }
-    if (loss_scale_ && !scaled_step_goes_ahead(unscale(grads, loss_scale_->scale()))) return false;
-    if (!admits(grads, [&] { return stages.nonfinite_origin(); })) return false;
-    transforms_.apply(grads);  // (nothing where none is active)
+    if (loss_scale_) {
+      bool finite = unscale(grads, loss_scale_->scale());
+      if (!shards_.empty()) finite = stages.all_finite(finite);  // each rank checked its shards
+      if (!scaled_step_goes_ahead(finite)) return false;
+    }
+    if (!(shards_.empty() ? admits(grads, [&] { return stages.nonfinite_origin(); }) : admits_shards(stages, grads)))
+      return false;
+    // (nothing where none is active; over shards, the global norm's squares summed by the stages)
+    transforms_.apply(grads, [&](double sq) { return shards_.empty() ? sq : stages.sum_over_shards(sq); });
     return true;
+  }
+
+  /// admits() over shards: each rank checks its own, and every rank learns whether all were
+  /// finite (UpdateStages::all_finite), so all skip, or all fail, in the same step.
+  bool admits_shards(UpdateStages& stages, const Gradients& g) {
+    if (nonfinite_ == NonFinite::apply) return true;
+    std::int64_t first = -1;
+    for (std::size_t i = 0; i < g.size() && first < 0; ++i)
+      if (const Tensor t = g.params[i].grad(); t.defined() && !all_finite(t)) first = static_cast<std::int64_t>(i);
+    if (stages.all_finite(first < 0)) return true;
+    if (nonfinite_ == NonFinite::skip) {
+      ++skipped_;
+      return false;
+    }
+    STRATA_THROW(data_error, "strata.optim.nonfinite", "non-finite gradient ",
+                 first >= 0 ? "in parameter " + std::to_string(first) + " (this rank's shard of it)"
+                            : std::string("on another rank's shard"),
+                 " at step ", steps_, ", after aggregation");
   }
 
   /// Stage 3: this optimizer's rule where `layout` places this replica's update.
@@ -448,9 +510,10 @@ class Optimizer {
       if (index_ok) i = std::stoul(name.substr(dot + 1));
       STRATA_CHECK(slots != nullptr && index_ok && i < params_.size(), what, ": '", name,
                    "' is not a state slot of this optimizer for one of its ", params_.size(), " parameters");
-      STRATA_CHECK(t.shape() == params_[i].shape() && t.dtype() == params_[i].dtype(), what, ": shape mismatch for '",
-                   name, "': ", t.shape(), " ", name_of(t.dtype()), " in the checkpoint vs ", params_[i].shape(), " ",
-                   name_of(params_[i].dtype()), " for the parameter");
+      const Tensor& like = updated(i);
+      STRATA_CHECK(t.shape() == like.shape() && t.dtype() == like.dtype(), what, ": shape mismatch for '", name,
+                   "': ", t.shape(), " ", name_of(t.dtype()), " in the checkpoint vs ", like.shape(), " ",
+                   name_of(like.dtype()), shards_.empty() ? " for the parameter" : " for this rank's shard of it");
       where.emplace_back(slots, i);
     }
     return where;
@@ -483,6 +546,7 @@ class Optimizer {
   }
 
   std::vector<Tensor> params_;
+  std::vector<Tensor> shards_;  // hold_shards: what the rule updates instead
   double lr_;
   std::optional<Schedule> schedule_;
   GradientTransforms transforms_;

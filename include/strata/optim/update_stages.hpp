@@ -4,7 +4,8 @@
 ///
 ///   1. aggregate — the gradients combined over the replicas in sync (the bucketed engine's
 ///                  all-reduce, the central sum, or a push to the parameter servers);
-///   2. transform — on the aggregated gradients, the same bits on every replica: the loss
+///   2. transform — on the aggregated gradients, the same bits on every replica (or each
+///                  replica's shards of them, combined where a sum needs all: hold_shards): the loss
 ///                  scale's division and check (loss_scale.hpp; where the update happens
 ///                  elsewhere, on each replica's own gradients before stage 1, agreed by
 ///                  all_finite), the non-finite policy (skip or error), then the optimizer's gradient
@@ -75,10 +76,14 @@ class UpdateStages {
   /// may change its own share in place before every replica has read it.
   virtual void shares_read() {}
 
-  /// Before stage 1, where stage 3 happens elsewhere and a loss scale checks each replica's own
-  /// gradients: whether every replica in sync found its own all finite (`mine`: this one's).
+  /// Whether every replica in sync found its own gradients all finite (`mine`: this one's):
+  /// before stage 1 where stage 3 happens elsewhere and a loss scale checks each replica's own
+  /// gradients; in stage 2 where each replica holds its shards of the sums (hold_shards).
   /// Every replica in sync calls it, at the same point, so it may meet the others.
   virtual bool all_finite(bool mine) { return mine; }
+  /// In stage 2 where each replica holds its shards of the sums (Optimizer::hold_shards): the
+  /// sum of `mine` over the replicas in sync (the global norm's squares). Every replica calls it.
+  virtual double sum_over_shards(double mine) { return mine; }
 
   /// Whether stage 3 happens off this replica (on parameter servers), so that stage 2's
   /// gradient transforms cannot run here.

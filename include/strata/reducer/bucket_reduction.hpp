@@ -12,12 +12,16 @@
 ///   ShardedReduction        InProcess replicas under GradientLayout::sharded: in a step whose
 ///                           update splits, each replica leaves the sum in its own share and
 ///                           gathers the rest from its peers when the gradients are read.
+///   ScatterReduction        processes under ShardedStrategy (gradients sharded): the engine's
+///                           communication thread reduce-scatters each bucket, so that rank r
+///                           holds the sum of block r alone; gathered whole only when read.
 ///
 /// docs/gradient_engine.md has the measurements behind each choice.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <thread>  // hardware_concurrency
 #include <vector>
@@ -47,21 +51,25 @@ inline bool shared_buckets_reduce_on_replica_thread(int ranks) {
   return cores != 0 && cores <= static_cast<unsigned>(ranks);
 }
 
-/// A bucket's all-reduce as a timeline event, its duration left in `bk.seconds`.
+/// A bucket's all-reduce (or `what`) as a timeline event, its duration left in `bk.seconds`.
 template <class F>
-void timed_reduction(GradientBucket& bk, std::size_t b, F&& reduce) {
+void timed_reduction(GradientBucket& bk, std::size_t b, F&& reduce, const char* what = "allreduce") {
   const auto t0 = std::chrono::steady_clock::now();
-  observe::ScopedEvent ev("allreduce", "communication", static_cast<std::int64_t>(b), static_cast<std::int64_t>(bk.bytes()));
+  observe::ScopedEvent ev(what, "communication", static_cast<std::int64_t>(b), static_cast<std::int64_t>(bk.bytes()));
   reduce();
   bk.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 /// GradientLayout::sharded as an engine is made with it: the group of every replica's buffers,
-/// this replica's index in it, and the split update whose way decides each step.
+/// this replica's index in it, and the split update whose way decides each step. Or, for
+/// ShardedStrategy's processes, the buckets in `blocks` equal blocks (one per rank), with
+/// `scatter` reduce-scattered into them.
 struct GradientSharding {
   std::shared_ptr<ShardedGradients> group;  ///< null: gradients whole
   int replica = 0;
   const PartitionedUpdate* split = nullptr;
+  int blocks = 1;
+  bool scatter = false;
 };
 
 template <class C>
@@ -117,41 +125,99 @@ class DeviceStreamReduction final : public BucketReduction<C> {
   C& comm_;
 };
 
+/// The engine's communication thread, which runs `run(b)` (bucket b's collective) for each
+/// bucket started, and one Work state per bucket, re-armed each step: the job handed to the
+/// thread is small enough for std::function to hold inline, so starting a bucket allocates
+/// nothing.
+class BucketThread {
+ public:
+  BucketThread(std::size_t buckets, std::function<void(std::size_t)> run) : run_(std::move(run)), states_(buckets) {}
+  /// Queues bucket b's collective on the thread; `bk.done` completes with it.
+  void start(GradientBucket& bk, std::size_t b) {
+    auto& st = states_[b];
+    if (!st) st = std::make_shared<collective::Work::State>();
+    st->reset();
+    bk.done = collective::Work(st);
+    worker_.enqueue([this, b] {
+      thread_local const bool named = (observe::Timeline::instance().name_thread("communication"), true);
+      (void)named;
+      collective::detail::complete(*states_[b], [&] { run_(b); });
+    });
+  }
+
+ private:
+  std::function<void(std::size_t)> run_;
+  std::vector<std::shared_ptr<collective::Work::State>> states_;  // `done`'s state per bucket
+  collective::detail::AsyncWorker worker_;
+};
+
 template <class C>
   requires(!collective::ThreadGroupCollective<C>)
 class CommThreadReduction final : public BucketReduction<C> {
  public:
   CommThreadReduction(C& comm, GradientBuckets& buckets, WireCompressor<C> compressor)
-      : comm_(comm), buckets_(buckets), compressor_(std::move(compressor)), states_(buckets.size()) {}
+      : comm_(comm), buckets_(buckets), compressor_(std::move(compressor)),
+        thread_(buckets.size(), [this](std::size_t b) { run(buckets_[b], b); }) {}
   bool on_replica_thread() const noexcept override { return false; }
   bool start(GradientBucket& bk, std::size_t b) override {
-    // One State per bucket, re-armed, and a job small enough for std::function to hold
-    // inline: handing a bucket to the communication thread allocates nothing.
-    auto& st = states_[b];
-    if (!st) st = std::make_shared<collective::Work::State>();
-    st->reset();
-    bk.done = collective::Work(st);
-    worker_.enqueue([this, b] { run(buckets_[b], b); });
+    thread_.start(bk, b);
     return false;
   }
 
  private:
   void run(GradientBucket& bk, std::size_t b) {
-    thread_local const bool named = (observe::Timeline::instance().name_thread("communication"), true);
-    (void)named;
-    collective::detail::complete(*states_[b], [&] {
-      timed_reduction(bk, b, [&] {
-        void* p = bk.buffer.raw_data();
-        if (!compressor_.allreduce(comm_, b, p, bk.count)) comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
-      });
+    timed_reduction(bk, b, [&] {
+      void* p = bk.buffer.raw_data();
+      if (!compressor_.allreduce(comm_, b, p, bk.count)) comm_.allreduce_raw(p, p, bk.count, bk.dtype, ReduceOp::Sum);
     });
   }
 
   C& comm_;
   GradientBuckets& buckets_;
   WireCompressor<C> compressor_;
-  std::vector<std::shared_ptr<collective::Work::State>> states_;  // `done`'s state per bucket
-  collective::detail::AsyncWorker worker_;
+  BucketThread thread_;  // last: its thread stops before the members its jobs use go
+};
+
+/// ShardedStrategy's reduction: each bucket reduce-scattered into `sums[b]`, this rank's block
+/// of its sum (the buckets padded to equal blocks), on the communication thread, or on the
+/// replica's own where the host has no core beyond one per rank (`on_replica`: the reduction
+/// would only take turns with backward there; shared_buckets_reduce_on_replica_thread's
+/// rule); gather() all-gathers the blocks back into the buckets, on the calling thread, for a
+/// reader of whole gradients.
+template <class C>
+  requires(!collective::ThreadGroupCollective<C>)
+class ScatterReduction final : public BucketReduction<C> {
+ public:
+  ScatterReduction(C& comm, GradientBuckets& buckets, const std::vector<Tensor>& sums, bool on_replica)
+      : comm_(comm), buckets_(buckets), sums_(sums), on_replica_(on_replica),
+        thread_(buckets.size(), [this](std::size_t b) { run(buckets_[b], b); }) {}
+  bool on_replica_thread() const noexcept override { return on_replica_; }
+  bool start(GradientBucket& bk, std::size_t b) override {
+    if (on_replica_)
+      run(bk, b);
+    else
+      thread_.start(bk, b);
+    return true;
+  }
+  void gather(GradientBuckets& buckets) override {
+    for (std::size_t b = 0; b < buckets.size(); ++b)
+      comm_.allgather_raw(sums_[b].raw_data(), buckets[b].buffer.raw_data(), static_cast<std::size_t>(sums_[b].numel()),
+                          buckets[b].dtype);
+  }
+
+ private:
+  void run(GradientBucket& bk, std::size_t b) {
+    timed_reduction(bk, b, [&] {
+      comm_.reduce_scatter_raw(bk.buffer.raw_data(), sums_[b].raw_data(), static_cast<std::size_t>(sums_[b].numel()),
+                               bk.dtype, ReduceOp::Sum);
+    }, "reduce_scatter");
+  }
+
+  C& comm_;
+  GradientBuckets& buckets_;
+  const std::vector<Tensor>& sums_;
+  bool on_replica_;
+  BucketThread thread_;  // last: its thread stops before the members its jobs use go
 };
 
 template <class C>

@@ -38,8 +38,12 @@ class BucketPlan {
     bool table = false;  ///< one row-sparse table alone
   };
 
-  BucketPlan(const std::vector<Tensor>& params, std::size_t bucket_bytes) : numel_(params.size()), slot_of_(params.size()) {
+  /// `blocks` > 1: each bucket padded (with zeros) to that many equal blocks of a multiple of
+  /// 16 elements, one per rank (ShardedStrategy's layout: block_ranges).
+  BucketPlan(const std::vector<Tensor>& params, std::size_t bucket_bytes, int blocks = 1)
+      : numel_(params.size()), slot_of_(params.size()), blocks_(blocks) {
     STRATA_CHECK(bucket_bytes > 0, "gradient bucket size must be positive");
+    STRATA_CHECK(blocks >= 1, "gradient buckets in ", blocks, " blocks");
     for (std::size_t k = params.size(); k-- > 0;) {
       const Tensor& p = params[k];
       STRATA_CHECK(p.defined() && p.requires_grad() && p.is_leaf(), "GradientEngine: parameter ", k,
@@ -59,6 +63,12 @@ class BucketPlan {
       b.count += numel_[k];
       b.bytes += p.nbytes();
     }
+    if (blocks_ > 1)
+      for (Bucket& b : buckets_) {
+        const std::size_t n = static_cast<std::size_t>(blocks_);
+        b.count = ((b.count + n - 1) / n + 15) / 16 * 16 * n;
+        b.bytes = b.count * size_of(b.dtype);
+      }
   }
 
   /// Whether `p` packs as a row-sparse table: marked so by a row-sparse lookup or an
@@ -68,6 +78,22 @@ class BucketPlan {
   }
 
   const std::vector<Bucket>& buckets() const noexcept { return buckets_; }
+  /// Elements of bucket b in each of its blocks (its count where it has one block).
+  std::size_t block(std::size_t b) const { return buckets_.at(b).count / static_cast<std::size_t>(blocks_); }
+  int blocks() const noexcept { return blocks_; }
+  /// For each parameter, the elements that fall in block `r` of its bucket (a contiguous run of
+  /// it, empty where the block holds none of it): what rank r holds of it under ShardedStrategy.
+  std::vector<optim::ElementRange> block_ranges(int r) const {
+    std::vector<optim::ElementRange> out(slot_of_.size());
+    for (std::size_t k = 0; k < slot_of_.size(); ++k) {
+      const Slot s = slot_of_[k];
+      const std::size_t lo = block(s.bucket) * static_cast<std::size_t>(r), hi = lo + block(s.bucket);
+      const std::size_t a = std::clamp(lo, s.offset, s.offset + numel_[k]);
+      const std::size_t e = std::clamp(hi, s.offset, s.offset + numel_[k]);
+      out[k] = {static_cast<std::int64_t>(a - s.offset), static_cast<std::int64_t>(e - s.offset)};
+    }
+    return out;
+  }
   Slot slot(std::size_t k) const { return slot_of_.at(k); }
 
   /// For each parameter, the elements replica `r` of `n` reduces when an InProcess group
@@ -89,6 +115,7 @@ class BucketPlan {
   std::vector<std::size_t> numel_;
   std::vector<Slot> slot_of_;
   std::vector<Bucket> buckets_;
+  int blocks_ = 1;
 };
 
 /// One bucket of a step: its buffer, how many of its gradients are still to come, and its
@@ -111,8 +138,8 @@ class GradientBuckets {
   /// A buffer for `count` elements of `dtype` on `device`; sets `shared` when the ranks share it.
   using MakeBuffer = std::function<Tensor(std::int64_t count, DType dtype, Device device, bool& shared)>;
 
-  GradientBuckets(const std::vector<Tensor>& params, std::size_t bucket_bytes, const MakeBuffer& make)
-      : params_(params), plan_(params, bucket_bytes) {
+  GradientBuckets(const std::vector<Tensor>& params, std::size_t bucket_bytes, const MakeBuffer& make, int blocks = 1)
+      : params_(params), plan_(params, bucket_bytes, blocks) {
     const Device device = params_.empty() ? Device::cpu() : params_.front().device();
     for (const Tensor& p : params_)
       STRATA_CHECK(p.device() == device, "GradientEngine: parameters on ", device, " and ", p.device(),

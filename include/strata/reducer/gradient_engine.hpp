@@ -110,7 +110,11 @@ class GradientEngine final : public autograd::GradientCompletion {
                  Compression compression = Compression::none, detail::GradientSharding sharding = {})
       : comm_(comm),
         compression_(checked(compression, params)),
-        buckets_(params, bucket_bytes, [this](std::int64_t n, DType dt, Device d, bool& shared) { return make_buffer(n, dt, d, shared); }),
+        in_blocks_mode_(sharding.blocks > 1),
+        scatter_(sharding.scatter),
+        buckets_(params, bucket_bytes, [this](std::int64_t n, DType dt, Device d, bool& shared) { return make_buffer(n, dt, d, shared); },
+                 sharding.blocks),
+        block_sums_(make_block_sums(sharding)),
         path_(choose_path(std::move(sharding))),
         fired_(params.size(), false),
         hooks_(std::make_shared<HookState>()) {
@@ -121,12 +125,13 @@ class GradientEngine final : public autograd::GradientCompletion {
         Tensor(ps[k]).register_hook([st = hooks_, k](const Tensor&) {
         if (st->engine) st->engine->ready(k);
       });
-    if (sharded_ && !ps.empty()) autograd::set_gradient_completion(ps[0], this);
+    // A read of the Gradients that grad() returns completes them (claim, make_whole).
+    if (!ps.empty()) autograd::set_gradient_completion(ps[0], this);
   }
   ~GradientEngine() {
     hooks_->engine = nullptr;
     const std::vector<Tensor>& ps = buckets_.params();
-    if (sharded_ && !ps.empty() && ps[0].impl()->ag.completion == this) autograd::set_gradient_completion(ps[0], nullptr);
+    if (!ps.empty() && ps[0].impl()->ag.completion == this) autograd::set_gradient_completion(ps[0], nullptr);
   }
   GradientEngine(const GradientEngine&) = delete;
   GradientEngine& operator=(const GradientEngine&) = delete;
@@ -138,6 +143,11 @@ class GradientEngine final : public autograd::GradientCompletion {
   const std::vector<std::size_t>& bucket_members(std::size_t b) const { return buckets_.plan().buckets().at(b).members; }
   /// Each parameter's share for replica `r` of `n` (detail::BucketPlan::shares).
   std::vector<optim::ElementRange> shares(int r, int n) const { return buckets_.plan().shares(r, n); }
+  /// The packing (with its blocks, where made with GradientSharding::blocks).
+  const detail::BucketPlan& plan() const noexcept { return buckets_.plan(); }
+  /// Made with blocks: this rank's block of bucket b's sum, once finish() returned (a tensor of
+  /// its own where the buckets are reduce-scattered, else a view of the bucket).
+  const Tensor& block_sum(std::size_t b) const { return block_sums_.at(b); }
 
   StepState state() const noexcept {
     switch (step_.sums()) {
@@ -155,12 +165,30 @@ class GradientEngine final : public autograd::GradientCompletion {
 
   /// Whether this step's sums are kept in shares, so the Gradients that grad() returns must
   /// carry this engine to complete them (asked by grad() once its backward pass is done).
-  bool claim() noexcept override { return step_.claims(); }
+  /// Whole layout, its buckets summed on a communication thread: whether they may still be in
+  /// flight, so that a read of the Gradients waits for them.
+  bool claim() noexcept override {
+    if (scatter_) return in_blocks_;
+    if (sharded_) return step_.claims();
+    return marked_ > 0;
+  }
+  bool in_shares() const noexcept override { return sharded_; }
 
   /// Every gradient whole: under the sharded layout, waits for the buckets and copies in the
   /// other replicas' shares; else nothing to do. After apply_gradients (consume()) the other
   /// replicas may already be overwriting their buffers, so it is an error then.
   void make_whole() override {
+    if (!sharded_ && !scatter_) {  // whole: the buckets in flight waited for
+      if (marked_ > 0) settle();
+      return;
+    }
+    if (scatter_) {  // reduce-scattered: each block all-gathered into its bucket (collective)
+      if (!in_blocks_) return;
+      if (marked_ > 0) settle();
+      path_->gather(buckets_);
+      in_blocks_ = false;
+      return;
+    }
     STRATA_CHECK(step_.readable(), "gradients read after apply_gradients under GradientLayout::sharded: "
                  "each replica now holds the summed gradients only in its own share; read them before "
                  "apply_gradients, or use GradientLayout::whole");
@@ -204,6 +232,7 @@ class GradientEngine final : public autograd::GradientCompletion {
     buckets_.rearm();
     std::fill(fired_.begin(), fired_.end(), false);
     marked_ = next_ = 0;
+    settled_ = false;
     step_.finished();
   }
 
@@ -228,8 +257,8 @@ class GradientEngine final : public autograd::GradientCompletion {
   /// one host: the all-reduce then reduces across the ranks' copies directly), else a plain
   /// tensor on `device`. Collective when offered: every rank makes the same buckets in order.
   Tensor make_buffer(std::int64_t count, DType dtype, Device device, bool& shared) {
-    if constexpr (collective::HostSharedMemory<C>)
-      if (device.kind == DeviceKind::cpu && compression_ == Compression::none)
+    if constexpr (collective::HostSharedMemory<C>)  // (in blocks: each rank's own memory, never shared)
+      if (device.kind == DeviceKind::cpu && compression_ == Compression::none && !in_blocks_mode_)
         if (Tensor t = comm_.shared_buffer(count, dtype); t.defined()) {
           shared = true;
           return t;
@@ -237,19 +266,41 @@ class GradientEngine final : public autograd::GradientCompletion {
     return Tensor::empty(Shape{count}, dtype, device);
   }
 
+  // In blocks: this rank's block of each bucket's sum, its own tensor where reduce-scattered.
+  std::vector<Tensor> make_block_sums(const detail::GradientSharding& s) {
+    std::vector<Tensor> out;
+    if (s.blocks <= 1) return out;
+    STRATA_CHECK(s.blocks == comm_.size() && !s.group, "GradientEngine: buckets in ", s.blocks, " blocks over ",
+                 comm_.size(), " ranks");
+    STRATA_CHECK(compression_ == Compression::none, "GradientEngine: buckets in blocks take no wire compression yet");
+    const detail::BucketPlan& plan = buckets_.plan();
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      STRATA_CHECK(!plan.buckets()[b].table, "GradientEngine: row-sparse tables cannot be sharded yet");
+      const auto block = static_cast<std::int64_t>(plan.block(b));
+      const Tensor& buf = buckets_[b].buffer;
+      out.push_back(s.scatter ? Tensor::empty(Shape{block}, buf.dtype(), buf.device()).fill_(0.0)
+                              : detail::make_view(buf, Shape{block}, Shape{1}, block * comm_.rank()));
+    }
+    return out;
+  }
+
   std::unique_ptr<detail::BucketReduction<C>> choose_path(detail::GradientSharding sharding) {
     sharded_ = sharding.group != nullptr;
-    rows_path_ = !sharded_;
+    rows_path_ = !sharded_ && !in_blocks_mode_;
     if constexpr (collective::ThreadGroupCollective<C>) {
       if (sharded_) return std::make_unique<detail::ShardedReduction<C>>(comm_, std::move(sharding), buckets_);
       return std::make_unique<detail::ReplicaThreadReduction<C>>(comm_);
     } else {
       STRATA_CHECK(!sharded_, "GradientLayout::sharded needs replicas that are threads of one process; ", C::name,
                    " ranks are processes");
+      if (scatter_)
+        return std::make_unique<detail::ScatterReduction<C>>(
+            comm_, buckets_, block_sums_, detail::shared_buckets_reduce_on_replica_thread(comm_.size()));
       if constexpr (collective::DeviceCollective<C>)
         if (buckets_.size() > 0 && buckets_[0].buffer.device().kind != DeviceKind::cpu)
           return std::make_unique<detail::DeviceStreamReduction<C>>(comm_);
-      if (buckets_.all_shared() && detail::shared_buckets_reduce_on_replica_thread(comm_.size()))
+      // (ShardedStrategy's buckets in blocks, each rank's own memory, follow the same rule)
+      if ((buckets_.all_shared() || in_blocks_mode_) && detail::shared_buckets_reduce_on_replica_thread(comm_.size()))
         return std::make_unique<detail::ReplicaThreadReduction<C>>(comm_);
       std::vector<std::size_t> counts;
       std::vector<DType> dtypes;
@@ -265,6 +316,7 @@ class GradientEngine final : public autograd::GradientCompletion {
   // Starts the buckets not started yet (parameters that got no gradient in this pass: grad()
   // has left zeros, or the accumulation), waits for all, then sums the tables.
   void settle() {
+    if (settled_) return;  // (a read of the gradients settled this step already)
     for (std::size_t k = 0; k < fired_.size(); ++k)
       if (!fired_[k]) {
         if (!by_rows(k)) buckets_.bind(k);
@@ -282,6 +334,7 @@ class GradientEngine final : public autograd::GradientCompletion {
       if (rows_path_ && buckets_[b].table) aggregate_table(b);
     path_->settled();
     stats_.exposed_seconds += seconds_since(t0);
+    settled_ = true;
   }
 
   // Table `b`'s sum across the replicas: its rows gathered where every replica holds rows and
@@ -317,6 +370,7 @@ class GradientEngine final : public autograd::GradientCompletion {
     if (marked_++ == 0) {
       nonfinite_.reset();
       if (sharded_) step_.begin();
+      in_blocks_ = scatter_;  // this step's sums will be in blocks
     }
     fired_[k] = true;
     --buckets_.of(k).pending;
@@ -348,12 +402,17 @@ class GradientEngine final : public autograd::GradientCompletion {
   C& comm_;
   Compression compression_;
   bool sharded_ = false;  // made with a GradientSharding (set by choose_path)
+  bool in_blocks_mode_ = false;  // buckets in blocks, one per rank (GradientSharding::blocks)
+  bool scatter_ = false;         // ... reduce-scattered into them (GradientSharding::scatter)
+  bool in_blocks_ = false;       // this step's sums are in blocks only (scatter_), not gathered
   bool rows_path_ = false;  // tables summed by RowAggregation (whole gradients; set by choose_path)
   detail::GradientBuckets buckets_;
+  std::vector<Tensor> block_sums_;  // in blocks: this rank's block of each bucket's sum
   std::unique_ptr<detail::BucketReduction<C>> path_;
   std::vector<bool> fired_;     // per parameter: its gradient of this step is final
   std::size_t marked_ = 0;      // parameters final in this step
   std::size_t next_ = 0;        // the next bucket to start
+  bool settled_ = false;        // this step's buckets all started and done (settle), until finish()
   // Only replicas that are threads can shard their sums; processes' engines carry no step state.
   [[no_unique_address]] std::conditional_t<collective::ThreadGroupCollective<C>, detail::ShardedStep, detail::WholeStep> step_;
   bool sync_ = true;

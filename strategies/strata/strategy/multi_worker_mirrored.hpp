@@ -204,12 +204,17 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
     if (!values.empty()) comm_.allreduce_raw(values.data(), values.data(), values.size(), DType::f64, ReduceOp::Sum);
   }
 
- private:
+ protected:  // ShardedStrategy runs its own model state over the same process group
   template <class R, class Step>
   auto run_replica(Step&& step) {
     detail::check_cross_replica("run()");
     detail::ReplicaScope scope(0, /*step=*/true, /*in_sync=*/comm_.size());
     detail::CollectiveReplicaContext<C> ctx(comm_, comm_.rank(), comm_.size(), engines_, splits_);
+    return run_in<R>(ctx, step);
+  }
+  /// `step` as this process's replica, in `ctx`.
+  template <class R, class Step>
+  auto run_in(ReplicaContext& ctx, Step& step) {
     // A step that fails on this rank alone would leave the others waiting at their next
     // collective until its deadline (under mpirun, this rank's exit waits in MPI_Finalize):
     // abort the group first, so they fail now and name this rank. A collective's own error

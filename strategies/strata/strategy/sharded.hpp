@@ -1,0 +1,138 @@
+/// \file
+/// ShardedStrategy<C, Stage>: data parallelism with one replica per process whose model state
+/// is divided among the processes (DeepSpeed's ZeRO, PyTorch's FSDP): each rank keeps the
+/// optimizer state of its shard of every parameter only (ShardStage::optimizer_state), and
+/// with ShardStage::gradients also receives only its shard of the summed gradients (a
+/// reduce-scatter instead of an all-reduce). Everything else is MultiWorkerMirroredStrategy's:
+/// the process group, each worker's rows of every global batch, the values across
+/// processes; the user's loop is the same, the template argument alone changes.
+/// docs/sharding.md.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/strategy/checkpointing.hpp>  // checkpoints_supported
+#include <strata/strategy/detail/sharded_context.hpp>
+#include <strata/strategy/detail/sharded_model.hpp>
+#include <strata/strategy/multi_worker_mirrored.hpp>
+
+namespace strata {
+
+/// How much of the model state ShardedStrategy divides among the ranks (ZeRO's stages).
+enum class ShardStage {
+  optimizer_state = 1,  ///< the optimizer's state; gradients all-reduced whole, parameters whole
+  gradients = 2,        ///< also the summed gradients: each rank receives its shard of them alone
+  parameters = 3,       ///< also the parameters, gathered per wrap unit around its use (not yet)
+};
+
+/// One replica per process, its model state sharded.
+///
+/// @code
+/// strata::ShardedStrategy<strata::collective::Mpi> strategy;                                   // under mpirun
+/// strata::ShardedStrategy<strata::collective::Gloo, strata::ShardStage::optimizer_state> s1;  // under strata-run
+/// @endcode
+template <class C, ShardStage Stage = ShardStage::gradients>
+class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
+  using Base = MultiWorkerMirroredStrategy<C>;
+  static_assert(Stage != ShardStage::parameters,
+                "ShardedStrategy<C, ShardStage::parameters>: sharded parameters (ZeRO-3) are not available yet; "
+                "ShardStage::gradients divides the optimizer state and the gradients");
+  static_assert(!collective::DeviceCollective<C>,
+                "ShardedStrategy<Nccl>: sharding runs over host memory for now (collective::Mpi, collective::Gloo)");
+
+ public:
+  static constexpr const char* name = "sharded";
+  static constexpr ShardStage stage = Stage;
+
+  /// Joins the job through C's constructor, called with `args` (e.g. a Gloo prefix). The split
+  /// update of MultiWorkerOptions does not apply: every rank updates its own shards.
+  template <class... A>
+  explicit ShardedStrategy(MultiWorkerOptions o, A&&... args)
+      : Base(without_split(o), std::forward<A>(args)...) {}
+  ShardedStrategy() : ShardedStrategy(MultiWorkerOptions{}) {}
+
+  /// What `factory` makes: a model's parameters broadcast from rank 0 and laid out in shards;
+  /// an optimizer over such a model's parameters made to update this rank's shards only
+  /// (Optimizer::hold_shards), with their state.
+  template <class F>
+    requires std::invocable<F&>
+  std::invoke_result_t<F&> scope(F&& factory) {
+    detail::check_cross_replica("scope()");
+    using T = std::invoke_result_t<F&>;
+    T made = factory();
+    if constexpr (detail::HasParameters<T>) {
+      STRATA_REQUIRE(this->options_.compression == Compression::none, invalid_argument, "strata.strategy",
+                     "ShardedStrategy: gradient compression on the wire is not available with sharding yet");
+      detail::broadcast_parameters(this->comm_, made.parameters(), 0);
+      detail::broadcast_generators(this->comm_, made, 0);
+      models_.push_back(std::make_unique<detail::ShardedModel<C>>(this->comm_, made.parameters(),
+                                                                  this->options_.bucket_bytes,
+                                                                  Stage == ShardStage::gradients));
+      this->engines_.push_back(&models_.back()->engine());  // gradient_stats()
+    }
+    if constexpr (std::is_base_of_v<optim::Optimizer, T>) {
+      optim::Optimizer& opt = made;
+      for (const auto& m : models_)
+        if (m->updates(opt)) {
+          opt.hold_shards(m->shards());
+          return made;
+        }
+      STRATA_REQUIRE(opt.params().empty(), invalid_argument, "strata.strategy",
+                     "ShardedStrategy: the optimizer's parameters are no model made in this strategy's scope; make "
+                     "the model with strategy.scope(...) first and the optimizer over its parameters()");
+    }
+    return made;
+  }
+
+  /// Runs fn(ctx, batch) as this process's replica.
+  template <class F>
+    requires std::invocable<F&, ReplicaContext&, const data::Batch&>
+  auto run(F&& fn, const data::Batch& batch) {
+    return run_sharded<std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>>(
+        [&](ReplicaContext& ctx) { return detail::run_on_rows(fn, ctx, batch); });
+  }
+  template <class F>
+    requires std::invocable<F&, ReplicaContext&>
+  auto run(F&& fn) {
+    return run_sharded<std::invoke_result_t<F&, ReplicaContext&>>(
+        [&](ReplicaContext& ctx) { return detail::run_with_statistics(fn, ctx); });
+  }
+
+  /// Elements of a model's parameters (`params`, made in this strategy's scope) whose shards
+  /// this rank holds, and the optimizer state of: about 1/N of them.
+  std::size_t held_elements(std::span<const Tensor> params) const {
+    for (const auto& m : models_)
+      if (m->of(params)) return m->held_elements();
+    STRATA_THROW(invalid_argument, "strata.strategy", "ShardedStrategy::held_elements: parameters of no model made "
+                 "in this strategy's scope");
+  }
+
+ private:
+  static MultiWorkerOptions without_split(MultiWorkerOptions o) {
+    o.split_update = UpdateSplit::off;
+    return o;
+  }
+  template <class R, class Step>
+  auto run_sharded(Step&& step) {
+    detail::check_cross_replica("run()");
+    detail::ReplicaScope scope(0, /*step=*/true, /*in_sync=*/this->comm_.size());
+    detail::ShardedReplicaContext<C> ctx(this->comm_, models_);
+    return this->template run_in<R>(ctx, step);
+  }
+
+  std::vector<std::unique_ptr<detail::ShardedModel<C>>> models_;
+};
+
+template <class C, ShardStage Stage>
+inline constexpr bool enable_strategy<ShardedStrategy<C, Stage>> = true;
+
+/// The optimizer state lives in shards on every rank, which the chief's checkpoint does not
+/// hold: TrainingCheckpoints refuses the strategy until sharded checkpoints exist.
+template <class C, ShardStage Stage>
+inline constexpr bool checkpoints_supported<ShardedStrategy<C, Stage>> = false;
+
+}  // namespace strata
