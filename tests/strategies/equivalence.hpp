@@ -440,6 +440,15 @@ inline double max_relative_difference(const std::vector<std::vector<float>>& a, 
 
 /// The users' losses as the multi-process equivalences run them: `loss` on a global batch of 25,
 /// MSE with a cosine schedule with warm-up, the label-smoothed cross-entropy clipped to norm 0.1.
+/// The largest relative difference between two runs' losses, step by step (1 where they took
+/// a different number of steps).
+inline double loss_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double d = a.size() == b.size() ? 0.0 : 1.0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    d = std::max(d, std::fabs(a[i] - b[i]) / std::fabs(b[i]));
+  return d;
+}
+
 inline Setup user_loss_setup(Loss loss) {
   Setup s;
   s.loss = loss;

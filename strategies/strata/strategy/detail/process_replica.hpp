@@ -34,6 +34,15 @@ auto run_single_replica(ReplicaContext& ctx, Step&& step) {
   }
 }
 
+/// Whether `mine` holds on every rank of `comm` (collective: one all-reduce of one word), so
+/// that every rank takes the same branch: skip a step, or not.
+template <class C>
+bool on_every_rank(C& comm, bool mine) {
+  std::int32_t word = mine ? 1 : 0;
+  comm.allreduce_raw(&word, &word, 1, DType::i32, ReduceOp::Min);
+  return word == 1;
+}
+
 /// Every tensor of `params` set to rank `root`'s values over collective `comm`.
 template <class C>
 void broadcast_parameters(C& comm, const std::vector<Tensor>& params, int root) {

@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include <strata/strategy/detail/process_replica.hpp>  // on_every_rank
 #include <strata/strategy/detail/replica_step.hpp>
 #include <strata/strategy/detail/sharded_model.hpp>
 #include <strata/strategy/replica_context.hpp>
@@ -47,11 +48,7 @@ class ShardedReplicaContext final : private ReplicaStep, public ReplicaContext {
     STRATA_THROW(invalid_argument, "strata.strategy", "ShardedStrategy: apply_gradients with the gradients of "
                  "parameters that are no model made in strategy.scope(...)");
   }
-  bool all_finite(bool mine) override {
-    std::int32_t word = mine ? 1 : 0;
-    comm_.allreduce_raw(&word, &word, 1, DType::i32, ReduceOp::Min);
-    return word == 1;
-  }
+  bool all_finite(bool mine) override { return on_every_rank(comm_, mine); }
   double sum_over_shards(double mine) override {
     comm_.allreduce_raw(&mine, &mine, 1, DType::f64, ReduceOp::Sum);
     return mine;

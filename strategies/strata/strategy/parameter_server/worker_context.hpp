@@ -9,6 +9,7 @@
 #include <strata/autograd/backward.hpp>
 #include <strata/collective/reduce_op.hpp>
 #include <strata/optim/optimizer.hpp>
+#include <strata/strategy/detail/process_replica.hpp>  // on_every_rank
 #include <strata/strategy/detail/replica_step.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/support/check.hpp>
@@ -40,10 +41,7 @@ class WorkerContext final : private strata::detail::ReplicaStep, public ReplicaC
   /// every worker skips the push together (the servers wait for every worker's); under Async
   /// each worker's step is its own.
   bool all_finite(bool mine) override {
-    if (!S::sync) return mine;
-    float f = mine ? 1.0f : 0.0f;
-    s_.t_.group().allreduce_raw(&f, &f, 1, DType::f32, ReduceOp::Min);
-    return f == 1.0f;
+    return S::sync ? strata::detail::on_every_rank(s_.t_.group(), mine) : mine;
   }
   bool updates_elsewhere() const override { return s_.o_.update_on_servers; }
   bool updates_rows_elsewhere() const override { return s_.o_.sparse_tables; }
