@@ -79,6 +79,13 @@ class cuda_error : public error {
   using error::error;
 };
 
+/// Host memory could not be had: the message names the bytes asked for, those the process's
+/// tensors hold, and the process's address-space limit where one is set.
+class out_of_memory : public error {
+ public:
+  using error::error;
+};
+
 /// An internal invariant failed: a bug in strata.
 class internal_error : public error {
  public:

@@ -4,11 +4,15 @@
 /// system after its first iteration. Blocks are 64-byte aligned (one cache line, AVX-512 wide).
 #pragma once
 
+#include <sys/resource.h>  // getrlimit: the address-space limit an out-of-memory error names
+
 #include <cstddef>  // std::size_t
+#include <cstdio>   // std::snprintf
 #include <cstdlib>  // std::aligned_alloc, std::free
-#include <new>      // std::bad_alloc
+#include <string>
 
 #include <strata/kernels/memory/size_class_cache.hpp>  // SizeClassCache, AllocatorStats
+#include <strata/support/error.hpp>                    // out_of_memory
 
 #if defined(__linux__)
 #include <sys/mman.h>  // madvise
@@ -39,7 +43,22 @@ struct HostBacking {
     return p;
   }
   void deallocate(void* p) noexcept { std::free(p); }
-  [[noreturn]] void out_of_memory(std::size_t, const AllocatorStats&) { throw std::bad_alloc(); }
+  /// What a request the system refused (the cache already emptied) says: its bytes, the
+  /// tensors' bytes in use and at their peak, and the address-space limit (ulimit -v,
+  /// prlimit --as) where one is set, which is what usually refuses it.
+  [[noreturn]] void out_of_memory(std::size_t bytes, const AllocatorStats& s) {
+    auto mib = [](std::size_t b) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
+      return std::string(buf);
+    };
+    std::string limit;
+    if (rlimit r{}; ::getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+      limit = "; the process's address space is limited to " + mib(static_cast<std::size_t>(r.rlim_cur));
+    throw ::strata::out_of_memory("[strata.memory] out of host memory allocating " + mib(bytes) + " (" +
+                                  mib(s.bytes_in_use) + " in use by tensors, at most " + mib(s.peak_bytes_in_use) +
+                                  " so far, the cache already emptied" + limit + ")");
+  }
 };
 
 }  // namespace strata::detail
