@@ -73,9 +73,6 @@ int parse_options(int argc, char** argv, Options& o) {
     if (o.width % o.heads != 0) throw CLI::ValidationError("--heads", "must divide --width");
     trainer::check_strategy_flags(app, o);
     trainer::check_run_flags(app, o, o.strategy == "parameter_server" && o.mode == "async");
-    if (o.strategy == "sharded" && !o.checkpoint_dir.empty())
-      throw CLI::ValidationError("--checkpoint-dir", "--strategy sharded: each rank holds its shard of the optimizer "
-                                 "state, which checkpoints do not capture yet");
     if (o.update_on == "servers" && o.clip > 0)
       throw CLI::ValidationError("--update-on", "servers needs --clip 0: clipping runs on the workers, before the update");
   } catch (const CLI::ParseError& e) {

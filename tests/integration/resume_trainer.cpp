@@ -5,7 +5,7 @@
 //   resume_trainer --checkpoint-dir DIR [--checkpoint-every N] [--model mlp|cnn|mlp_dropout|mlp_table] [--epochs E]
 //                  [--rows N (the first N training images)] [--batch B (the global batch; default 64 per replica)]
 //                  [--max-steps S] [--strategy one_device|mirrored|central_storage|
-//                  multi_worker_mirrored|parameter_server] [--replicas R] [--collective mpi|gloo]
+//                  multi_worker_mirrored|sharded|parameter_server] [--replicas R] [--collective mpi|gloo]
 //                  [--servers S] [--mode sync] [--update-on servers|workers] [--precision fp32|bf16|fp16]
 #include <algorithm>
 #include <cstdio>
@@ -113,11 +113,14 @@ void with_strategy(const Args& a, F&& f) {
   } else if (a.strategy == "central_storage") {
     strata::CentralStorageStrategy s(a.replicas);
     f(s);
-  } else if (a.strategy == "multi_worker_mirrored" || a.strategy == "parameter_server") {
+  } else if (a.strategy == "multi_worker_mirrored" || a.strategy == "sharded" || a.strategy == "parameter_server") {
     const strata::ParameterServerOptions ps{.servers = a.servers, .update_on_servers = a.update_on == "servers"};
     auto run = [&]<class C>(C*) {
       if (a.strategy == "multi_worker_mirrored") {
         strata::MultiWorkerMirroredStrategy<C> s;
+        f(s);
+      } else if (a.strategy == "sharded") {
+        strata::ShardedStrategy<C> s;
         f(s);
       } else {
         strata::ParameterServerStrategy<C, strata::ps::Sync> s(ps);

@@ -4,7 +4,8 @@
 # with a final checkpoint byte-identical to the uninterrupted run's — parameters, optimizer
 # state, data position and generator, all bitwise. 2 epochs of 60 steps, so the resumed part
 # crosses an epoch boundary.
-# ParameterServerStrategy's per-server shard files must match as well. The chief's rank is
+# ParameterServerStrategy's per-server shard files and ShardedStrategy's per-rank shards of the
+# state must match as well. The chief's rank is
 # STRATA_RESUME_CHIEF (default 0; the first worker under ParameterServerStrategy).
 # Flags after -- come after the common ones, so a test may override them (a dropout model on
 # 1001 rows: 30 steps an epoch, 4 epochs); STRATA_RESUME_AT is where the resume must say it
@@ -34,7 +35,7 @@ ls "$work/b"
 grep -h "resumed from step 70 (${STRATA_RESUME_AT:-epoch 1, batch 10})" "$work/b2.log" || { cat "$work/b2.log"; fail "no resume from step 70"; }
 cmp "$work/a/ckpt-000000000120.strata" "$work/b/ckpt-000000000120.strata" ||
   fail "the resumed run's final checkpoint differs from the uninterrupted run's"
-for shard in "$work"/a/ps-shard-*-000000000120.strata; do
+for shard in "$work"/a/ps-shard-*-000000000120.strata "$work"/a/state-*-000000000120.strata; do
   [[ -e $shard ]] || continue
   cmp "$shard" "$work/b/$(basename "$shard")" || fail "the resumed run's $(basename "$shard") differs"
   echo "shard $(basename "$shard") identical"

@@ -24,7 +24,7 @@
 #if STRATA_HAS_MPI
 static_assert(strata::Strategy<strata::ShardedStrategy<strata::collective::Mpi>>);
 static_assert(strata::Strategy<strata::ShardedStrategy<strata::collective::Mpi, strata::ShardStage::optimizer_state>>);
-static_assert(!strata::checkpoints_supported<strata::ShardedStrategy<strata::collective::Mpi>>);
+static_assert(strata::checkpoints_supported<strata::ShardedStrategy<strata::collective::Mpi>>);
 #endif
 
 namespace {
@@ -49,9 +49,7 @@ void check_equivalent(S& strategy, const equivalence::Setup& s, const std::strin
   const auto ref = equivalence::one_device_reference(s, &ref_losses);
   const auto got = equivalence::train_steps(strategy, s, &losses);
   const double diff = equivalence::max_relative_difference(got, ref);
-  double loss_diff = losses.size() == ref_losses.size() ? 0.0 : 1.0;
-  for (std::size_t i = 0; i < std::min(losses.size(), ref_losses.size()); ++i)
-    loss_diff = std::max(loss_diff, std::fabs(losses[i] - ref_losses[i]) / std::fabs(ref_losses[i]));
+  const double loss_diff = equivalence::loss_difference(losses, ref_losses);
   report(diff < 1e-5 && loss_diff < 1e-5, strategy.rank(), strategy.num_replicas_in_sync(), what,
          "parameters differ by " + figure(diff) + ", losses by " + figure(loss_diff) + " (relative) over " +
              std::to_string(losses.size()) + " steps");

@@ -6,7 +6,10 @@
 /// local replica's model and optimizer take them — so all replicas resume from one file, identically. A strategy whose
 /// state lives on other ranks too (ParameterServerStrategy<Sync>: the servers' optimizer
 /// state) adds per-rank shard files, written before the chief's file indexes them
-/// (checkpoint_shards, restore_shards, prune_shards).
+/// (checkpoint_shards, restore_shards, prune_shards). A strategy that shards the training
+/// state itself (ShardedStrategy) has every rank write its shard of the parameters and the
+/// optimizer state, and the chief a manifest of them (checkpoint/state_shards.hpp); any
+/// strategy restores such a state on any number of ranks.
 #pragma once
 
 #include <concepts>
@@ -15,10 +18,12 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <strata/checkpoint/manager.hpp>
+#include <strata/checkpoint/state_shards.hpp>
 #include <strata/checkpoint/training_state.hpp>
 #include <strata/strategy/detail/shared_checkpoint.hpp>
 #include <strata/strategy/replicated.hpp>
@@ -44,6 +49,17 @@ concept ShardedCheckpoints = requires(S& s, const S& cs, const std::filesystem::
   s.restore_shards(r, dir, step);
   { s.checkpoint_shards(step) } -> std::convertible_to<checkpoint::NamedTensors>;
   s.prune_shards(dir, kept);
+};
+
+/// A strategy whose ranks each hold the optimizer state of a range of every parameter
+/// (ShardedStrategy): each rank saves its shard of the training state (collective; what the
+/// chief's manifest records of the shards comes back on every rank), and restores the state
+/// of its ranges.
+template <class S>
+concept ShardsTrainingState = requires(S& s, const S& cs, std::span<const Tensor> params, const optim::Optimizer& opt,
+                                       const std::filesystem::path& dir, std::int64_t step) {
+  { cs.state_ranges(params) } -> std::convertible_to<std::vector<optim::ElementRange>>;
+  { s.save_state_shards(dir, step, params, opt) } -> std::convertible_to<checkpoint::NamedTensors>;
 };
 
 template <class T>
@@ -91,6 +107,16 @@ enum class UnreadableCheckpoints {
   start_afresh,  ///< set them all aside (kept, never pruned) and train from step 0
 };
 
+/// How TrainingCheckpoints::restore treats what it finds.
+struct RestoreOptions {
+  UnreadableCheckpoints unreadable = UnreadableCheckpoints::error;
+  /// Restores a checkpoint written with another number of replicas in sync too, its
+  /// optimizer state resharded to this job's (a sharded state's shards are read by element
+  /// range). Only for a loop that keeps its global batch whatever the replica count: the
+  /// position counts global batches. Off: such a checkpoint is refused, naming both counts.
+  bool any_replica_count = false;
+};
+
 template <class S, class Model, class Opt>
 class TrainingCheckpoints {
   static_assert(checkpoints_supported<S>, "TrainingCheckpoints: this strategy's state is not captured yet "
@@ -112,13 +138,23 @@ class TrainingCheckpoints {
   /// from step 0.
   std::optional<checkpoint::TrainingPosition> restore(
       UnreadableCheckpoints unreadable = UnreadableCheckpoints::error) {
+    return restore(RestoreOptions{.unreadable = unreadable});
+  }
+  /// restore() as `o` says: a checkpoint of another replica count too (resharded), where
+  /// `o.any_replica_count`. A sharded state (a manifest and a shard file per rank that saved
+  /// it) restores under any strategy: each process reads the elements it holds of each
+  /// parameter and optimizer slot from the shards that hold them.
+  std::optional<checkpoint::TrainingPosition> restore(const RestoreOptions& o) {
+    const UnreadableCheckpoints unreadable = o.unreadable;
     std::optional<checkpoint::Reader> found;
     std::string error;  // the chief's, when no checkpoint of those present reads
     if (s_.is_chief()) {
       std::vector<checkpoint::CheckpointManager::Unreadable> skipped;
-      std::function<void(const checkpoint::Reader&, std::int64_t)> also;
-      if constexpr (detail::ShardedCheckpoints<S>)
-        also = [&](const checkpoint::Reader& r, std::int64_t step) { s_.check_shards(r, manager_.directory(), step); };
+      // A checkpoint whose shards are missing or damaged is skipped for the one before.
+      auto also = [&](const checkpoint::Reader& r, std::int64_t step) {
+        if constexpr (detail::ShardedCheckpoints<S>) s_.check_shards(r, manager_.directory(), step);
+        if (checkpoint::is_sharded_state(r)) checkpoint::StateSource(r, manager_.directory(), step).verify();
+      };
       found = manager_.open_latest(skipped, also);
       if (!found && !skipped.empty() && unreadable == UnreadableCheckpoints::error) {
         error = "'" + manager_.directory().string() + "' holds " + std::to_string(skipped.size()) +
@@ -144,11 +180,23 @@ class TrainingCheckpoints {
       opened = std::move(found);
     if (!opened) return std::nullopt;
     const checkpoint::Reader& r = *opened;
+    // A sharded state's parameters and optimizer slots come from its shards, each process
+    // reading its elements of them (the directory is one every process sees).
+    std::optional<checkpoint::StateSource> shards;
+    if (checkpoint::is_sharded_state(r))
+      shards.emplace(r, manager_.directory(), r.read("position").template data<std::int64_t>()[0]);
+    const std::optional<int> replicas =
+        o.any_replica_count ? std::nullopt : std::optional<int>(s_.num_replicas_in_sync());
     checkpoint::TrainingPosition pos;
-    for (std::size_t k = 0; k < detail::local_copies(model_); ++k)
-      pos = checkpoint::restore_training_state(r, detail::local_copy(model_, k).parameters(), detail::local_copy(opt_, k),
-                                               s_.num_replicas_in_sync(), detail::generators_of(detail::local_copy(model_, k)),
-                                               detail::buffers_of(detail::local_copy(model_, k)));
+    for (std::size_t k = 0; k < detail::local_copies(model_); ++k) {
+      auto& model = detail::local_copy(model_, k);
+      const auto params = model.parameters();
+      std::vector<optim::ElementRange> ranges;
+      if constexpr (detail::ShardsTrainingState<S>) ranges = s_.state_ranges(params);
+      pos = checkpoint::restore_training_state(r, params, detail::local_copy(opt_, k), replicas,
+                                               detail::generators_of(model), detail::buffers_of(model),
+                                               shards ? &*shards : nullptr, ranges);
+    }
     // State held off the chief (ParameterServerStrategy's servers): each rank takes its part.
     if constexpr (detail::ShardedCheckpoints<S>)
       s_.restore_shards(r, manager_.directory(), pos.step);
@@ -161,21 +209,27 @@ class TrainingCheckpoints {
   void save(const checkpoint::TrainingPosition& pos) {
     checkpoint::NamedTensors shards;  // written (and answered for) before the index that records them
     if constexpr (detail::ShardedCheckpoints<S>) shards = s_.checkpoint_shards(pos.step);
+    if constexpr (detail::ShardsTrainingState<S>)  // every rank's shard of the state; a failure stops every rank
+      shards = s_.save_state_shards(manager_.directory(), pos.step, detail::local_copy(model_, 0).parameters(),
+                                    detail::local_copy(opt_, 0));
     std::string error;  // the chief's, when its write failed (a full disk, a read-only directory)
     std::exception_ptr failure;
     if (s_.is_chief()) {
       try {
-        auto tensors = checkpoint::capture_training_state(detail::local_copy(model_, 0).parameters(),
-                                                          detail::local_copy(opt_, 0), pos, s_.num_replicas_in_sync(),
-                                                          detail::generators_of(detail::local_copy(model_, 0)),
-                                                          detail::buffers_of(detail::local_copy(model_, 0)));
+        auto& model = detail::local_copy(model_, 0);
+        auto tensors = detail::ShardsTrainingState<S>
+                           ? checkpoint::capture_manifest(detail::local_copy(opt_, 0), pos, s_.num_replicas_in_sync(),
+                                                          detail::generators_of(model), detail::buffers_of(model))
+                           : checkpoint::capture_training_state(model.parameters(), detail::local_copy(opt_, 0), pos,
+                                                                s_.num_replicas_in_sync(), detail::generators_of(model),
+                                                                detail::buffers_of(model));
         tensors.insert(tensors.end(), shards.begin(), shards.end());
         manager_.save(pos.step, tensors);
-        if constexpr (detail::ShardedCheckpoints<S>) {  // the shards of checkpoints set aside stay with them
-          std::vector<std::int64_t> kept = manager_.steps();
-          for (std::int64_t step : manager_.set_aside_steps()) kept.push_back(step);
-          s_.prune_shards(manager_.directory(), kept);
-        }
+        // The shards of the steps no checkpoint keeps go; those of checkpoints set aside stay with them.
+        std::vector<std::int64_t> kept = manager_.steps();
+        for (std::int64_t step : manager_.set_aside_steps()) kept.push_back(step);
+        if constexpr (detail::ShardedCheckpoints<S>) s_.prune_shards(manager_.directory(), kept);
+        checkpoint::prune_state_shards(manager_.directory(), kept);
       } catch (const std::exception& e) {
         error = e.what();
         failure = std::current_exception();

@@ -9,13 +9,18 @@
 /// docs/sharding.md.
 #pragma once
 
+#include <cstdint>
+#include <exception>
+#include <filesystem>
 #include <memory>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include <strata/strategy/checkpointing.hpp>  // checkpoints_supported
+#include <strata/checkpoint/file.hpp>
+#include <strata/checkpoint/state_shards.hpp>
 #include <strata/strategy/detail/sharded_context.hpp>
 #include <strata/strategy/detail/sharded_model.hpp>
 #include <strata/strategy/multi_worker_mirrored.hpp>
@@ -104,17 +109,51 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
 
   /// Elements of a model's parameters (`params`, made in this strategy's scope) whose shards
   /// this rank holds, and the optimizer state of: about 1/N of them.
-  std::size_t held_elements(std::span<const Tensor> params) const {
-    for (const auto& m : models_)
-      if (m->of(params)) return m->held_elements();
-    STRATA_THROW(invalid_argument, "strata.strategy", "ShardedStrategy::held_elements: parameters of no model made "
-                 "in this strategy's scope");
+  std::size_t held_elements(std::span<const Tensor> params) const { return model_of(params, "held_elements").held_elements(); }
+
+  // ---- checkpoints (TrainingCheckpoints calls these) ---------------------------------------
+  // Every rank writes its shard of the training state (its elements of every parameter and
+  // their optimizer state); the chief's checkpoint is the manifest that records the shards.
+
+  /// This rank's elements of each of a model's parameters: the ranges its optimizer state covers.
+  std::vector<optim::ElementRange> state_ranges(std::span<const Tensor> params) const {
+    return model_of(params, "state_ranges").ranges();
+  }
+  /// Writes this rank's shard of the state at `step` into `dir` (atomically), with every rank;
+  /// returns, on every rank, what the manifest records of the shards: their CRC-32Cs and the
+  /// parameters' shapes. A rank that cannot write its shard stops every rank, named.
+  checkpoint::NamedTensors save_state_shards(const std::filesystem::path& dir, std::int64_t step,
+                                             std::span<const Tensor> params, const optim::Optimizer& opt) {
+    const int me = this->comm_.rank(), n = this->comm_.size();
+    std::int64_t crc = -1;
+    std::exception_ptr failure;
+    try {
+      std::filesystem::create_directories(dir);
+      crc = checkpoint::write_checkpoint(checkpoint::state_shard_path(dir, me, n, step),
+                                         checkpoint::capture_state_shard(params, state_ranges(params), opt));
+    } catch (const std::exception&) {
+      failure = std::current_exception();
+    }
+    std::vector<std::int64_t> crcs(static_cast<std::size_t>(n));
+    this->comm_.allgather_raw(&crc, crcs.data(), 1, DType::i64);
+    if (failure) std::rethrow_exception(failure);
+    for (int k = 0; k < n; ++k)
+      if (crcs[static_cast<std::size_t>(k)] < 0)
+        STRATA_THROW(io_error, "strata.checkpoint", "step ", step, " was not saved: rank ", k,
+                     " could not write its shard of the training state into '", dir.string(), "'");
+    return checkpoint::shard_records(params, crcs);
   }
 
  private:
   static MultiWorkerOptions without_split(MultiWorkerOptions o) {
     o.split_update = UpdateSplit::off;
     return o;
+  }
+  const detail::ShardedModel<C>& model_of(std::span<const Tensor> params, const char* what) const {
+    for (const auto& m : models_)
+      if (m->of(params)) return *m;
+    STRATA_THROW(invalid_argument, "strata.strategy", "ShardedStrategy::", what, ": parameters of no model made "
+                 "in this strategy's scope");
   }
   template <class R, class Step>
   auto run_sharded(Step&& step) {
@@ -129,10 +168,5 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
 
 template <class C, ShardStage Stage>
 inline constexpr bool enable_strategy<ShardedStrategy<C, Stage>> = true;
-
-/// The optimizer state lives in shards on every rank, which the chief's checkpoint does not
-/// hold: TrainingCheckpoints refuses the strategy until sharded checkpoints exist.
-template <class C, ShardStage Stage>
-inline constexpr bool checkpoints_supported<ShardedStrategy<C, Stage>> = false;
 
 }  // namespace strata

@@ -34,7 +34,8 @@ class ShardedModel {
     engine_ = std::make_unique<GradientEngine<C>>(comm, params_, bucket_bytes, Compression::none, std::move(blocks));
     const BucketPlan& plan = engine_->plan();
     const int me = comm.rank();
-    const std::vector<optim::ElementRange> mine = plan.block_ranges(me);
+    ranges_ = plan.block_ranges(me);
+    const std::vector<optim::ElementRange>& mine = ranges_;
     for (std::size_t b = 0; b < plan.buckets().size(); ++b) {
       const BucketPlan::Bucket& bk = plan.buckets()[b];
       flat_.push_back(Tensor::empty(Shape{static_cast<std::int64_t>(bk.count)}, bk.dtype).fill_(0.0));
@@ -67,12 +68,12 @@ class ShardedModel {
   GradientEngine<C>& engine() noexcept { return *engine_; }
   /// This rank's shard of each parameter (empty where another rank holds all of it).
   const std::vector<Tensor>& shards() const noexcept { return shards_; }
+  /// This rank's elements of each parameter (empty where another rank holds all of it).
+  const std::vector<optim::ElementRange>& ranges() const noexcept { return ranges_; }
   /// Elements of the parameters this rank holds the shards of.
   std::size_t held_elements() const noexcept { return held_; }
   /// Whether these are the parameters of `list`.
-  bool of(std::span<const Tensor> list) const noexcept {
-    return list.size() == params_.size() && (list.empty() || same_tensor(list[0], params_[0]));
-  }
+  bool of(std::span<const Tensor> list) const noexcept { return Gradients{params_, nullptr}.of(list); }
 
   /// After an update of this rank's shards: every bucket's blocks all-gathered into every
   /// rank's flat buffer, so each holds the whole of every parameter again. Collective.
@@ -103,7 +104,8 @@ class ShardedModel {
   std::unique_ptr<GradientEngine<C>> engine_;
   std::vector<Tensor> flat_;     // per bucket: the parameters' values, laid out as its gradients
   std::vector<Tensor> staging_;  // per bucket: this rank's block, sent by the all-gather
-  std::vector<Tensor> shards_;   // per parameter: this rank's elements of it, viewing flat_
+  std::vector<optim::ElementRange> ranges_;  // per parameter: this rank's elements of it
+  std::vector<Tensor> shards_;   // per parameter: those elements, viewing flat_
   std::size_t held_ = 0;
 };
 
