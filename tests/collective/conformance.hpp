@@ -177,6 +177,49 @@ TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.AsyncAllreduceKeepsOrder", P, 
   });
 }
 
+// Asynchronous allgathers and reduce-scatters, several in flight with an all-reduce between
+// them, each against the serial computation of its result; then a blocking call.
+TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.AsyncAllgatherAndReduceScatter", P, async_gather_suite) {
+  World<P>::run(3, [](P& c) {
+    const int n = c.size(), r = c.rank();
+    constexpr std::size_t kCount = 1001;  // per rank
+    std::vector<std::vector<float>> mine(4, std::vector<float>(kCount)), gathered(4, std::vector<float>(kCount * 3));
+    std::vector<std::vector<double>> full(4, std::vector<double>(kCount * 3)), share(4, std::vector<double>(kCount));
+    std::vector<float> between(7, static_cast<float>(r + 1));
+    const auto at = [](std::size_t b, int rank, std::size_t i) { return static_cast<double>(b * 1000 + static_cast<std::size_t>(rank) * 7 + i % 13); };
+    using Work = decltype(c.iallgather(std::span<const float>(mine[0]), std::span(gathered[0])));
+    std::vector<Work> gathers, scatters;
+    for (std::size_t b = 0; b < mine.size(); ++b) {
+      for (std::size_t i = 0; i < kCount; ++i) mine[b][i] = static_cast<float>(at(b, r, i));
+      for (std::size_t i = 0; i < full[b].size(); ++i) full[b][i] = at(b, r, i);
+      gathers.push_back(c.iallgather(std::span<const float>(mine[b]), std::span(gathered[b])));
+      scatters.push_back(c.ireduce_scatter(std::span<const double>(full[b]), std::span(share[b]),
+                                           b % 2 ? ReduceOp::Mean : ReduceOp::Sum));
+      if (b == 1) c.iallreduce(std::span(between), ReduceOp::Sum).wait();
+    }
+    for (std::size_t b = 0; b < mine.size(); ++b) {
+      gathers[b].wait();
+      scatters[b].wait();
+      bool gathered_ok = true, scattered_ok = true;
+      for (int k = 0; k < n; ++k)
+        for (std::size_t i = 0; i < kCount; ++i)
+          gathered_ok = gathered_ok && gathered[b][static_cast<std::size_t>(k) * kCount + i] == static_cast<float>(at(b, k, i));
+      for (std::size_t i = 0; i < kCount; ++i) {
+        const std::size_t g = static_cast<std::size_t>(r) * kCount + i;  // this rank's share of element g
+        double sum = 0;
+        for (int k = 0; k < n; ++k) sum += at(b, k, g);
+        scattered_ok = scattered_ok && share[b][i] == (b % 2 ? sum / n : sum);
+      }
+      CHECK(gathered_ok);
+      CHECK(scattered_ok);
+    }
+    CHECK(between[0] == static_cast<float>(n * (n + 1) / 2));
+    std::vector<float> after(3, 1.0f);
+    c.allreduce(std::span(after), ReduceOp::Sum);
+    CHECK(after[0] == static_cast<float>(n));
+  });
+}
+
 namespace conformance {
 
 /// RELIABILITY A5 cases: after 50 matching allreduces, rank 0 and the others call mismatched

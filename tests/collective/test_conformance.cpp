@@ -24,6 +24,7 @@ struct World<InProcess> {
 TEST_CASE_TEMPLATE_INVOKE(allreduce_suite, InProcess);
 TEST_CASE_TEMPLATE_INVOKE(data_movement_suite, InProcess);
 TEST_CASE_TEMPLATE_INVOKE(async_suite, InProcess);
+TEST_CASE_TEMPLATE_INVOKE(async_gather_suite, InProcess);
 
 TEST_CASE("Collective.Half.RoundTripsEveryValue") {
   for (std::uint32_t b = 0; b < 0x10000; ++b) {

@@ -56,6 +56,7 @@ struct World<Gloo> {
 TEST_CASE_TEMPLATE_INVOKE(allreduce_suite, Gloo);
 TEST_CASE_TEMPLATE_INVOKE(data_movement_suite, Gloo);
 TEST_CASE_TEMPLATE_INVOKE(async_suite, Gloo);
+TEST_CASE_TEMPLATE_INVOKE(async_gather_suite, Gloo);
 TEST_CASE_TEMPLATE_INVOKE(shared_buffer_suite, Gloo);
 
 TEST_CASE("Collective.Gloo.MismatchMatrix") {

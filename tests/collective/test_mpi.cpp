@@ -37,6 +37,7 @@ struct World<Mpi> {
 TEST_CASE_TEMPLATE_INVOKE(allreduce_suite, Mpi);
 TEST_CASE_TEMPLATE_INVOKE(data_movement_suite, Mpi);
 TEST_CASE_TEMPLATE_INVOKE(async_suite, Mpi);
+TEST_CASE_TEMPLATE_INVOKE(async_gather_suite, Mpi);
 TEST_CASE_TEMPLATE_INVOKE(shared_buffer_suite, Mpi);
 
 TEST_CASE("Collective.Mpi.DebugModeNamesMismatchedCalls") {

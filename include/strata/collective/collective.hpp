@@ -12,6 +12,8 @@
 ///   c.reduce_scatter(x_in, y, op)    y = rank's share (|y| = |x_in| / size) of op over all ranks' x_in
 ///   c.barrier()                      returns once every rank has entered it
 ///   c.iallreduce(x, op) -> Work      starts an in-place allreduce; Work::wait() completes it
+///   c.iallgather(x_in, y) -> Work    starts an allgather; x_in and y untouched until wait()
+///   c.ireduce_scatter(x_in, y, op) -> Work   starts a reduce_scatter (not of 16-bit floats)
 ///   c.abort(reason)                  every pending and later call on every rank fails with `reason`
 /// Errors: strata::collective_error (peer failure, abort, mismatch), strata::timeout_error
 /// (a deadline passed: the message names the collective, its sequence number and the
@@ -49,6 +51,8 @@ concept Collective = enable_collective<C> && requires(C& c, const C& cc, std::sp
   c.reduce_scatter(in, x, op);
   c.barrier();
   { c.iallreduce(x, op) } -> CollectiveWork;
+  { c.iallgather(in, x) } -> CollectiveWork;
+  { c.ireduce_scatter(in, x, op) } -> CollectiveWork;
   c.abort(why);
   { C::name } -> std::convertible_to<const char*>;
 };

@@ -229,6 +229,24 @@ class Gloo : public TypedFrontEnd<Gloo> {
   Work iallreduce(std::span<T> x, ReduceOp op) {
     return detail::run_async(worker_, [this, p = x.data(), n = x.size(), op] { allreduce_raw(p, p, n, dtype_v<T>, op); });
   }
+  /// Starts an allgather (`out`: rank k's `in` at k |in|) on the same thread, in call order;
+  /// neither buffer may be touched until the returned Work is waited on.
+  template <class T>
+  Work iallgather(std::span<const T> in, std::span<T> out) {
+    collective::detail::check_allgather_sizes(in.size(), out.size(), size());
+    return detail::run_async(worker_, [this, i = in.data(), o = out.data(), n = in.size()] {
+      allgather_raw(i, o, n, dtype_v<T>);
+    });
+  }
+  /// Starts a reduce-scatter (`out`: this rank's share of op over every rank's `in`) on the
+  /// same thread, in call order.
+  template <class T>
+  Work ireduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
+    collective::detail::check_reduce_scatter_sizes(in.size(), out.size(), size());
+    return detail::run_async(worker_, [this, i = in.data(), o = out.data(), n = out.size(), op] {
+      reduce_scatter_raw(i, o, n, dtype_v<T>, op);
+    });
+  }
   /// `count` elements of `dtype` in memory that every rank of this group maps, or an undefined
   /// tensor when the ranks span hosts (or STRATA_SHM=0): an in-place allreduce of it reduces
   /// straight across the ranks' copies (detail::HostSharedBuffers), not through TCP. Collective.

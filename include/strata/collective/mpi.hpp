@@ -345,6 +345,36 @@ class Mpi : public TypedFrontEnd<Mpi> {
     return Work(req, this, fp, std::move(finish));
   }
 
+  /// Starts an allgather (MPI_Iallgather; `out`: rank k's `in` at k |in|); neither buffer may
+  /// be touched until wait().
+  template <class T>
+  Work iallgather(std::span<const T> in, std::span<T> out) {
+    collective::detail::check_allgather_sizes(in.size(), out.size(), size_);
+    Fingerprint fp{OpKind::allgather, ReduceOp::Sum, dtype_v<T>, in.size(), 0, seq_++};
+    if (options_.check_fingerprints) check_fingerprint(fp);
+    const MPI_Datatype t = detail::mpi_type(dtype_v<T>);
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Iallgather(in.data(), count_of(in.size()), t, out.data(), count_of(in.size()), t, comm_, &req),
+                      "MPI_Iallgather");
+    return Work(req, this, fp, nullptr);
+  }
+  /// Starts a reduce-scatter (MPI_Ireduce_scatter_block; `out`: this rank's share).
+  template <class T>
+  Work ireduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
+    static_assert(!std::is_same_v<T, Half> && !std::is_same_v<T, BFloat16>,
+                  "ireduce_scatter on 16-bit floats: convert to float32 first");
+    collective::detail::check_reduce_scatter_sizes(in.size(), out.size(), size_);
+    Fingerprint fp{OpKind::reduce_scatter, op, dtype_v<T>, out.size(), 0, seq_++};
+    if (options_.check_fingerprints) check_fingerprint(fp);
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Ireduce_scatter_block(in.data(), out.data(), count_of(out.size()), detail::mpi_type(dtype_v<T>),
+                                                detail::mpi_op(op), comm_, &req),
+                      "MPI_Ireduce_scatter_block");
+    std::function<void()> finish;
+    if (op == ReduceOp::Mean) finish = [p = out.data(), n = out.size(), s = size_] { detail::divide<T>(n, p, s); };
+    return Work(req, this, fp, std::move(finish));
+  }
+
   /// `count` elements of `dtype` in memory that every rank of this group maps, or an undefined
   /// tensor when the ranks span hosts (or STRATA_SHM=0): an in-place allreduce of it reduces
   /// straight across the ranks' copies (detail::HostSharedBuffers). Collective.

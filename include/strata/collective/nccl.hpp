@@ -279,18 +279,50 @@ class Nccl : public TypedFrontEnd<Nccl> {
     STRATA_CHECK(x.empty() || device_memory(x.data()), "Nccl::iallreduce needs device memory (the "
                  "blocking allreduce also takes host memory, through the bootstrap)");
     Fingerprint fp{OpKind::allreduce, op, dtype_v<T>, x.size(), 0, seq_++};
+    return start_async(fp, after, [&] {
+      return ncclAllReduce(x.data(), x.data(), x.size(), detail::nccl_type(dtype_v<T>), detail::nccl_op(op), comm_,
+                           stream_);
+    });
+  }
+  /// Queues `call` (an NCCL collective on the NCCL stream) after the work on `after`, and
+  /// returns the Work that completes with it.
+  template <class Call>
+  Work start_async(Fingerprint fp, cudaStream_t after, Call&& call) {
     if (options_.check_fingerprints) check_fingerprint(fp);
     throw_if_failed(fp);
     kernels::cuda::DeviceGuard on(device_);  // Work's event belongs to the device current when it is made
     order_after(after);
     Work w(this, fp);
-    enqueue(fp, [&] {
-      return ncclAllReduce(x.data(), x.data(), x.size(), detail::nccl_type(dtype_v<T>), detail::nccl_op(op), comm_,
-                           stream_);
-    });
+    enqueue(fp, std::forward<Call>(call));
     w.event_.record(stream_);
     async_in_flight_ = true;
     return w;
+  }
+
+  /// Starts an allgather of device memory (`out`: rank k's `in` at k |in|), after the work
+  /// already queued on `after`.
+  template <class T>
+  Work iallgather(std::span<const T> in, std::span<T> out, cudaStream_t after = nullptr) {
+    collective::detail::check_allgather_sizes(in.size(), out.size(), size());
+    STRATA_CHECK(in.empty() || (device_memory(in.data()) && device_memory(out.data())),
+                 "Nccl::iallgather needs device memory");
+    Fingerprint fp{OpKind::allgather, ReduceOp::Sum, dtype_v<T>, in.size(), 0, seq_++};
+    return start_async(fp, after, [&] {
+      return ncclAllGather(in.data(), out.data(), in.size(), detail::nccl_type(dtype_v<T>), comm_, stream_);
+    });
+  }
+  /// Starts a reduce-scatter of device memory (`out`: this rank's share), after the work
+  /// already queued on `after`.
+  template <class T>
+  Work ireduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op, cudaStream_t after = nullptr) {
+    collective::detail::check_reduce_scatter_sizes(in.size(), out.size(), size());
+    STRATA_CHECK(out.empty() || (device_memory(in.data()) && device_memory(out.data())),
+                 "Nccl::ireduce_scatter needs device memory");
+    Fingerprint fp{OpKind::reduce_scatter, op, dtype_v<T>, out.size(), 0, seq_++};
+    return start_async(fp, after, [&] {
+      return ncclReduceScatter(in.data(), out.data(), out.size(), detail::nccl_type(dtype_v<T>), detail::nccl_op(op),
+                               comm_, stream_);
+    });
   }
 
   /// Starts an in-place all-reduce of `count` elements of device memory on the NCCL stream,

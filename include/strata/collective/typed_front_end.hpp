@@ -18,6 +18,16 @@
 
 namespace strata::collective {
 
+namespace detail {
+/// An allgather's output holds `ranks` inputs; a reduce-scatter's input, `ranks` outputs.
+inline void check_allgather_sizes(std::size_t in, std::size_t out, int ranks) {
+  STRATA_CHECK_EQ(out, in * static_cast<std::size_t>(ranks), "allgather: output must hold size() inputs");
+}
+inline void check_reduce_scatter_sizes(std::size_t in, std::size_t out, int ranks) {
+  STRATA_CHECK_EQ(in, out * static_cast<std::size_t>(ranks), "reduce_scatter: input must hold size() outputs");
+}
+}  // namespace detail
+
 template <class Policy>
 class TypedFrontEnd {
  public:
@@ -44,8 +54,7 @@ class TypedFrontEnd {
   }
   template <class T>
   void allgather(std::span<const T> in, std::span<T> out) {
-    STRATA_CHECK_EQ(out.size(), in.size() * static_cast<std::size_t>(self().size()),
-                    "allgather: output must hold size() inputs");
+    detail::check_allgather_sizes(in.size(), out.size(), self().size());
     self().before_blocking();
     self().allgather_raw(in.data(), out.data(), in.size(), dtype_v<T>);
   }
@@ -55,8 +64,7 @@ class TypedFrontEnd {
   }
   template <class T>
   void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
-    STRATA_CHECK_EQ(in.size(), out.size() * static_cast<std::size_t>(self().size()),
-                    "reduce_scatter: input must hold size() outputs");
+    detail::check_reduce_scatter_sizes(in.size(), out.size(), self().size());
     self().before_blocking();
     self().reduce_scatter_raw(in.data(), out.data(), out.size(), dtype_v<T>, op);
   }
