@@ -1,6 +1,7 @@
 /// \file
-/// Asynchronous collectives for policies whose library has no non-blocking call: a Work handle
-/// and a per-rank worker thread that runs the rank's queued collectives in call order.
+/// Asynchronous collectives for policies whose library has no non-blocking call: a Work handle,
+/// a per-rank worker thread that runs the rank's queued collectives in call order, and the
+/// asynchronous forms written once over a policy's blocking core (AsyncOnCommThread).
 #pragma once
 
 #include <atomic>
@@ -9,11 +10,15 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include <strata/collective/detail/wait_policy.hpp>  // cpu_relax, on_background_thread
+#include <strata/collective/reduce_op.hpp>
+#include <strata/collective/typed_front_end.hpp>  // the size checks
+#include <strata/tensor/dtype.hpp>
 
 namespace strata::collective {
 
@@ -148,4 +153,42 @@ Work run_async(AsyncWorker& worker, Op op) {
 }
 
 }  // namespace detail
+
+/// iallreduce, iallgather and ireduce_scatter of a policy (InProcess, Gloo) that runs them on
+/// its communication thread (`comm_thread()`, a detail::AsyncWorker) in call order: each one
+/// its blocking core's call (allreduce_raw, ...) as a Work. The buffers must stay untouched
+/// until the Work is waited on.
+template <class Policy>
+class AsyncOnCommThread {
+ public:
+  template <class T>
+  Work iallreduce(std::span<T> x, ReduceOp op) {
+    Policy& c = self();
+    return detail::run_async(c.comm_thread(), [&c, p = x.data(), n = x.size(), op] {
+      c.allreduce_raw(p, p, n, dtype_v<T>, op);
+    });
+  }
+  /// `out`: rank k's `in` at k |in|.
+  template <class T>
+  Work iallgather(std::span<const T> in, std::span<T> out) {
+    Policy& c = self();
+    detail::check_allgather_sizes(in.size(), out.size(), c.size());
+    return detail::run_async(c.comm_thread(), [&c, i = in.data(), o = out.data(), n = in.size()] {
+      c.allgather_raw(i, o, n, dtype_v<T>);
+    });
+  }
+  /// `out`: this rank's share of op over every rank's `in`.
+  template <class T>
+  Work ireduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
+    Policy& c = self();
+    detail::check_reduce_scatter_sizes(in.size(), out.size(), c.size());
+    return detail::run_async(c.comm_thread(), [&c, i = in.data(), o = out.data(), n = out.size(), op] {
+      c.reduce_scatter_raw(i, o, n, dtype_v<T>, op);
+    });
+  }
+
+ private:
+  Policy& self() noexcept { return static_cast<Policy&>(*this); }
+};
+
 }  // namespace strata::collective

@@ -99,7 +99,7 @@ void add16_into(void* out, const void* a, const void* b, std::size_t n) {
 }  // namespace detail
 
 /// A rank of a Gloo context.
-class Gloo : public TypedFrontEnd<Gloo> {
+class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
  public:
   static constexpr const char* name = "gloo";
 
@@ -222,29 +222,6 @@ class Gloo : public TypedFrontEnd<Gloo> {
       gloo::BarrierOptions o(ctx_);
       o.setTimeout(options_.timeout);
       gloo::barrier(o);
-    });
-  }
-  /// Starts an in-place allreduce on this rank's communication thread.
-  template <class T>
-  Work iallreduce(std::span<T> x, ReduceOp op) {
-    return detail::run_async(worker_, [this, p = x.data(), n = x.size(), op] { allreduce_raw(p, p, n, dtype_v<T>, op); });
-  }
-  /// Starts an allgather (`out`: rank k's `in` at k |in|) on the same thread, in call order;
-  /// neither buffer may be touched until the returned Work is waited on.
-  template <class T>
-  Work iallgather(std::span<const T> in, std::span<T> out) {
-    collective::detail::check_allgather_sizes(in.size(), out.size(), size());
-    return detail::run_async(worker_, [this, i = in.data(), o = out.data(), n = in.size()] {
-      allgather_raw(i, o, n, dtype_v<T>);
-    });
-  }
-  /// Starts a reduce-scatter (`out`: this rank's share of op over every rank's `in`) on the
-  /// same thread, in call order.
-  template <class T>
-  Work ireduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
-    collective::detail::check_reduce_scatter_sizes(in.size(), out.size(), size());
-    return detail::run_async(worker_, [this, i = in.data(), o = out.data(), n = out.size(), op] {
-      reduce_scatter_raw(i, o, n, dtype_v<T>, op);
     });
   }
   /// `count` elements of `dtype` in memory that every rank of this group maps, or an undefined
@@ -420,6 +397,8 @@ class Gloo : public TypedFrontEnd<Gloo> {
   }
 
   friend class TypedFrontEnd<Gloo>;
+  friend class AsyncOnCommThread<Gloo>;
+  detail::AsyncWorker& comm_thread() noexcept { return worker_; }
   void before_blocking() { worker_.drain(); }
 
   template <class T>

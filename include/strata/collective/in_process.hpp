@@ -100,7 +100,7 @@ class InProcessGroup {
 }  // namespace detail
 
 /// A rank of a group of threads.
-class InProcess : public TypedFrontEnd<InProcess> {
+class InProcess : public TypedFrontEnd<InProcess>, public AsyncOnCommThread<InProcess> {
  public:
   static constexpr const char* name = "in_process";
 
@@ -157,30 +157,6 @@ class InProcess : public TypedFrontEnd<InProcess> {
   void barrier() {
     before_blocking();
     begin(Fingerprint{OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0, 0}, nullptr, nullptr);
-  }
-  /// Starts an in-place allreduce on this rank's communication thread; the buffer must stay
-  /// untouched until the returned Work is waited on. Asynchronous calls run in call order.
-  template <class T>
-  Work iallreduce(std::span<T> x, ReduceOp op) {
-    return detail::run_async(worker_, [this, p = x.data(), n = x.size(), op] { allreduce_raw(p, p, n, dtype_v<T>, op); });
-  }
-  /// Starts an allgather (`out`: rank k's `in` at k |in|) on the same thread, in call order;
-  /// neither buffer may be touched until the returned Work is waited on.
-  template <class T>
-  Work iallgather(std::span<const T> in, std::span<T> out) {
-    collective::detail::check_allgather_sizes(in.size(), out.size(), size());
-    return detail::run_async(worker_, [this, i = in.data(), o = out.data(), n = in.size()] {
-      allgather_raw(i, o, n, dtype_v<T>);
-    });
-  }
-  /// Starts a reduce-scatter (`out`: this rank's share of op over every rank's `in`) on the
-  /// same thread, in call order.
-  template <class T>
-  Work ireduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
-    collective::detail::check_reduce_scatter_sizes(in.size(), out.size(), size());
-    return detail::run_async(worker_, [this, i = in.data(), o = out.data(), n = out.size(), op] {
-      reduce_scatter_raw(i, o, n, dtype_v<T>, op);
-    });
   }
   /// Fails every pending and later collective of the group, on every rank, with `reason`.
   void abort(const std::string& reason) { group_->abort(reason); }
@@ -357,6 +333,8 @@ class InProcess : public TypedFrontEnd<InProcess> {
   }
 
   friend class TypedFrontEnd<InProcess>;
+  friend class AsyncOnCommThread<InProcess>;
+  detail::AsyncWorker& comm_thread() noexcept { return worker_; }
   void before_blocking() { worker_.drain(); }
   void stop_worker() { worker_.stop(); }
 
