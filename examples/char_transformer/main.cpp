@@ -142,7 +142,7 @@ void train(S& strategy, const Options& o) {
   opt.set_schedule(strata::optim::Schedule::cosine(o.lr, o.steps, std::min<std::int64_t>(100, o.steps / 10), o.lr / 10));
   if (o.clip > 0) opt.clip_by_global_norm(o.clip);  // of the gradients divided by the loss scale, if any
   if (strata::precision::needs_loss_scale(strata::precision::current())) opt.set_loss_scale();  // fp16
-  auto pipeline = strata::data::Pipeline(train_windows).shuffle(o.seed).batch(o.batch * strategy.num_replicas_in_sync());
+  auto pipeline = strata::data::Pipeline(train_windows).shuffle(o.seed).batch(trainer::global_batch_of(o, strategy.num_replicas_in_sync()));
   const bool report = strategy.is_chief() && !o.quiet;
   if (report)
     std::printf("%zu characters (%lld distinct), %lld training and %lld held-out sequences of %lld; %s\n",

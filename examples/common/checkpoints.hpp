@@ -1,7 +1,8 @@
 /// \file
 /// The trainers' checkpoints, from the shared flags: none without --checkpoint-dir, else
 /// strata::TrainingCheckpoints in that directory — resumed from at the start (the chief says
-/// where), saved every --checkpoint-every steps and at the end.
+/// where; with --global-batch, from a checkpoint of any replica count), saved every
+/// --checkpoint-every steps and at the end.
 #pragma once
 
 #include <cstdio>
@@ -31,8 +32,10 @@ class Checkpoints {
   strata::checkpoint::TrainingPosition resume() {
     if constexpr (strata::checkpoints_supported<S>) {
       if (!c_) return {};
-      const auto at = c_->restore(f_.start_afresh ? strata::UnreadableCheckpoints::start_afresh
-                                                  : strata::UnreadableCheckpoints::error);
+      // With --global-batch the position means the same rows on any replica count.
+      const auto at = c_->restore(strata::RestoreOptions{
+          .unreadable = f_.start_afresh ? strata::UnreadableCheckpoints::start_afresh : strata::UnreadableCheckpoints::error,
+          .any_replica_count = f_.global_batch > 0});
       if (!at) return {};
       if (s_.is_chief())
         std::printf("resumed from step %lld (epoch %lld, batch %lld) in %s\n", static_cast<long long>(at->step),

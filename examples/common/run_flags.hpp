@@ -14,6 +14,7 @@ namespace trainer {
 struct RunFlags {
   std::int64_t steps = -1;  ///< optimizer steps in all (-1: as many as the trainer's epochs give)
   std::int64_t batch = 64;  ///< per replica: the global batch is batch x replicas
+  std::int64_t global_batch = 0;  ///< > 0: the global batch whatever the replica count (global_batch_of)
   double lr = 0.01;
   std::uint64_t seed = 0;
   std::string data_dir;
@@ -38,6 +39,9 @@ inline void add_run_flags(CLI::App& app, RunFlags& f, const RunFlagWords& words)
   app.add_option("--steps,--max-steps", f.steps, words.steps)->capture_default_str();
   app.add_option("--batch", f.batch, std::string(words.batch) + " per replica: the global batch is B x replicas")
       ->capture_default_str();
+  app.add_option("--global-batch", f.global_batch, std::string(words.batch) + " in each step across all replicas, "
+                 "whatever their number (each replica takes its share; instead of --batch): a checkpoint then resumes "
+                 "on any number of replicas, its state resharded");
   app.add_option("--lr", f.lr, words.lr)->capture_default_str();
   app.add_option("--seed", f.seed, "initialisation and shuffling")->capture_default_str();
   app.add_option("--data", f.data_dir, words.data)->capture_default_str();
@@ -60,6 +64,10 @@ inline void check_run_flags(const CLI::App& app, const RunFlags& f, bool async_s
   if (f.steps < -1 || f.steps == 0)
     throw CLI::ValidationError("--steps", "must be at least 1 (or -1: all), got " + std::to_string(f.steps));
   if (f.batch < 1) throw CLI::ValidationError("--batch", "must be at least 1, got " + std::to_string(f.batch));
+  if (app.count("--global-batch") > 0 && f.global_batch < 1)
+    throw CLI::ValidationError("--global-batch", "must be at least 1, got " + std::to_string(f.global_batch));
+  if (app.count("--global-batch") > 0 && app.count("--batch") > 0)
+    throw CLI::ValidationError("--global-batch", "sets the batch across all replicas: give it or --batch, not both");
   if (f.checkpoint_every < 0)
     throw CLI::ValidationError("--checkpoint-every", "must not be negative, got " + std::to_string(f.checkpoint_every));
   for (const char* flag : {"--checkpoint-every", "--start-afresh"})
@@ -68,6 +76,11 @@ inline void check_run_flags(const CLI::App& app, const RunFlags& f, bool async_s
   if (async_server && !f.checkpoint_dir.empty())
     throw CLI::ValidationError("--checkpoint-dir", "needs --mode sync under --strategy parameter_server: an "
                                "asynchronous job has no step at which every server's state is one consistent point");
+}
+
+/// The global batch of a step over `replicas` replicas: --global-batch, else --batch each.
+inline std::int64_t global_batch_of(const RunFlags& f, int replicas) {
+  return f.global_batch > 0 ? f.global_batch : f.batch * replicas;
 }
 
 }  // namespace trainer

@@ -49,7 +49,7 @@ void train(S& strategy, const Options& o) {
   if (strata::precision::needs_loss_scale(strata::precision::current())) opt.set_loss_scale();  // fp16
   auto pipeline = strata::data::Pipeline(strata::data::fashion_mnist_train(o.data_dir))
                       .shuffle(o.seed)
-                      .batch(o.batch * strategy.num_replicas_in_sync());
+                      .batch(trainer::global_batch_of(o, strategy.num_replicas_in_sync()));
   if (o.steps_per_epoch > 0) pipeline = pipeline.take(o.steps_per_epoch);
 
   // Checkpoints: resume from the newest complete one, then save every N steps and at the end.

@@ -124,7 +124,7 @@ class RunReport {
     const int n = s_.num_replicas_in_sync();
     const nlohmann::ordered_json line = {
         {"model", o_.model}, {"strategy", S::name}, {"replicas", n}, {"epochs", o_.epochs}, {"seed", o_.seed},
-        {"batch", o_.batch}, {"global_batch", o_.batch * n}, {"lr", o_.lr}, {"momentum", o_.momentum_or_default()},
+        {"batch", o_.batch}, {"global_batch", trainer::global_batch_of(o_, n)}, {"lr", o_.lr}, {"momentum", o_.momentum_or_default()},
         {"steps", steps_}, {"final_loss", figure(last_loss_, 6)}, {"test_accuracy", figure(accuracy_, 4)},
         {"examples_per_s", figure(rate, 1)}, {"steady_examples_per_s", figure(steady, 1)},
         {"allreduce_ms_per_step", figure(allreduce_ms, 4)}, {"allreduce_hidden", figure(hidden, 3)},

@@ -196,7 +196,7 @@ void train(S& strategy, const Options& o) {
   auto opt = strategy.scope([&] { return strata::optim::Adam(model.parameters(), o.lr); });
   opt.set_sparse_updates(o.updates == "dense" ? strata::optim::SparseUpdates::dense : strata::optim::SparseUpdates::lazy);
   if (strata::precision::needs_loss_scale(strata::precision::current())) opt.set_loss_scale();  // fp16
-  auto pipeline = strata::data::Pipeline(train_rows).shuffle(o.seed).batch(o.batch * strategy.num_replicas_in_sync());
+  auto pipeline = strata::data::Pipeline(train_rows).shuffle(o.seed).batch(trainer::global_batch_of(o, strategy.num_replicas_in_sync()));
   const bool report = strategy.is_chief() && !o.quiet;
   if (report)
     std::printf("%zu words (%lld distinct, seen %lld+ times), %lld training and %lld held-out pairs; %s\n", all.size(),
