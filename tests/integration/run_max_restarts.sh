@@ -2,10 +2,10 @@
 # strata-run --max-restarts (RELIABILITY B2): a job whose rank RANK is killed (SIGKILL) after
 # step 75 is started again by the launcher, every rank, resumes from its step-70 checkpoint
 # through the same loop, says how many steps it redid, and ends with a final checkpoint
-# byte-identical to the uninterrupted run's. Then the limit: a rank that fails in every run
-# (exit 1 at step 15, STRATA_FAULT_EVERY_RUN) ends the job after --max-restarts 2 restarts with
-# its status, a job stopped from outside (SIGTERM to strata-run) is not restarted, and
-# --max-restarts with --keep-going is refused.
+# byte-identical to the uninterrupted run's (and so are ShardedStrategy's shards of the state).
+# Then the limit: a rank that fails in every run (exit 1 at step 15, STRATA_FAULT_EVERY_RUN)
+# ends the job after --max-restarts 2 restarts with its status, a job stopped from outside
+# (SIGTERM to strata-run) is not restarted, and --max-restarts with --keep-going is refused.
 #   usage: run_max_restarts.sh TRAINER STRATA_RUN NP RANK -- STRATEGY FLAGS...
 set -u
 exe=$1 run=$2 np=$3 rank=$4; shift 4
@@ -29,6 +29,10 @@ redone=${line##*: }; redone=${redone%% *}
 ((redone >= 5 && redone <= 10)) || fail "$redone steps redone: expected 5 to 10 (killed after step 75, checkpoints every 10)"
 cmp "$work/a/ckpt-000000000120.strata" "$work/b/ckpt-000000000120.strata" ||
   fail "the restarted job's final checkpoint differs from the uninterrupted run's"
+for shard in "$work"/a/state-*-000000000120.strata; do  # ShardedStrategy's shards of the state
+  [[ -e $shard ]] || continue
+  cmp "$shard" "$work/b/$(basename "$shard")" || fail "the restarted job's $(basename "$shard") differs"
+done
 
 # A rank that fails in every run: two restarts, then the job ends with its status.
 STRATA_FAULT="$rank;15;after_step;exit1" STRATA_FAULT_EVERY_RUN=1 "$run" -np "$np" --max-restarts 2 "$exe" \
