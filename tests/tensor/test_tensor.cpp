@@ -99,6 +99,26 @@ TEST_CASE("Tensor.Allocator.ReusesFreedBlocks") {
   }
 }
 
+TEST_CASE("Tensor.Storage.GivesMemoryBackAndTakesItAgain") {
+  auto& alloc = strata::CachingHostAllocator::instance();
+  Tensor flat = Tensor::empty({1 << 20});  // 4 MiB
+  flat.fill_(1.0);
+  const Tensor view = strata::detail::make_view(flat, strata::Shape{256}, strata::Shape{1}, 1000);
+  const auto in_use = alloc.stats().bytes_in_use;
+  strata::detail::StorageImpl* st = flat.impl()->storage();
+  st->give_memory_back();
+  CHECK_FALSE(st->holds_memory());
+  CHECK(alloc.stats().bytes_in_use + flat.nbytes() <= in_use);
+  st->take_memory();  // the views see the new memory
+  CHECK(st->holds_memory());
+  Tensor(view).fill_(3.0);
+  CHECK(flat.to_vector<float>()[1000] == 3.0f);
+  CHECK(flat.to_vector<float>()[1255] == 3.0f);
+  CHECK(alloc.stats().bytes_in_use == in_use);
+  st->take_memory();  // held already: nothing changes
+  CHECK(alloc.stats().bytes_in_use == in_use);
+}
+
 TEST_CASE("Tensor.Allocator.OutOfMemoryNamesTheBytes") {
 #if !defined(__SANITIZE_ADDRESS__)  // (AddressSanitizer's allocator reports an impossible size itself)
   // 16 TiB, which no host here has: an error that names the request and what tensors hold.

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/support/check.hpp>
 #include <strata/tensor/allocator.hpp>  // CachingHostAllocator
 #include <strata/tensor/device_backend.hpp>  // backend_of
 #include <strata/tensor/device.hpp>     // Device
@@ -76,20 +77,14 @@ class ObjectPool {
 /// allocator, device memory from the device's backend). Intrusively reference-counted.
 class StorageImpl {
  public:
-  StorageImpl(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-    data_ = device.kind == DeviceKind::cpu ? CachingHostAllocator::instance().allocate(nbytes)
-                                           : backend_of(device).allocate(device.index, nbytes);
-  }
+  StorageImpl(std::size_t nbytes, Device device) : data_(allocate(nbytes, device)), nbytes_(nbytes), device_(device) {}
   /// Host memory that `keepalive` owns (a shared-memory segment): held while any tensor
   /// views it, and never handed to an allocator.
   StorageImpl(void* data, std::size_t nbytes, std::shared_ptr<void> keepalive)
       : data_(data), nbytes_(nbytes), device_(Device::cpu()), keepalive_(std::move(keepalive)) {}
   ~StorageImpl() {
     if (keepalive_) return;  // the owner frees it when the last holder lets go
-    if (device_.kind == DeviceKind::cpu)
-      CachingHostAllocator::instance().deallocate(data_, nbytes_);
-    else  // the backend outlives every storage: it is registered once and never removed
-      detail::cuda_backend_slot.load(std::memory_order_acquire)->deallocate(device_.index, data_, nbytes_);
+    free_memory();
   }
   StorageImpl(const StorageImpl&) = delete;
   StorageImpl& operator=(const StorageImpl&) = delete;
@@ -98,12 +93,40 @@ class StorageImpl {
   std::size_t nbytes() const noexcept { return nbytes_; }
   Device device() const noexcept { return device_; }
 
+  /// Gives the memory back to its allocator while every view of it stays: what a sharded
+  /// strategy does with a unit's gathered parameters between their uses. Until take_memory(),
+  /// the views' data pointers are null and must not be read or written.
+  void give_memory_back() {
+    STRATA_CHECK(!keepalive_, "give_memory_back: this storage's memory belongs to its owner (shared memory)");
+    free_memory();
+    data_ = nullptr;
+  }
+  /// Takes memory again after give_memory_back() (its old values are gone: the caller fills
+  /// it); a no-op while it holds memory.
+  void take_memory() {
+    if (data_ == nullptr) data_ = allocate(nbytes_, device_);
+  }
+  /// Whether the memory is held (false between give_memory_back() and take_memory()).
+  bool holds_memory() const noexcept { return data_ != nullptr; }
+
   void retain() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) ObjectPool<StorageImpl>::instance().destroy(this);
   }
 
  private:
+  static void* allocate(std::size_t nbytes, Device device) {
+    return device.kind == DeviceKind::cpu ? CachingHostAllocator::instance().allocate(nbytes)
+                                          : backend_of(device).allocate(device.index, nbytes);
+  }
+  void free_memory() noexcept {
+    if (data_ == nullptr) return;
+    if (device_.kind == DeviceKind::cpu)
+      CachingHostAllocator::instance().deallocate(data_, nbytes_);
+    else  // the backend outlives every storage: it is registered once and never removed
+      detail::cuda_backend_slot.load(std::memory_order_acquire)->deallocate(device_.index, data_, nbytes_);
+  }
+
   std::atomic<int> refs_{1};
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;
