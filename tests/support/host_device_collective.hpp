@@ -38,6 +38,12 @@ class HostDeviceCollective {
   void reduce_scatter(A&&... a) { boot_.reduce_scatter(std::forward<A>(a)...); }
   template <class T>
   auto iallreduce(std::span<T> x, strata::ReduceOp op) { return boot_.iallreduce(x, op); }
+  template <class T>
+  auto iallgather(std::span<const T> in, std::span<T> out) { return boot_.iallgather(in, out); }
+  template <class T>
+  auto ireduce_scatter(std::span<const T> in, std::span<T> out, strata::ReduceOp op) {
+    return boot_.ireduce_scatter(in, out, op);
+  }
   void barrier() { boot_.barrier(); }
   void abort(const std::string& why) { boot_.abort(why); }
 
