@@ -86,7 +86,7 @@ inline NamedTensors capture_state_shard(std::span<const Tensor> params, std::spa
     STRATA_CHECK(t.is_contiguous() && t.numel() == (shard ? r.end - r.begin : params[i].numel()),
                  "capture_state_shard: optimizer slot '", name, "' (", t.shape(), ") is not the state of ",
                  shard ? "this rank's shard" : "the parameter");
-    out.emplace_back("optimizer." + name, shard ? detail::flat_range(t, {0, r.end - r.begin}) : detail::flat_range(t, r));
+    out.emplace_back("optimizer." + name, shard ? t : detail::flat_range(t, r));
   }
   return out;
 }
@@ -188,8 +188,8 @@ class StateSource {
                        q.range.begin, ", ", q.range.end, ") where element ", at, " comes next)");
         at = q.range.end;
       }
-      STRATA_REQUIRE(at == numel_of(shapes_[i]), data_error, "strata.checkpoint.corrupt", "'", r.name(),
-                     "': the shards hold ", at, " elements of parameter ", i, ", which has ", numel_of(shapes_[i]));
+      STRATA_REQUIRE(at == shapes_[i].numel(), data_error, "strata.checkpoint.corrupt", "'", r.name(),
+                     "': the shards hold ", at, " elements of parameter ", i, ", which has ", shapes_[i].numel());
     }
   }
 
@@ -229,7 +229,7 @@ class StateSource {
                  " contiguous host elements");
     if (!sharded()) {
       const Entry& e = r_.entry(key);
-      if (range.begin == 0 && range.end == numel_of(e.shape) && dst.shape() == e.shape) return r_.read_into(key, dst);
+      if (range.begin == 0 && range.end == e.shape.numel() && dst.shape() == e.shape) return r_.read_into(key, dst);
       const Tensor whole = r_.read(key);
       copy_elements(whole, range.begin, dst, 0, range.end - range.begin, key, r_.name());
       return;
@@ -244,7 +244,7 @@ class StateSource {
       STRATA_REQUIRE(e != nullptr, data_error, "strata.checkpoint.corrupt", "'", shard.name(), "' holds no '", key,
                      "' for its elements [", q.range.begin, ", ", q.range.end, ") of parameter ", i,
                      ", which other shards hold");
-      STRATA_REQUIRE(e->dtype == dst.dtype() && numel_of(e->shape) == q.range.end - q.range.begin, data_error,
+      STRATA_REQUIRE(e->dtype == dst.dtype() && e->shape.numel() == q.range.end - q.range.begin, data_error,
                      "strata.checkpoint.corrupt", "'", shard.name(), "': '", key, "' is ", e->shape, " ",
                      name_of(e->dtype), ", not its range's ", q.range.end - q.range.begin, " elements of ",
                      name_of(dst.dtype()));
@@ -279,7 +279,6 @@ class StateSource {
     std::size_t shard = 0;
     optim::ElementRange range;
   };
-  static std::int64_t numel_of(const Shape& s) { return s.numel(); }
   static void copy_elements(const Tensor& from, std::int64_t from_at, const Tensor& to, std::int64_t to_at,
                             std::int64_t n, const std::string& key, const std::string& file) {
     STRATA_REQUIRE(from.dtype() == to.dtype() && from_at >= 0 && from_at + n <= from.numel(), data_error,
