@@ -34,7 +34,8 @@ struct StrategyFlags {
   std::string mode = "sync", update_on = "servers", tables = "rows";
   std::int64_t staleness = -1;
   bool dispatch_batches = false;
-  int shard_stage = 2;  ///< sharded: 1 the optimizer state, 2 also the gradients (ShardStage)
+  int shard_stage = 2;  ///< sharded: 1 the optimizer state, 2 also the gradients, 3 also the parameters (ShardStage)
+  std::size_t unit_bytes = strata::ShardOptions{}.unit_bytes;  ///< sharded, stage 3: the wrap units' size rule
 
   /// --device as a Device: "cpu" or "cuda:N".
   strata::Device parsed_device() const {
@@ -51,8 +52,11 @@ inline void add_strategy_flags(CLI::App& app, StrategyFlags& f, const std::strin
   if (sharded) {
     strategies.push_back("sharded");
     app.add_option("--shard-stage", f.shard_stage, "sharded: 1 divides the optimizer state among the processes, 2 also "
-                   "the summed gradients (docs/sharding.md)")
-        ->check(CLI::IsMember({1, 2}))->capture_default_str();
+                   "the summed gradients, 3 also the parameters, gathered per wrap unit around its use (docs/sharding.md)")
+        ->check(CLI::IsMember({1, 2, 3}))->capture_default_str();
+    app.add_option("--unit-bytes", f.unit_bytes, "sharded, stage 3: a module whose parameters take at most this many "
+                   "bytes (and at least an eighth of it) is a wrap unit")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40))->capture_default_str();
   }
   app.add_option("--strategy", f.strategy)->check(CLI::IsMember(strategies))->capture_default_str();
   app.add_option("--replicas", f.replicas, "replica threads (mirrored, central_storage)")
@@ -99,6 +103,8 @@ inline void check_strategy_flags(const CLI::App& app, const StrategyFlags& f) {
        "--strategy multi_worker_mirrored|sharded|parameter_server|mirrored");
   if (app.get_option_no_throw("--shard-stage") != nullptr)  // (declared by the trainers that offer sharded)
     only("--shard-stage", f.strategy == "sharded", "--strategy sharded");
+  if (app.get_option_no_throw("--unit-bytes") != nullptr)
+    only("--unit-bytes", f.strategy == "sharded" && f.shard_stage == 3, "--strategy sharded --shard-stage 3");
   if (f.strategy == "sharded" && f.collective != "mpi" && f.collective != "gloo")
     throw CLI::RequiredError("--collective (mpi or gloo) for --strategy sharded");
   if (f.strategy == "mirrored" && !f.collective.empty() && f.collective != "nccl")
@@ -148,6 +154,11 @@ void with_strategy(const StrategyFlags& o, F&& f) {
         if constexpr (!strata::collective::DeviceCollective<C>) {
           if (o.shard_stage == 1) {
             strata::ShardedStrategy<C, strata::ShardStage::optimizer_state> s;
+            f(s);
+          } else if (o.shard_stage == 3) {
+            strata::ShardOptions units;
+            units.unit_bytes = o.unit_bytes;
+            strata::ShardedStrategy<C, strata::ShardStage::parameters> s(strata::MultiWorkerOptions{}, units);
             f(s);
           } else {
             strata::ShardedStrategy<C, strata::ShardStage::gradients> s;

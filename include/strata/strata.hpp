@@ -30,6 +30,7 @@
 #include <strata/nn/residual.hpp>
 #include <strata/nn/sequential.hpp>
 #include <strata/ops/attention.hpp>
+#include <strata/ops/backward_callback.hpp>
 #include <strata/ops/concat.hpp>
 #include <strata/ops/conv.hpp>
 #include <strata/ops/dropout.hpp>

@@ -1,6 +1,8 @@
 #include "doctest.hpp"
 
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <strata/strata.hpp>
@@ -89,4 +91,42 @@ TEST_CASE("Autograd.Engine.EachThreadHasItsOwnTape") {
   tb.join();
   CHECK(par_a == serial_a);
   CHECK(par_b == serial_b);
+}
+
+namespace {
+struct Counting final : strata::autograd::BackwardCallback {
+  Counting(std::vector<std::string>& log, std::string name) : log_(log), name_(std::move(name)) {}
+  void on_backward() override { log_.push_back(name_); }
+  std::vector<std::string>& log_;
+  std::string name_;
+};
+}  // namespace
+
+TEST_CASE("Autograd.Engine.CallInBackwardRunsInReverseOrderAndPassesTheGradient") {
+  strata::Generator g(11);
+  Tensor w = strata::uniform({3, 3}, -1, 1, g).requires_grad_(true);
+  const Tensor x = strata::uniform({2, 3}, -1, 1, g);
+  std::vector<std::string> log;
+  Counting a(log, "a"), b(log, "b"), c(log, "c");
+  const std::vector<Tensor> params{w};
+  auto loss_of = [&](bool callbacks) {
+    Tensor h = strata::matmul(x, w);
+    if (callbacks) h = strata::call_in_backward(h, a);
+    h = strata::tanh(strata::matmul(h, w));
+    if (callbacks) h = strata::call_in_backward(h, b);
+    Tensor unused = strata::matmul(x, w);  // no gradient reaches it: its callback still runs
+    if (callbacks) unused = strata::call_in_backward(unused, c);
+    return strata::sum(strata::mul(h, h));
+  };
+  const auto want = strata::grad(loss_of(false), params)[0].to_vector<double>();
+  const auto got = strata::grad(loss_of(true), params)[0].to_vector<double>();
+  CHECK(log == std::vector<std::string>{"c", "b", "a"});
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+  {
+    strata::NoGradGuard off;  // nothing recorded: the tensor itself, no callback
+    log.clear();
+    const Tensor h = strata::matmul(x, w);
+    CHECK(strata::call_in_backward(h, a).impl() == h.impl());
+  }
 }

@@ -93,3 +93,43 @@ TEST_CASE("NN.Modules: Tanh and Sigmoid modules apply their functions") {
   const auto got = net(x).to_vector<double>(), in = x.to_vector<double>();
   for (std::size_t i = 0; i < in.size(); ++i) CHECK(got[i] == doctest::Approx(1 / (1 + std::exp(-std::tanh(in[i])))).epsilon(1e-15));
 }
+
+namespace {
+// Records the calls it sees and scales each output by 2 (after() replaces it).
+struct RecordingHook final : nn::Module::CallHook {
+  std::vector<std::string> log;
+  void before(nn::Module&) override { log.push_back("before"); }
+  Tensor after(nn::Module&, Tensor out) override {
+    log.push_back("after");
+    return strata::mul(out, 2.0);
+  }
+};
+}  // namespace
+
+TEST_CASE("NN.Module.CallHookRunsAroundOperatorCallsAndNotForward") {
+  strata::manual_seed(3);
+  nn::Sequential net(nn::Linear(4, 3), nn::ReLU(), nn::Linear(3, 2));
+  strata::Generator g(5);
+  const Tensor x = strata::uniform({5, 4}, -1, 1, g);
+  const auto plain = net(x).to_vector<float>();
+  auto modules = net.named_modules();
+  REQUIRE(modules.size() == 3);
+  CHECK(modules[0].first == "0");
+  CHECK(modules[2].first == "2");
+  RecordingHook first, last;
+  modules[0].second->set_call_hook(&first);  // fused with the ReLU: called through call_fused
+  modules[2].second->set_call_hook(&last);
+  const auto hooked = net(x).to_vector<float>();
+  CHECK(first.log == std::vector<std::string>{"before", "after"});
+  CHECK(last.log == std::vector<std::string>{"before", "after"});
+  // relu(2 h) = 2 relu(h): both doublings reach the output, 4 times the bias-free part.
+  nn::Linear& l2 = static_cast<nn::Linear&>(*modules[2].second);
+  const auto b2 = l2.bias().to_vector<float>();
+  for (std::size_t i = 0; i < plain.size(); ++i)
+    CHECK(hooked[i] == doctest::Approx(2.0 * (2.0 * (plain[i] - b2[i % 2]) + b2[i % 2])).epsilon(1e-5));
+  (void)modules[2].second->forward(strata::relu(modules[0].second->forward(x)));  // forward(): no hook
+  CHECK(last.log.size() == 2);
+  modules[0].second->set_call_hook(nullptr);
+  modules[2].second->set_call_hook(nullptr);
+  CHECK(net(x).to_vector<float>() == plain);
+}

@@ -241,6 +241,8 @@ std::vector<std::vector<float>> train_steps_with(S& strategy, const Setup& s, Ne
     each_batch(strategy.distribute(per_worker, strata::UnevenInputs::join), step);
   else
     each_batch(strategy.distribute(per_worker), step);
+  // (ShardedStrategy's stage 3 keeps each rank's blocks alone between steps)
+  const strata::GatheredParameters whole = strata::gather_parameters(strategy, net.parameters());
   if (s.after_training) {
     strata::nn::Module& trained = net;
     s.after_training(trained);

@@ -6,8 +6,8 @@
 // saving job reached without stopping (within 1e-5 relative: the sums run over another number
 // of replicas). The MLP with Dropout, Adam, clipping by the global norm and a cosine schedule,
 // global batch 25 (uneven over 2, 3 and 4), 20 steps, saved after step 10.
-//   sharded_checkpoints save DIR mpi|gloo             under mpirun / strata-run: ShardedStrategy (stage 2)
-//   sharded_checkpoints load DIR mpi|gloo [stage1]    ShardedStrategy on this job's ranks
+//   sharded_checkpoints save DIR mpi|gloo [stage3]           under mpirun / strata-run: ShardedStrategy (stage 2, or 3)
+//   sharded_checkpoints load DIR mpi|gloo [stage1|stage3]    ShardedStrategy on this job's ranks
 //   sharded_checkpoints load_multi_worker DIR mpi|gloo MultiWorkerMirroredStrategy
 //   sharded_checkpoints load_one DIR                  OneDeviceStrategy, one process
 // Exit status 0: every check held on this rank.
@@ -184,6 +184,7 @@ std::vector<std::vector<float>> run(S& strategy, const fs::path& dir, bool save,
            at ? "from step " + std::to_string(at->step) : "no checkpoint");
     if (!at) return {};
     pos = *at;
+    const strata::GatheredParameters whole = strata::gather_parameters(strategy, net.parameters());
     check_restored(strategy, read_dumps(dir), net.parameters(), opt, who);
   }
   auto pipeline = strata::data::Pipeline(equivalence::dataset(s)).shuffle(3).batch(s.global_batch);
@@ -196,9 +197,11 @@ std::vector<std::vector<float>> run(S& strategy, const fs::path& dir, bool save,
     pos = pos.after(batch, per_epoch);
     if (save && pos.step == kSaveAt) {
       checkpoints.save(pos);
+      const strata::GatheredParameters whole = strata::gather_parameters(strategy, net.parameters());
       if constexpr (strata::detail::ShardsTrainingState<S>) dump_state(strategy, dir, net.parameters(), opt);
     }
   }
+  const strata::GatheredParameters whole = strata::gather_parameters(strategy, net.parameters());
   std::vector<std::vector<float>> out;
   for (const auto& p : net.parameters()) out.push_back(p.template to_vector<float>());
   return out;
@@ -234,11 +237,27 @@ int load(S& strategy, const fs::path& dir, const std::string& who) {
   return failures;
 }
 
+/// Stage 3 with the MLP's first and last layers as wrap units (the size rule at 4,096 bytes).
+strata::ShardOptions small_units() {
+  strata::ShardOptions o;
+  o.unit_bytes = 4096;
+  return o;
+}
+
 template <class C>
-int main_for(const std::string& mode, const fs::path& dir, bool stage1) {
+int main_for(const std::string& mode, const fs::path& dir, bool stage1, bool stage3) {
+  using Stage3 = strata::ShardedStrategy<C, strata::ShardStage::parameters>;
+  if (mode == "save" && stage3) {
+    Stage3 s(strata::MultiWorkerOptions{}, small_units());
+    return save(s, dir);
+  }
   if (mode == "save") {
     strata::ShardedStrategy<C> s;
     return save(s, dir);
+  }
+  if (mode == "load" && stage3) {
+    Stage3 s(strata::MultiWorkerOptions{}, small_units());
+    return load(s, dir, "sharded stage 3 on " + std::to_string(s.num_replicas_in_sync()));
   }
   if (mode == "load" && stage1) {
     strata::ShardedStrategy<C, strata::ShardStage::optimizer_state> s;
@@ -260,22 +279,23 @@ int main_for(const std::string& mode, const fs::path& dir, bool stage1) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::printf("usage: sharded_checkpoints save|load|load_multi_worker DIR mpi|gloo [stage1] | load_one DIR\n");
+    std::printf("usage: sharded_checkpoints save|load|load_multi_worker DIR mpi|gloo [stage1|stage3] | load_one DIR\n");
     return 2;
   }
   const std::string mode = argv[1], which = argc > 3 ? argv[3] : "";
   const fs::path dir = argv[2];
   const bool stage1 = argc > 4 && std::string(argv[4]) == "stage1";
+  const bool stage3 = argc > 4 && std::string(argv[4]) == "stage3";
   try {
     if (mode == "load_one") {
       strata::OneDeviceStrategy one;
       return load(one, dir, "one device") == 0 ? 0 : 1;
     }
 #if STRATA_HAS_MPI
-    if (which == "mpi") return main_for<strata::collective::Mpi>(mode, dir, stage1) == 0 ? 0 : 1;
+    if (which == "mpi") return main_for<strata::collective::Mpi>(mode, dir, stage1, stage3) == 0 ? 0 : 1;
 #endif
 #if STRATA_HAS_GLOO
-    if (which == "gloo") return main_for<strata::collective::Gloo>(mode, dir, stage1) == 0 ? 0 : 1;
+    if (which == "gloo") return main_for<strata::collective::Gloo>(mode, dir, stage1, stage3) == 0 ? 0 : 1;
 #endif
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());

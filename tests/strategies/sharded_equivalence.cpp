@@ -81,6 +81,43 @@ void check_state_is_sharded(S& strategy) {
              std::to_string(state) + " (the ranks' shards sum to " + figure(held_sum) + ")");
 }
 
+/// Stage 3: the size rule's units (at 4,096 bytes) are the MLP's first and last layers (the
+/// middle one, 4,224 bytes with no modules to walk into, stays whole), and between steps each rank holds no
+/// memory for them (its blocks alone); gathered, it holds each unit's whole parameters, whose
+/// values are the trained ones on every rank.
+template <class S>
+void check_units_give_memory_back(S& strategy) {
+  const int n = strategy.num_replicas_in_sync(), rank = strategy.rank();
+  strata::manual_seed(7);
+  auto net = strategy.scope([] { return equivalence::model(false); });
+  auto opt = strategy.scope([&] { return strata::optim::Adam(net.parameters(), 0.01); });
+  for (auto& batch : strategy.distribute(strata::data::Pipeline(equivalence::dataset({})).batch(26).take(2)))
+    strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
+      opt.apply_gradients(ctx, strata::grad(equivalence::replica_loss(net, b.x, b.y, b.global_size), net.parameters()));
+    }, batch);
+  const std::vector<std::string> units = strategy.wrap_units(net.parameters());
+  const std::size_t between = strategy.unit_bytes_held(net.parameters());
+  std::size_t gathered = 0;
+  double checksum = 0;
+  {
+    const strata::GatheredParameters whole = strata::gather_parameters(strategy, net.parameters());
+    gathered = strategy.unit_bytes_held(net.parameters());
+    for (const strata::Tensor& p : net.parameters())
+      for (float v : p.to_vector<float>()) checksum += v;
+  }
+  strata::PerReplica<double> mine(1);
+  mine[0] = checksum;
+  const double mean = strategy.reduce(strata::ReduceOp::Mean, mine);
+  std::string names;
+  for (const auto& u : units) names += " '" + u + "'";
+  report(units == std::vector<std::string>{"0", "4"} && between == 0 && gathered > 0 && checksum == mean &&
+             strategy.unit_bytes_held(net.parameters()) == 0,
+         rank, n, "wrap units give their memory back",
+         "units" + names + "; bytes held between steps " + std::to_string(between) + ", gathered " +
+             std::to_string(gathered) + ", again after " + std::to_string(strategy.unit_bytes_held(net.parameters())) +
+             "; parameters' sum " + figure(checksum) + " (mean over ranks " + figure(mean) + ")");
+}
+
 /// Three steps of the MLP where, in step 1, one rank's loss adds inf times the sum of the last
 /// parameter: that parameter's summed gradient alone is infinite, and it lies in one rank's
 /// shard, so the other ranks' shards are finite. With the loss scale (or NonFinite::skip)
@@ -107,6 +144,7 @@ std::vector<std::vector<float>> poisoned_run(S& strategy, bool loss_scale, int p
     ++step;
   }
   std::vector<std::vector<float>> out;
+  const strata::GatheredParameters whole = strata::gather_parameters(strategy, net.parameters());
   for (const strata::Tensor& p : net.parameters()) out.push_back(p.to_vector<float>());
   const strata::optim::Optimizer& held = opt;
   out.push_back({static_cast<float>(loss_scale ? held.loss_scale()->scale() : 0), static_cast<float>(held.skipped_steps())});
@@ -174,11 +212,14 @@ int outside_scope() {
 template <class C, strata::ShardStage Stage>
 void check_stage(const char* stage_name) {
   std::unique_ptr<strata::ShardedStrategy<C, Stage>> made;
+  // Stage 3: the size rule at a size that makes units of the test models' layers and blocks.
+  strata::ShardOptions units;
+  units.unit_bytes = 4096;
   if constexpr (std::is_constructible_v<C, const std::string&>)  // Gloo: a rendezvous prefix per strategy
-    made = std::make_unique<strata::ShardedStrategy<C, Stage>>(strata::MultiWorkerOptions{.bucket_bytes = 2048},
+    made = std::make_unique<strata::ShardedStrategy<C, Stage>>(strata::MultiWorkerOptions{.bucket_bytes = 2048}, units,
                                                                std::string("sharded_") + stage_name);
   else
-    made = std::make_unique<strata::ShardedStrategy<C, Stage>>(strata::MultiWorkerOptions{.bucket_bytes = 2048});
+    made = std::make_unique<strata::ShardedStrategy<C, Stage>>(strata::MultiWorkerOptions{.bucket_bytes = 2048}, units);
   auto& strategy = *made;
   const std::string prefix = std::string(stage_name) + ": ";
   {
@@ -199,7 +240,22 @@ void check_stage(const char* stage_name) {
   }
   check_state_is_sharded(strategy);
   check_own_transform(strategy);
-  check_nonfinite_in_one_shard(strategy);
+  if constexpr (Stage == strata::ShardStage::parameters) {
+    check_units_give_memory_back(strategy);
+    // The poison reads the last layer's bias in the loss, outside any unit's forward: that
+    // layer stays whole (the units named: the first two layers).
+    strata::ShardOptions named;
+    named.wrap_units = {"0", "2"};
+    std::unique_ptr<strata::ShardedStrategy<C, Stage>> by_name;
+    if constexpr (std::is_constructible_v<C, const std::string&>)
+      by_name = std::make_unique<strata::ShardedStrategy<C, Stage>>(strata::MultiWorkerOptions{.bucket_bytes = 2048},
+                                                                    named, std::string("sharded_named"));
+    else
+      by_name = std::make_unique<strata::ShardedStrategy<C, Stage>>(strata::MultiWorkerOptions{.bucket_bytes = 2048}, named);
+    check_nonfinite_in_one_shard(*by_name);
+  } else {
+    check_nonfinite_in_one_shard(strategy);
+  }
   check_whole_gradients(strategy);
   // The reference models (BatchNorm, SyncBatchNorm, the Transformer) on an epoch whose last
   // batch leaves ranks without rows; under bfloat16; under float16 with the loss scale and the
@@ -218,6 +274,7 @@ template <class C>
 int check_all() {
   check_stage<C, strata::ShardStage::optimizer_state>("stage 1");
   check_stage<C, strata::ShardStage::gradients>("stage 2");
+  check_stage<C, strata::ShardStage::parameters>("stage 3");
   return failures;
 }
 

@@ -136,6 +136,7 @@ std::vector<std::vector<float>> train_epoch(S& strategy, Model m, Poison poison 
         batch);
     ++step;
   }
+  const strata::GatheredParameters whole = strata::gather_parameters(strategy, net.parameters());
   auto state = state_of(net);
   add_loss_scale(state, opt);
   return state;

@@ -110,11 +110,13 @@ inline std::uint64_t backward(const Tensor& root, const Tensor& seed = {},
       Node& n = nodes[static_cast<std::size_t>(i)];
       auto& oag = n.out.impl()->ag;
       if (oag.grad_epoch == epoch && oag.grad.defined()) {
-        if (n.out.numel() == 0 && !n.joins_replicas)
+        if (n.out.numel() == 0 && !n.joins_replicas && !n.runs_without_gradient)
           autograd::detail::pass_zeros(n, epoch);
         else
           n.backward(n, epoch);
         oag.grad = Tensor();  // an intermediate's gradient is dead once its node has run
+      } else if (n.runs_without_gradient) {
+        n.backward(n, epoch);
       }
       // Fire the hooks of leaves whose first consumer this is: nothing earlier reads them.
       for (std::size_t k = 0; k < n.in.size(); ++k) {

@@ -35,6 +35,9 @@ struct Node {
   /// Whether the backward pass meets the other replicas (SyncBatchNorm's sums): it then runs
   /// even for an empty output, where every other node only passes zeros on.
   bool joins_replicas = false;
+  /// Whether the backward pass runs this node even where its output got no gradient (then
+  /// undefined): a callback that must run as backward reaches its place (backward_callback.hpp).
+  bool runs_without_gradient = false;
 };
 
 namespace detail {

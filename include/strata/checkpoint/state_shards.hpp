@@ -64,9 +64,13 @@ inline Tensor flat_range(const Tensor& t, optim::ElementRange r) {
 /// "range.<i>" (int64 [2]: its first and past-last flat element), "param.<i>" (those elements,
 /// 1-D) and "optimizer.<slot>.<i>" for each state slot `opt` holds of it: its state shaped like
 /// the range where it holds shards (Optimizer::hold_shards), else the range of the whole slot.
+/// `values` (optional): per parameter, its range's elements, where the parameter itself is not
+/// held whole (ShardedStrategy's stage 3 keeps the blocks alone).
 inline NamedTensors capture_state_shard(std::span<const Tensor> params, std::span<const optim::ElementRange> ranges,
-                                        const optim::Optimizer& opt) {
+                                        const optim::Optimizer& opt, std::span<const Tensor> values = {}) {
   STRATA_CHECK_EQ(params.size(), ranges.size(), "capture_state_shard: one range per parameter");
+  STRATA_CHECK(values.empty() || values.size() == params.size(), "capture_state_shard: ", values.size(),
+               " values for ", params.size(), " parameters");
   NamedTensors out;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const optim::ElementRange r = ranges[i];
@@ -74,7 +78,10 @@ inline NamedTensors capture_state_shard(std::span<const Tensor> params, std::spa
     STRATA_CHECK(r.begin >= 0 && r.end <= params[i].numel() && params[i].is_contiguous(),
                  "capture_state_shard: range [", r.begin, ", ", r.end, ") of parameter ", i, " (", params[i].shape(), ")");
     out.emplace_back("range." + std::to_string(i), from_vector<std::int64_t>({2}, {r.begin, r.end}));
-    out.emplace_back("param." + std::to_string(i), detail::flat_range(params[i], r));
+    if (!values.empty())
+      STRATA_CHECK(values[i].is_contiguous() && values[i].numel() == r.end - r.begin, "capture_state_shard: the values of "
+                   "parameter ", i, " (", values[i].shape(), ") are not its range [", r.begin, ", ", r.end, ")");
+    out.emplace_back("param." + std::to_string(i), values.empty() ? detail::flat_range(params[i], r) : values[i]);
   }
   for (const auto& [name, t] : opt.state()) {
     const std::int64_t i = slot_index(name);

@@ -40,8 +40,8 @@ class TransformerBlock : public nn::Module {
                                nn::Linear(4 * s.width, s.width, true, gen));
   }
   Tensor forward(const Tensor& x) override {
-    const Tensor h = x + attn_->forward(ln1_->forward(x));
-    return h + mlp_->forward(ln2_->forward(h));
+    const Tensor h = x + (*attn_)((*ln1_)(x));
+    return h + (*mlp_)((*ln2_)(h));
   }
 
  private:
@@ -86,9 +86,9 @@ class CharTransformer : public nn::Module {
       positions_of_ = Tensor::empty({T}, DType::i64);
       for (std::int64_t t = 0; t < T; ++t) positions_of_.data<std::int64_t>()[t] = t;
     }
-    Tensor x = tokens_->forward(tokens) + positions_->forward(positions_of_);  // [B, T, W] + [T, W]
-    for (TransformerBlock* b : blocks_) x = b->forward(x);
-    return head_->forward(ln_f_->forward(x));
+    Tensor x = (*tokens_)(tokens) + (*positions_)(positions_of_);  // [B, T, W] + [T, W]
+    for (TransformerBlock* b : blocks_) x = (*b)(x);
+    return (*head_)((*ln_f_)(x));
   }
   const TransformerShape& shape() const noexcept { return shape_; }
 

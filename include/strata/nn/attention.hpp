@@ -43,7 +43,7 @@ class MultiheadAttention : public Module {
     check(x, "x");
     const Tensor qkv = linear(x, in_w_, in_b_);  // [B, T, 3 width]
     // On the host, one operation reads the heads in place and writes them merged.
-    if (!on_device(qkv)) return out_->forward(ops::detail::self_attention(qkv, heads_, causal_));
+    if (!on_device(qkv)) return (*out_)(ops::detail::self_attention(qkv, heads_, causal_));
     // On a device: [B, 3 heads, T, D], a view; q, k and v are its thirds along axis 1, strided
     // views, which each matmul copies contiguous once to run its batch as one GEMM call.
     const std::int64_t H = heads_;
@@ -76,7 +76,7 @@ class MultiheadAttention : public Module {
   Tensor attend_heads(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t tq) {
     const Tensor o = scaled_dot_product_attention(q, k, v, causal_);  // [B, H, Tq, D]
     const Tensor merged = reshape(permute(o, {0, 2, 1, 3}), {q.dim(0), tq, width_});
-    return out_->forward(merged);
+    return (*out_)(merged);
   }
 
   std::int64_t width_, heads_;

@@ -27,7 +27,40 @@ class Module {
   virtual ~Module() = default;
 
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// forward(x), with this module's call hook around it where one is set: a module that
+  /// calls its children through operator() lets a strategy act around each child's call
+  /// (ShardedStrategy's wrap units gather their parameters there); forward() skips the hook.
+  Tensor operator()(const Tensor& x) {
+    return hook_ ? hooked([&] { return forward(x); }) : forward(x);
+  }
+  /// forward_fused(x, act) through the call hook, as operator() calls forward.
+  Tensor call_fused(const Tensor& x, Activation act) {
+    return hook_ ? hooked([&] { return forward_fused(x, act); }) : forward_fused(x, act);
+  }
+
+  /// What runs around a module's call (set_call_hook): before() as it begins, after() on its
+  /// output, whose return value the call returns instead.
+  class CallHook {
+   public:
+    virtual ~CallHook() = default;
+    virtual void before(Module& m) = 0;
+    virtual Tensor after(Module& m, Tensor out) = 0;
+  };
+  /// Runs `hook` around every call of this module through operator() or call_fused (null:
+  /// none). The hook is not owned: it must outlive the module's calls.
+  void set_call_hook(CallHook* hook) noexcept { hook_ = hook; }
+  CallHook* call_hook() const noexcept { return hook_; }
+
+  /// (name, module) for every descendant, depth first in registration order, named as
+  /// named_parameters() prefixes their parameters ("h.0", "h.0.attn").
+  std::vector<std::pair<std::string, Module*>> named_modules() {
+    std::vector<std::pair<std::string, Module*>> out;
+    for (auto& [cname, child] : children_) {
+      out.emplace_back(cname, child.get());
+      for (auto& [sub, m] : child->named_modules()) out.emplace_back(cname + "." + sub, m);
+    }
+    return out;
+  }
 
   /// True if forward_fused() can apply an activation in its own output pass.
   virtual bool fuses_activation() const { return false; }
@@ -128,9 +161,17 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  template <class F>
+  Tensor hooked(F&& call) {
+    CallHook* h = hook_;
+    h->before(*this);
+    return h->after(*this, call());
+  }
+
   mutable std::vector<Tensor> params_cache_;
   mutable bool params_valid_ = false;
   bool training_ = true;
+  CallHook* hook_ = nullptr;
 };
 
 }  // namespace strata::nn

@@ -33,9 +33,9 @@ class BasicBlock : public Module {
     // The norms fuse the ReLU, the shortcut's addition with it (one pass each, forward and back).
     // The shortcut runs first, while x is still in cache from the layer that wrote it (and so
     // its backward runs last, adding into x's gradient just after conv1's backward wrote it).
-    const Tensor shortcut = shortcut_ ? shortcut_->forward(x) : x;
-    const Tensor h = bn1_->forward_fused(conv1_->forward(x), Activation::relu);
-    return bn2_->forward_fused(conv2_->forward(h), Activation::relu, shortcut);
+    const Tensor shortcut = shortcut_ ? (*shortcut_)(x) : x;
+    const Tensor h = bn1_->call_fused((*conv1_)(x), Activation::relu);
+    return bn2_->forward_fused((*conv2_)(h), Activation::relu, shortcut);
   }
 
  private:

@@ -49,10 +49,10 @@ class Sequential : public Module {
     for (std::size_t i = 0; i < cs.size(); ++i) {
       Module& m = *cs[i].second;
       if (m.fuses_activation() && i + 1 < cs.size() && dynamic_cast<const ReLU*>(cs[i + 1].second.get())) {
-        h = m.forward_fused(h, Activation::relu);
+        h = m.call_fused(h, Activation::relu);
         ++i;
       } else {
-        h = m.forward(h);
+        h = m(h);
       }
     }
     return h;

@@ -23,7 +23,9 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <span>
 #include <thread>  // hardware_concurrency
+#include <utility>  // declval
 #include <vector>
 
 #include <strata/collective/async.hpp>  // Work, AsyncWorker, complete
@@ -70,6 +72,11 @@ struct GradientSharding {
   const PartitionedUpdate* split = nullptr;
   int blocks = 1;
   bool scatter = false;
+  /// With `scatter`: each bucket reduce-scattered through the collective's own asynchronous
+  /// ireduce_scatter, in the one call order of the collectives it has in flight (the wrap
+  /// units' all-gathers: ShardedStrategy's stage 3); `units` the buckets' wrap units (BucketPlan).
+  bool async = false;
+  std::vector<int> units;
 };
 
 template <class C>
@@ -87,6 +94,10 @@ class BucketReduction {
   virtual void gather(GradientBuckets&) {}
   /// Every bucket of the step has started and `done`: what reads the sums next may go on.
   virtual void settled() {}
+  /// Waits for bucket b's reduction, started this step.
+  virtual void wait(GradientBucket& bk, std::size_t) { bk.done.wait(); }
+  /// Whether bucket b's reduction, started this step, has completed (without waiting).
+  virtual bool test(GradientBucket& bk, std::size_t) { return bk.done.test(); }
 };
 
 template <class C>
@@ -188,24 +199,51 @@ template <class C>
   requires(!collective::ThreadGroupCollective<C>)
 class ScatterReduction final : public BucketReduction<C> {
  public:
-  ScatterReduction(C& comm, GradientBuckets& buckets, const std::vector<Tensor>& sums, bool on_replica)
-      : comm_(comm), buckets_(buckets), sums_(sums), on_replica_(on_replica),
+  /// Where each bucket's reduce-scatter runs.
+  enum class Where { replica_thread, comm_thread, collective_async };
+  ScatterReduction(C& comm, GradientBuckets& buckets, const std::vector<Tensor>& sums, Where where)
+      : comm_(comm), buckets_(buckets), sums_(sums), where_(where),
         thread_(buckets.size(), [this](std::size_t b) { run(buckets_[b], b); }) {}
-  bool on_replica_thread() const noexcept override { return on_replica_; }
+  bool on_replica_thread() const noexcept override { return where_ == Where::replica_thread; }
   bool start(GradientBucket& bk, std::size_t b) override {
-    if (on_replica_)
+    if (where_ == Where::replica_thread)
       run(bk, b);
-    else
+    else if (where_ == Where::comm_thread)
       thread_.start(bk, b);
+    else
+      async_[b] = start_async(bk, b);
     return true;
   }
+  void wait(GradientBucket& bk, std::size_t b) override {
+    if (where_ == Where::collective_async)
+      async_[b].wait();
+    else
+      bk.done.wait();
+  }
+  bool test(GradientBucket& bk, std::size_t b) override {
+    return where_ == Where::collective_async ? async_[b].test() : bk.done.test();
+  }
   void gather(GradientBuckets& buckets) override {
-    for (std::size_t b = 0; b < buckets.size(); ++b)
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      buckets[b].buffer.impl()->storage()->take_memory();  // (a wrap unit's bucket may have given it back)
       comm_.allgather_raw(sums_[b].raw_data(), buckets[b].buffer.raw_data(), static_cast<std::size_t>(sums_[b].numel()),
                           buckets[b].dtype);
+    }
   }
 
  private:
+  // What the collective's ireduce_scatter returns (collective::Work, or Mpi's own handle).
+  using AsyncWork = decltype(std::declval<C&>().ireduce_scatter(std::span<const float>{}, std::span<float>{}, ReduceOp::Sum));
+  AsyncWork start_async(GradientBucket& bk, std::size_t b) {
+    observe::ScopedEvent ev("ireduce_scatter", "communication", static_cast<std::int64_t>(b), static_cast<std::int64_t>(bk.bytes()));
+    const Tensor& sum = sums_[b];
+    const auto n = static_cast<std::size_t>(sum.numel());
+    if (bk.dtype == DType::f64)
+      return comm_.ireduce_scatter(std::span<const double>(bk.buffer.template device_data<double>(), bk.count),
+                                   std::span<double>(sum.template device_data<double>(), n), ReduceOp::Sum);
+    return comm_.ireduce_scatter(std::span<const float>(bk.buffer.template device_data<float>(), bk.count),
+                                 std::span<float>(sum.template device_data<float>(), n), ReduceOp::Sum);
+  }
   void run(GradientBucket& bk, std::size_t b) {
     timed_reduction(bk, b, [&] {
       comm_.reduce_scatter_raw(bk.buffer.raw_data(), sums_[b].raw_data(), static_cast<std::size_t>(sums_[b].numel()),
@@ -216,7 +254,8 @@ class ScatterReduction final : public BucketReduction<C> {
   C& comm_;
   GradientBuckets& buckets_;
   const std::vector<Tensor>& sums_;
-  bool on_replica_;
+  Where where_;
+  std::vector<AsyncWork> async_ = std::vector<AsyncWork>(buckets_.size());  // collective_async: each bucket's, this step
   BucketThread thread_;  // last: its thread stops before the members its jobs use go
 };
 

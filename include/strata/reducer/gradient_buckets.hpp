@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include <strata/collective/async.hpp>          // Work
@@ -36,14 +37,20 @@ class BucketPlan {
     std::vector<std::size_t> members;  ///< parameter indices, in packing order
     std::size_t count = 0, bytes = 0;
     bool table = false;  ///< one row-sparse table alone
+    int unit = -1;       ///< the wrap unit whose parameters it holds, or -1
   };
 
   /// `blocks` > 1: each bucket padded (with zeros) to that many equal blocks of a multiple of
-  /// 16 elements, one per rank (ShardedStrategy's layout: block_ranges).
-  BucketPlan(const std::vector<Tensor>& params, std::size_t bucket_bytes, int blocks = 1)
+  /// 16 elements, one per rank (ShardedStrategy's layout: block_ranges). `units` (empty, or
+  /// one entry per parameter): parameters of unit u >= 0 share one bucket of their own, however
+  /// large (ShardedStrategy's wrap units); those of -1 are packed by size as usual.
+  BucketPlan(const std::vector<Tensor>& params, std::size_t bucket_bytes, int blocks = 1, std::span<const int> units = {})
       : numel_(params.size()), slot_of_(params.size()), blocks_(blocks) {
     STRATA_CHECK(bucket_bytes > 0, "gradient bucket size must be positive");
     STRATA_CHECK(blocks >= 1, "gradient buckets in ", blocks, " blocks");
+    STRATA_CHECK(units.empty() || units.size() == params.size(), "gradient buckets: ", units.size(), " units for ",
+                 params.size(), " parameters");
+    auto unit = [&](std::size_t k) { return units.empty() ? -1 : units[k]; };
     for (std::size_t k = params.size(); k-- > 0;) {
       const Tensor& p = params[k];
       STRATA_CHECK(p.defined() && p.requires_grad() && p.is_leaf(), "GradientEngine: parameter ", k,
@@ -51,10 +58,11 @@ class BucketPlan {
       STRATA_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, "GradientEngine: parameter ", k, " is ",
                    name_of(p.dtype()), "; gradients are all-reduced in float32 or float64");
       const bool table = is_table(p);
-      if (buckets_.empty() || buckets_.back().dtype != p.dtype() || buckets_.back().bytes >= bucket_bytes || table ||
-          buckets_.back().table) {
+      if (buckets_.empty() || buckets_.back().dtype != p.dtype() || buckets_.back().unit != unit(k) ||
+          (unit(k) < 0 && buckets_.back().bytes >= bucket_bytes) || table || buckets_.back().table) {
         buckets_.emplace_back().dtype = p.dtype();
         buckets_.back().table = table;
+        buckets_.back().unit = unit(k);
       }
       Bucket& b = buckets_.back();
       slot_of_[k] = Slot{buckets_.size() - 1, b.count};
@@ -138,8 +146,9 @@ class GradientBuckets {
   /// A buffer for `count` elements of `dtype` on `device`; sets `shared` when the ranks share it.
   using MakeBuffer = std::function<Tensor(std::int64_t count, DType dtype, Device device, bool& shared)>;
 
-  GradientBuckets(const std::vector<Tensor>& params, std::size_t bucket_bytes, const MakeBuffer& make, int blocks = 1)
-      : params_(params), plan_(params, bucket_bytes, blocks) {
+  GradientBuckets(const std::vector<Tensor>& params, std::size_t bucket_bytes, const MakeBuffer& make, int blocks = 1,
+                  std::span<const int> units = {})
+      : params_(params), plan_(params, bucket_bytes, blocks, units) {
     const Device device = params_.empty() ? Device::cpu() : params_.front().device();
     for (const Tensor& p : params_)
       STRATA_CHECK(p.device() == device, "GradientEngine: parameters on ", device, " and ", p.device(),
@@ -161,6 +170,7 @@ class GradientBuckets {
   const std::vector<Tensor>& params() const noexcept { return params_; }
   std::size_t size() const noexcept { return buckets_.size(); }
   GradientBucket& operator[](std::size_t b) noexcept { return buckets_[b]; }
+  const GradientBucket& operator[](std::size_t b) const noexcept { return buckets_[b]; }
   auto begin() noexcept { return buckets_.begin(); }
   auto end() noexcept { return buckets_.end(); }
   /// The bucket parameter k's gradient lives in.

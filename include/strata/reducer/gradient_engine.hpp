@@ -113,7 +113,7 @@ class GradientEngine final : public autograd::GradientCompletion {
         in_blocks_mode_(sharding.blocks > 1),
         scatter_(sharding.scatter),
         buckets_(params, bucket_bytes, [this](std::int64_t n, DType dt, Device d, bool& shared) { return make_buffer(n, dt, d, shared); },
-                 sharding.blocks),
+                 sharding.blocks, sharding.units),
         block_sums_(make_block_sums(sharding)),
         path_(choose_path(std::move(sharding))),
         fired_(params.size(), false),
@@ -148,6 +148,8 @@ class GradientEngine final : public autograd::GradientCompletion {
   /// Made with blocks: this rank's block of bucket b's sum, once finish() returned (a tensor of
   /// its own where the buckets are reduce-scattered, else a view of the bucket).
   const Tensor& block_sum(std::size_t b) const { return block_sums_.at(b); }
+  /// Bucket b's flat gradient buffer (each of its parameters' gradients a view of it).
+  const Tensor& bucket_buffer(std::size_t b) const { return buckets_[b].buffer; }
 
   StepState state() const noexcept {
     switch (step_.sums()) {
@@ -210,9 +212,11 @@ class GradientEngine final : public autograd::GradientCompletion {
   void drain() {
     const auto t0 = Clock::now();
     const collective::detail::WaitTimer waiting;
-    for (std::size_t b = 0; b < next_; ++b) buckets_[b].done.wait();
+    for (std::size_t b = 0; b < next_; ++b) path_->wait(buckets_[b], b);
     stats_.exposed_seconds += seconds_since(t0);
   }
+  /// Whether bucket b's reduction of this step has started and completed (without waiting).
+  bool reduced(std::size_t b) { return b < next_ && path_->test(buckets_[b], b); }
 
   const GradientStats& stats() const noexcept { return stats_; }
   /// Under NonFinite::error: the first parameter whose own gradient held a NaN or Inf in the
@@ -293,9 +297,13 @@ class GradientEngine final : public autograd::GradientCompletion {
     } else {
       STRATA_CHECK(!sharded_, "GradientLayout::sharded needs replicas that are threads of one process; ", C::name,
                    " ranks are processes");
-      if (scatter_)
-        return std::make_unique<detail::ScatterReduction<C>>(
-            comm_, buckets_, block_sums_, detail::shared_buckets_reduce_on_replica_thread(comm_.size()));
+      if (scatter_) {
+        using Where = typename detail::ScatterReduction<C>::Where;
+        const Where where = sharding.async ? Where::collective_async
+                            : detail::shared_buckets_reduce_on_replica_thread(comm_.size()) ? Where::replica_thread
+                                                                                            : Where::comm_thread;
+        return std::make_unique<detail::ScatterReduction<C>>(comm_, buckets_, block_sums_, where);
+      }
       if constexpr (collective::DeviceCollective<C>)
         if (buckets_.size() > 0 && buckets_[0].buffer.device().kind != DeviceKind::cpu)
           return std::make_unique<detail::DeviceStreamReduction<C>>(comm_);
@@ -326,7 +334,7 @@ class GradientEngine final : public autograd::GradientCompletion {
     const auto t0 = Clock::now();
     {
       const collective::detail::WaitTimer waiting;
-      for (detail::GradientBucket& bk : buckets_) bk.done.wait();
+      for (std::size_t b = 0; b < buckets_.size(); ++b) path_->wait(buckets_[b], b);
     }
     // The tables, in bucket order on every replica, each collective on this thread: the
     // communication thread is idle now, so the collectives keep one order on every rank.

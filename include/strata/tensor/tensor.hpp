@@ -81,7 +81,11 @@ class Tensor {
   T* device_data() const {
     STRATA_CHECK(defined(), "data() of an undefined tensor");
     STRATA_CHECK(dtype_v<T> == dtype(), "data<", name_of(dtype_v<T>), ">() of a ", name_of(dtype()), " tensor");
-    return static_cast<T*>(raw_data());
+    void* p = raw_data();
+    STRATA_CHECK(p != nullptr || nbytes() == 0, "data() of a ", shape(), " tensor whose memory is given back: a "
+                 "parameter sharded by ShardedStrategy<C, ShardStage::parameters> read outside its wrap unit's "
+                 "forward and backward; read it inside strata::gather_parameters(strategy, params)");
+    return static_cast<T*>(p);
   }
   /// Untyped pointer to the first element, on the tensor's device.
   void* raw_data() const noexcept;
@@ -163,8 +167,10 @@ class TensorImpl {
   const Shape& strides() const noexcept { return strides_; }
   std::int64_t offset() const noexcept { return offset_; }
   DType dtype() const noexcept { return dtype_; }
+  /// Null while the storage's memory is given back (StorageImpl::give_memory_back).
   void* data() const noexcept {
-    return static_cast<char*>(storage_->data()) + offset_ * static_cast<std::int64_t>(size_of(dtype_));
+    char* base = static_cast<char*>(storage_->data());
+    return base ? base + offset_ * static_cast<std::int64_t>(size_of(dtype_)) : nullptr;
   }
 
   /// Makes this header view `src`'s elements (same shape and dtype): afterwards both name

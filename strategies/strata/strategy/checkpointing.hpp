@@ -26,6 +26,7 @@
 #include <strata/checkpoint/state_shards.hpp>
 #include <strata/checkpoint/training_state.hpp>
 #include <strata/strategy/detail/shared_checkpoint.hpp>
+#include <strata/strategy/gathered_parameters.hpp>
 #include <strata/strategy/replicated.hpp>
 
 namespace strata {
@@ -193,6 +194,8 @@ class TrainingCheckpoints {
       const auto params = model.parameters();
       std::vector<optim::ElementRange> ranges;
       if constexpr (detail::ShardsTrainingState<S>) ranges = s_.state_ranges(params);
+      // (parameters sharded between uses are whole while the restore writes them)
+      const GatheredParameters whole = gather_parameters(s_, params);
       pos = checkpoint::restore_training_state(r, params, detail::local_copy(opt_, k), replicas,
                                                detail::generators_of(model), detail::buffers_of(model),
                                                shards ? &*shards : nullptr, ranges);

@@ -146,9 +146,12 @@ class MirroredStrategy : public detail::ThreadReplicas<MirroredStrategy<C>> {
       auto group = sharded ? std::make_shared<detail::ShardedGradients>(this->n_) : nullptr;
       for (int r = 0; r < this->n_; ++r) {
         const auto ur = static_cast<std::size_t>(r);
+        detail::GradientSharding sharding;
+        sharding.group = group;
+        sharding.replica = r;
+        sharding.split = split;
         owned_.push_back(std::make_unique<GradientEngine<Comm>>(replica_comm(r), params[ur], options_.bucket_bytes,
-                                                                Compression::none,
-                                                                detail::GradientSharding{group, r, split}));
+                                                                Compression::none, std::move(sharding)));
         engines_[ur].push_back(owned_.back().get());
       }
       for (auto& s : splits_) s.push_back(split);

@@ -23,6 +23,8 @@
 #include <strata/checkpoint/state_shards.hpp>
 #include <strata/strategy/detail/sharded_context.hpp>
 #include <strata/strategy/detail/sharded_model.hpp>
+#include <strata/strategy/detail/wrap_units.hpp>
+#include <strata/strategy/gathered_parameters.hpp>
 #include <strata/strategy/multi_worker_mirrored.hpp>
 
 namespace strata {
@@ -31,7 +33,20 @@ namespace strata {
 enum class ShardStage {
   optimizer_state = 1,  ///< the optimizer's state; gradients all-reduced whole, parameters whole
   gradients = 2,        ///< also the summed gradients: each rank receives its shard of them alone
-  parameters = 3,       ///< also the parameters, gathered per wrap unit around its use (not yet)
+  parameters = 3,       ///< also the parameters, gathered per wrap unit around its use
+};
+
+/// Stage 3's wrap units: the modules whose parameters are gathered together around their use
+/// (docs/sharding.md, "Stage 3"). A unit must be called through its operator() (as the
+/// library's models call their children), which runs the hook that gathers it.
+struct ShardOptions {
+  /// Names of the model's modules (as named_modules() and named_parameters() name them:
+  /// "h.0", "h.1", ...); empty: the size rule picks them.
+  std::vector<std::string> wrap_units;
+  /// The size rule: walking down from the model, a module whose parameters take at most this
+  /// many bytes, and at least an eighth of it, is a unit; a larger one is walked into. The
+  /// parameters of no unit stay whole on every rank, as under stage 2.
+  std::size_t unit_bytes = std::size_t{64} << 20;
 };
 
 /// One replica per process, its model state sharded.
@@ -43,9 +58,6 @@ enum class ShardStage {
 template <class C, ShardStage Stage = ShardStage::gradients>
 class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
   using Base = MultiWorkerMirroredStrategy<C>;
-  static_assert(Stage != ShardStage::parameters,
-                "ShardedStrategy<C, ShardStage::parameters>: sharded parameters (ZeRO-3) are not available yet; "
-                "ShardStage::gradients divides the optimizer state and the gradients");
   static_assert(!collective::DeviceCollective<C>,
                 "ShardedStrategy<Nccl>: sharding runs over host memory for now (collective::Mpi, collective::Gloo)");
 
@@ -58,6 +70,10 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
   template <class... A>
   explicit ShardedStrategy(MultiWorkerOptions o, A&&... args)
       : Base(without_split(o), std::forward<A>(args)...) {}
+  /// With stage 3's wrap units chosen by `shard` (the other stages ignore it).
+  template <class... A>
+  ShardedStrategy(MultiWorkerOptions o, ShardOptions shard, A&&... args)
+      : Base(without_split(o), std::forward<A>(args)...), shard_(std::move(shard)) {}
   ShardedStrategy() : ShardedStrategy(MultiWorkerOptions{}) {}
 
   /// What `factory` makes: a model's parameters broadcast from rank 0 and laid out in shards;
@@ -74,9 +90,16 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
                      "ShardedStrategy: gradient compression on the wire is not available with sharding yet");
       detail::broadcast_parameters(this->comm_, made.parameters(), 0);
       detail::broadcast_generators(this->comm_, made, 0);
+      detail::WrapUnits units;
+      if constexpr (Stage == ShardStage::parameters) {
+        static_assert(std::is_base_of_v<nn::Module, T>,
+                      "ShardedStrategy<C, ShardStage::parameters>: the model must be an nn::Module, whose modules "
+                      "are the wrap units gathered around their use");
+        units = detail::choose_wrap_units(made, shard_.wrap_units, shard_.unit_bytes);
+      }
       models_.push_back(std::make_unique<detail::ShardedModel<C>>(this->comm_, made.parameters(),
                                                                   this->options_.bucket_bytes,
-                                                                  Stage == ShardStage::gradients));
+                                                                  Stage != ShardStage::optimizer_state, std::move(units)));
       this->engines_.push_back(&models_.back()->engine());  // gradient_stats()
     }
     if constexpr (std::is_base_of_v<optim::Optimizer, T>) {
@@ -111,6 +134,26 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
   /// this rank holds, and the optimizer state of: about 1/N of them.
   std::size_t held_elements(std::span<const Tensor> params) const { return model_of(params, "held_elements").held_elements(); }
 
+  /// Stage 3: the names of a model's wrap units (empty under the other stages).
+  std::vector<std::string> wrap_units(std::span<const Tensor> params) const { return model_of(params, "wrap_units").unit_names(); }
+  /// Stage 3: bytes the model's wrap units hold now, their parameters and gradient buckets
+  /// (none between steps: each rank keeps its blocks alone).
+  std::size_t unit_bytes_held(std::span<const Tensor> params) const {
+    return model_of(params, "unit_bytes_held").unit_bytes_held();
+  }
+
+  /// Every parameter of the model whole on this rank while the returned object lives (stage
+  /// 3: each wrap unit all-gathered; with every rank, a collective); what is written to them
+  /// meanwhile is kept. strata::gather_parameters calls it for any strategy.
+  GatheredParameters gathered(std::span<const Tensor> params) {
+    detail::check_cross_replica("gathered()");
+    detail::ShardedModel<C>& m = model_of(params, "gathered");
+    if (m.unit_names().empty()) return {};
+    m.quiesce();
+    m.gather_all();
+    return GatheredParameters([&m] { m.release_all(/*keep_values=*/true); });
+  }
+
   // ---- checkpoints (TrainingCheckpoints calls these) ---------------------------------------
   // Every rank writes its shard of the training state (its elements of every parameter and
   // their optimizer state); the chief's checkpoint is the manifest that records the shards.
@@ -129,8 +172,9 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
     std::exception_ptr failure;
     try {
       std::filesystem::create_directories(dir);
+      const detail::ShardedModel<C>& m = model_of(params, "save_state_shards");
       crc = checkpoint::write_checkpoint(checkpoint::state_shard_path(dir, me, n, step),
-                                         checkpoint::capture_state_shard(params, state_ranges(params), opt));
+                                         checkpoint::capture_state_shard(params, m.ranges(), opt, m.shards()));
     } catch (const std::exception&) {
       failure = std::current_exception();
     }
@@ -149,7 +193,7 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
     o.split_update = UpdateSplit::off;
     return o;
   }
-  const detail::ShardedModel<C>& model_of(std::span<const Tensor> params, const char* what) const {
+  detail::ShardedModel<C>& model_of(std::span<const Tensor> params, const char* what) const {
     for (const auto& m : models_)
       if (m->of(params)) return *m;
     STRATA_THROW(invalid_argument, "strata.strategy", "ShardedStrategy::", what, ": parameters of no model made "
@@ -160,13 +204,21 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
     detail::check_cross_replica("run()");
     detail::ReplicaScope scope(0, /*step=*/true, /*in_sync=*/this->comm_.size());
     detail::ShardedReplicaContext<C> ctx(this->comm_, models_);
+    struct Settle {  // the step's units given back, however it ends
+      std::span<const std::unique_ptr<detail::ShardedModel<C>>> models;
+      ~Settle() {
+        for (const auto& m : models) m->settle_units();
+      }
+    } settle{models_};
     return this->template run_in<R>(ctx, step);
   }
 
+  ShardOptions shard_;
   std::vector<std::unique_ptr<detail::ShardedModel<C>>> models_;
 };
 
 template <class C, ShardStage Stage>
 inline constexpr bool enable_strategy<ShardedStrategy<C, Stage>> = true;
+
 
 }  // namespace strata

@@ -28,7 +28,10 @@ class ShardedReplicaContext final : private ReplicaStep, public ReplicaContext {
 
   void all_reduce(ReduceOp op, Tensor& t) override {
     STRATA_CHECK(t.defined() && t.is_contiguous(), "all_reduce needs a defined, contiguous tensor");
-    for (const auto& m : models_) m->engine().drain();  // after the gradient buckets in flight
+    for (const auto& m : models_) {  // after the gradient buckets and the units' all-gathers in flight
+      m->engine().drain();
+      m->quiesce();
+    }
     comm_.allreduce_raw(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), t.dtype(), op);
   }
 
@@ -42,7 +45,7 @@ class ShardedReplicaContext final : private ReplicaStep, public ReplicaContext {
     for (const auto& m : models_)
       if (m->owns(g)) {
         pending_ = m.get();
-        m->engine().finish();
+        m->finish_gradients();
         return true;
       }
     STRATA_THROW(invalid_argument, "strata.strategy", "ShardedStrategy: apply_gradients with the gradients of "

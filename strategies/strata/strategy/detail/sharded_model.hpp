@@ -5,16 +5,31 @@
 /// this rank's shard of every parameter in a bucket is one contiguous block. The optimizer
 /// updates the shards (Optimizer::hold_shards: its state is the shards' size), each shard's
 /// gradient a view of the engine's block of the sum; after the update every bucket's blocks
-/// are all-gathered into every rank's buffer. docs/sharding.md.
+/// are all-gathered into every rank's buffer.
+///
+/// With wrap units (stage 3), a unit's parameters have buckets of their own, and this rank's
+/// block of each is the only copy kept between uses: the unit's flat buffer gives its memory
+/// back after the unit's forward and after its backward, and takes it again, all-gathered
+/// from the blocks, before them (the next unit's all-gather started as one begins); its
+/// gradient bucket holds memory from its backward until its reduce-scatter has completed.
+/// docs/sharding.md.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include <strata/autograd/grad_mode.hpp>
+#include <strata/nn/module.hpp>
+#include <strata/ops/backward_callback.hpp>
 #include <strata/optim/optimizer.hpp>
+#include <strata/strategy/detail/wrap_units.hpp>
 #include <strata/reducer/gradient_engine.hpp>
 #include <strata/support/check.hpp>
 #include <strata/tensor/tensor.hpp>
@@ -26,11 +41,15 @@ class ShardedModel {
  public:
   /// Over `params` (a model's, equal on every rank already), on every rank alike (collective):
   /// `scatter` reduce-scatters the gradients into the blocks, else they are all-reduced whole.
-  ShardedModel(C& comm, std::vector<Tensor> params, std::size_t bucket_bytes, bool scatter)
+  /// `units` (stage 3): the wrap units of the model whose parameters these are; none: every
+  /// parameter kept whole on every rank (stages 1 and 2).
+  ShardedModel(C& comm, std::vector<Tensor> params, std::size_t bucket_bytes, bool scatter, WrapUnits units = {})
       : comm_(comm), params_(checked(std::move(params))) {
     GradientSharding blocks;
     blocks.blocks = comm.size();
     blocks.scatter = scatter;
+    blocks.async = !units.modules.empty();  // the units' all-gathers and reduce-scatters in one call order
+    blocks.units = units.of_param;
     engine_ = std::make_unique<GradientEngine<C>>(comm, params_, bucket_bytes, Compression::none, std::move(blocks));
     const BucketPlan& plan = engine_->plan();
     const int me = comm.rank();
@@ -51,16 +70,28 @@ class ShardedModel {
       Tensor home = make_view(flat, p.shape(), contiguous_strides(p.shape()), at);
       std::memcpy(home.raw_data(), p.raw_data(), p.nbytes());
       p.impl()->share_storage_of(*home.impl());
-      // This rank's shard of it, and the shard's gradient in the engine's block of the sum.
+      // This rank's shard of it (in a unit's bucket: of the block kept between uses), and the
+      // shard's gradient in the engine's block of the sum.
       const optim::ElementRange r = mine[k];
       const std::int64_t len = r.end - r.begin, block_at = static_cast<std::int64_t>(plan.block(s.bucket)) * me;
-      shards_[k] = make_view(flat, Shape{len}, Shape{1}, at + r.begin);
+      const bool in_unit = plan.buckets()[s.bucket].unit >= 0;
+      shards_[k] = in_unit ? make_view(staging_[s.bucket], Shape{len}, Shape{1}, len > 0 ? at + r.begin - block_at : 0)
+                           : make_view(flat, Shape{len}, Shape{1}, at + r.begin);
       const Tensor& sum = engine_->block_sum(s.bucket);  // (make_view's offsets count from the storage's start)
       shards_[k].impl()->ag.grad =
           make_view(sum, Shape{len}, Shape{1}, sum.impl()->offset() + (len > 0 ? at + r.begin - block_at : 0));
       held_ += static_cast<std::size_t>(len);
     }
+    if (!units.modules.empty()) make_units(std::move(units));
   }
+  ~ShardedModel() {
+    for (Unit& u : units_) {
+      if (u.module && u.module->call_hook() == u.hook.get()) u.module->set_call_hook(nullptr);
+      for (auto& w : u.gathering) w.wait();
+    }
+  }
+  ShardedModel(const ShardedModel&) = delete;
+  ShardedModel& operator=(const ShardedModel&) = delete;
 
   /// Whether `g` holds this model's gradients; whether `opt` updates this model's parameters.
   bool owns(const Gradients& g) const noexcept { return engine_->owns(g); }
@@ -76,17 +107,254 @@ class ShardedModel {
   bool of(std::span<const Tensor> list) const noexcept { return Gradients{params_, nullptr}.of(list); }
 
   /// After an update of this rank's shards: every bucket's blocks all-gathered into every
-  /// rank's flat buffer, so each holds the whole of every parameter again. Collective.
+  /// rank's flat buffer, so each holds the whole of every parameter again (a wrap unit's
+  /// buckets excepted: their blocks are gathered where the unit is next used; a pinned unit's
+  /// here). Collective.
   void gather_parameters() {
     const int me = comm_.rank();
     for (std::size_t b = 0; b < flat_.size(); ++b) {
+      const int j = unit_of_bucket(b);
+      if (j >= 0 && !units_[static_cast<std::size_t>(j)].pinned) continue;
       const std::size_t block = static_cast<std::size_t>(staging_[b].numel()), es = size_of(flat_[b].dtype());
-      std::memcpy(staging_[b].raw_data(), static_cast<const char*>(flat_[b].raw_data()) + block * es * me, block * es);
+      if (j < 0)  // (the update wrote the flat buffer; a unit's, its block)
+        std::memcpy(staging_[b].raw_data(), static_cast<const char*>(flat_[b].raw_data()) + block * es * me, block * es);
       comm_.allgather_raw(staging_[b].raw_data(), flat_[b].raw_data(), block, flat_[b].dtype());
     }
   }
 
+  // ---- wrap units (stage 3) ------------------------------------------------------------
+
+  /// The wrap units' names, in the order of WrapUnits::modules.
+  std::vector<std::string> unit_names() const {
+    std::vector<std::string> out;
+    for (const Unit& u : units_) out.push_back(u.name);
+    return out;
+  }
+  /// Bytes of host memory the wrap units' parameters and gradient buckets hold now (what stage 3
+  /// gives back between uses).
+  std::size_t unit_bytes_held() const {
+    std::size_t bytes = 0;
+    for (const Unit& u : units_)
+      for (std::size_t b : u.buckets) {
+        if (flat_[b].impl()->storage()->holds_memory()) bytes += flat_[b].nbytes();
+        const Tensor& g = engine_->bucket_buffer(b);
+        if (g.impl()->storage()->holds_memory()) bytes += g.nbytes();
+      }
+    return bytes;
+  }
+
+  /// Before apply_gradients' aggregation: the buckets of units whose backward did not run this
+  /// step take memory (zeros: no gradient), so the engine can reduce them; then every bucket
+  /// reduced, and the units' gradient buckets give their memory back.
+  void finish_gradients() {
+    for (Unit& u : units_)
+      if (!u.backward_ran) take_gradients(u);
+    engine_->finish();
+    if (!order_complete_) pin_uncalled();
+    for (Unit& u : units_) {
+      give_back_gradients(u);
+      u.backward_ran = false;
+      release(u);  // (a unit gathered for a backward that did not reach it)
+    }
+    order_complete_ = true;
+  }
+  /// Waits for the all-gathers in flight: a collective the replica issues itself follows them.
+  void quiesce() {
+    for (Unit& u : units_) wait(u);
+  }
+  /// The end of a step or a pass: nothing in flight, every unit's parameters given back.
+  void settle_units() {
+    if (!order_complete_) return;  // (before the first step, the units not called yet stay whole)
+    for (Unit& u : units_) release(u);
+  }
+  /// Every unit's parameters whole on this rank (collective), until release_all().
+  void gather_all() {
+    for (Unit& u : units_) start_gather(u);
+    for (Unit& u : units_) wait(u);
+  }
+  /// Each unit keeps this rank's block of what its parameters hold now (written while
+  /// gathered: a restore), then gives their memory back.
+  void release_all(bool keep_values) {
+    const int me = comm_.rank();
+    for (Unit& u : units_) {
+      wait(u);
+      if (keep_values && u.state == Unit::State::gathered)
+        for (std::size_t b : u.buckets) {
+          const std::size_t block = static_cast<std::size_t>(staging_[b].numel()), es = size_of(flat_[b].dtype());
+          std::memcpy(staging_[b].raw_data(), static_cast<const char*>(flat_[b].raw_data()) + block * es * me, block * es);
+        }
+      release(u);
+    }
+  }
+
  private:
+  struct Unit;
+  // The hook a unit's module calls around its forward, and the backward callback at its output.
+  class UnitHook final : public nn::Module::CallHook, public autograd::BackwardCallback {
+   public:
+    UnitHook(ShardedModel& m, std::size_t u) : m_(m), u_(u) {}
+    void before(nn::Module&) override { m_.before_forward(u_); }
+    Tensor after(nn::Module&, Tensor out) override { return m_.after_forward(u_, std::move(out)); }
+    void on_backward() override { m_.before_backward(u_); }
+
+   private:
+    ShardedModel& m_;
+    std::size_t u_;
+  };
+  using GatherWork = decltype(std::declval<C&>().iallgather(std::span<const float>{}, std::span<float>{}));
+  struct Unit {
+    std::string name;
+    nn::Module* module = nullptr;
+    std::unique_ptr<UnitHook> hook;
+    std::vector<std::size_t> buckets;
+    std::size_t params = 0;        // its parameters
+    std::size_t final_params = 0;  // of which this backward pass has finished the gradients
+    enum class State { released, gathering, gathered } state = State::gathered;
+    std::vector<GatherWork> gathering;
+    bool backward_ran = false;  // this step
+    bool called = false;        // its hook has run: its parent calls it through operator()
+    bool pinned = false;        // never called so: kept whole, gathered after each update
+  };
+
+  int unit_of_bucket(std::size_t b) const { return engine_->plan().buckets()[b].unit; }
+
+  void make_units(WrapUnits w) {
+    units_.resize(w.modules.size());
+    for (std::size_t j = 0; j < units_.size(); ++j) {
+      Unit& u = units_[j];
+      u.name = w.modules[j].first;
+      u.module = w.modules[j].second;
+      u.hook = std::make_unique<UnitHook>(*this, j);
+      STRATA_REQUIRE(u.module->call_hook() == nullptr, invalid_argument, "strata.strategy", "ShardedStrategy: module '",
+                     u.name, "' is a wrap unit of another model made in this strategy's scope already");
+      u.module->set_call_hook(u.hook.get());
+    }
+    const BucketPlan& plan = engine_->plan();
+    for (std::size_t b = 0; b < plan.buckets().size(); ++b)
+      if (plan.buckets()[b].unit >= 0) units_[static_cast<std::size_t>(plan.buckets()[b].unit)].buckets.push_back(b);
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      const int j = w.of_param[k];
+      if (j < 0) continue;
+      ++units_[static_cast<std::size_t>(j)].params;
+      // After the engine's own hook (which starts the bucket's reduce-scatter): once backward
+      // has finished every gradient of the unit, its parameters are read no more this pass.
+      Tensor(params_[k]).register_hook([this, j](const Tensor&) {
+        Unit& u = units_[static_cast<std::size_t>(j)];
+        if (u.called && ++u.final_params == u.params) release(u);
+      });
+    }
+    // This rank's blocks are the units' values from now on. Until a step has shown which
+    // units' hooks run (pin_uncalled), every unit stays whole; those called give their
+    // memory back after their first use.
+    const int me = comm_.rank();
+    for (const Unit& u : units_)
+      for (std::size_t b : u.buckets) {
+        const std::size_t block = static_cast<std::size_t>(staging_[b].numel()), es = size_of(flat_[b].dtype());
+        std::memcpy(staging_[b].raw_data(), static_cast<const char*>(flat_[b].raw_data()) + block * es * me, block * es);
+      }
+  }
+  // After the first step: a unit whose hook never ran (its parent calls its forward()
+  // directly) cannot be gathered around its use; it stays whole, as the model's own
+  // parameters do, and says so once.
+  void pin_uncalled() {
+    std::string pinned;
+    for (Unit& u : units_)
+      if (!u.called) {
+        u.pinned = true;
+        pinned += (pinned.empty() ? "'" : ", '") + u.name + "'";
+      }
+    if (!pinned.empty() && comm_.rank() == 0)
+      std::fprintf(stderr, "[strata.strategy] ShardedStrategy: wrap unit(s) %s were not called through their "
+                   "operator() in the first step, so their parameters stay whole on every rank; call them as "
+                   "module(x), or name other units (ShardOptions::wrap_units)\n", pinned.c_str());
+  }
+
+  void start_gather(Unit& u) {
+    if (u.state != Unit::State::released) return;
+    u.gathering.clear();
+    for (std::size_t b : u.buckets) {
+      flat_[b].impl()->storage()->take_memory();
+      const auto block = static_cast<std::size_t>(staging_[b].numel()), all = static_cast<std::size_t>(flat_[b].numel());
+      if (flat_[b].dtype() == DType::f64)
+        u.gathering.push_back(comm_.iallgather(std::span<const double>(staging_[b].template data<double>(), block),
+                                               std::span<double>(flat_[b].template data<double>(), all)));
+      else
+        u.gathering.push_back(comm_.iallgather(std::span<const float>(staging_[b].template data<float>(), block),
+                                               std::span<float>(flat_[b].template data<float>(), all)));
+    }
+    u.state = Unit::State::gathering;
+  }
+  void wait(Unit& u) {
+    if (u.state != Unit::State::gathering) return;
+    for (auto& w : u.gathering) w.wait();
+    u.gathering.clear();
+    u.state = Unit::State::gathered;
+  }
+  void gathered(Unit& u) {
+    start_gather(u);
+    wait(u);
+  }
+  void release(Unit& u) {
+    wait(u);
+    if (u.state != Unit::State::gathered || u.pinned) return;
+    for (std::size_t b : u.buckets) flat_[b].impl()->storage()->give_memory_back();
+    u.state = Unit::State::released;
+  }
+  void take_gradients(Unit& u) {
+    for (std::size_t b : u.buckets) {
+      const Tensor& g = engine_->bucket_buffer(b);
+      if (g.impl()->storage()->holds_memory()) continue;
+      g.impl()->storage()->take_memory();
+      Tensor(g).fill_(0.0);  // (the padding too: it is summed with the rest)
+    }
+  }
+  void give_back_gradients(Unit& u) {
+    if (u.pinned) return;
+    for (std::size_t b : u.buckets) engine_->bucket_buffer(b).impl()->storage()->give_memory_back();
+  }
+  std::size_t position(std::size_t j) const {
+    return static_cast<std::size_t>(std::find(order_.begin(), order_.end(), j) - order_.begin());
+  }
+
+  // A unit's forward begins: its parameters whole, the next unit's all-gather started.
+  void before_forward(std::size_t j) {
+    Unit& u = units_[j];
+    u.called = true;
+    gathered(u);
+    std::size_t at = position(j);
+    if (at == order_.size()) order_.push_back(j);  // the first forward records the units' order
+    if (order_complete_ && at + 1 < order_.size()) start_gather(units_[order_[at + 1]]);
+  }
+  // It ended: a node at its output that prepares its backward; its parameters given back,
+  // unless its backward comes next (the last unit of a forward that records gradients).
+  Tensor after_forward(std::size_t j, Tensor out) {
+    Unit& u = units_[j];
+    const bool recording = GradMode::enabled() && autograd::tracks_grad(out);
+    if (recording) out = call_in_backward(out, *u.hook);
+    const bool backward_next = recording && order_complete_ && !order_.empty() && order_.back() == j;
+    if (!backward_next) release(u);
+    return out;
+  }
+  // Backward reaches the unit's output: its gradient bucket takes memory, its parameters are
+  // gathered again, the previous unit's all-gather starts; units whose reduce-scatter has
+  // completed give their gradient buckets back.
+  void before_backward(std::size_t j) {
+    Unit& u = units_[j];
+    u.final_params = 0;  // (every call's callback runs before the hooks of the unit's parameters)
+    u.backward_ran = true;
+    take_gradients(u);
+    gathered(u);
+    const std::size_t at = position(j);
+    if (order_complete_ && at > 0 && at < order_.size()) start_gather(units_[order_[at - 1]]);
+    for (Unit& v : units_)
+      if (&v != &u && v.backward_ran && v.final_params == v.params && reduced(v)) give_back_gradients(v);
+  }
+  bool reduced(Unit& u) {
+    for (std::size_t b : u.buckets)
+      if (!engine_->reduced(b)) return false;
+    return true;
+  }
+
   static std::vector<Tensor> checked(std::vector<Tensor> params) {
     for (std::size_t k = 0; k < params.size(); ++k) {
       const Tensor& p = params[k];
@@ -105,8 +373,11 @@ class ShardedModel {
   std::vector<Tensor> flat_;     // per bucket: the parameters' values, laid out as its gradients
   std::vector<Tensor> staging_;  // per bucket: this rank's block, sent by the all-gather
   std::vector<optim::ElementRange> ranges_;  // per parameter: this rank's elements of it
-  std::vector<Tensor> shards_;   // per parameter: those elements, viewing flat_
+  std::vector<Tensor> shards_;   // per parameter: those elements, viewing flat_ (a unit's: staging_)
   std::size_t held_ = 0;
+  std::vector<Unit> units_;          // stage 3's wrap units
+  std::vector<std::size_t> order_;   // the units in the order the first forward called them
+  bool order_complete_ = false;      // a whole step has run: order_ is the forward's order
 };
 
 }  // namespace strata::detail
