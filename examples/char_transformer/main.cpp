@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -203,10 +204,17 @@ void train(S& strategy, const Options& o) {
   const double median_ms = step_ms.empty() ? 0.0 : step_ms[warmup + (step_ms.size() - warmup) / 2];
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
+  std::int64_t parameter_count = 0;
+  for (const strata::Tensor& p : model.parameters()) parameter_count += p.numel();
   // The optimizer state this process holds: its shard's alone under --strategy sharded.
   double state_bytes = 0;
   const strata::optim::Optimizer& held_opt = strata::detail::local_copy(opt, 0);
   for (const auto& [name, t] : held_opt.state()) state_bytes += static_cast<double>(t.nbytes());
+  // Where the chief's model alone runs below, its parameters whole first, with every rank
+  // (under --shard-stage 3 its units' blocks are gathered; under any other strategy nothing
+  // happens). val_loss is every rank's.
+  std::optional<strata::GatheredParameters> whole;
+  if (o.sample_chars > 0 || std::isnan(val_loss)) whole.emplace(strata::gather_parameters(strategy, model.parameters()));
   if (strategy.is_chief()) {
     strata::models::CharTransformer& held = model;
     if (std::isnan(val_loss)) val_loss = validation_loss(held, val);  // a run that trained no step (resumed at its end)
@@ -215,12 +223,16 @@ void train(S& strategy, const Options& o) {
     if (!o.quiet) std::printf("--- sampled ---\n%s\n---------------\n", text.c_str());
     // "steps": this run's (a resumed run's own); the train loss null where it trained none.
     const std::string train_loss = std::isnan(loss) ? "null" : std::to_string(loss);
+    // "peak_tensor_mib": the most host memory this process's tensors held at once (the
+    // allocator's own count: parameters, gradients, optimizer state and activations).
     std::printf("{\"model\":\"char_transformer\",\"strategy\":\"%s\",\"replicas\":%d,\"steps\":%lld,\"train_loss\":%s,"
                 "\"validation_loss\":%.5f,\"chars_per_s\":%.1f,\"median_step_ms\":%.4f,\"peak_rss_mib\":%.1f,"
-                "\"optimizer_state_mib\":%.2f}\n",
+                "\"optimizer_state_mib\":%.2f,\"peak_tensor_mib\":%.2f,\"parameters\":%lld}\n",
                 S::name, strategy.num_replicas_in_sync(), static_cast<long long>(trained), train_loss.c_str(), val_loss,
                 static_cast<double>(tokens) / seconds, median_ms, static_cast<double>(usage.ru_maxrss) / 1024.0,
-                state_bytes / (1024.0 * 1024.0));
+                state_bytes / (1024.0 * 1024.0),
+                static_cast<double>(strata::CachingHostAllocator::instance().stats().peak_bytes_in_use) / (1024.0 * 1024.0),
+                static_cast<long long>(parameter_count));
   }
 }
 

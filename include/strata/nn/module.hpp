@@ -37,6 +37,12 @@ class Module {
   Tensor call_fused(const Tensor& x, Activation act) {
     return hook_ ? hooked([&] { return forward_fused(x, act); }) : forward_fused(x, act);
   }
+  /// `f()`, a call of this module's own forward of another form (BatchNorm's with a
+  /// shortcut), through the call hook.
+  template <class F>
+  Tensor call(F&& f) {
+    return hook_ ? hooked(f) : f();
+  }
 
   /// What runs around a module's call (set_call_hook): before() as it begins, after() on its
   /// output, whose return value the call returns instead.
@@ -51,6 +57,12 @@ class Module {
   void set_call_hook(CallHook* hook) noexcept { hook_ = hook; }
   CallHook* call_hook() const noexcept { return hook_; }
 
+  /// (name, module) for each child, in registration order.
+  std::vector<std::pair<std::string, Module*>> named_children() {
+    std::vector<std::pair<std::string, Module*>> out;
+    for (auto& [cname, child] : children_) out.emplace_back(cname, child.get());
+    return out;
+  }
   /// (name, module) for every descendant, depth first in registration order, named as
   /// named_parameters() prefixes their parameters ("h.0", "h.0.attn").
   std::vector<std::pair<std::string, Module*>> named_modules() {

@@ -35,7 +35,8 @@ class BasicBlock : public Module {
     // its backward runs last, adding into x's gradient just after conv1's backward wrote it).
     const Tensor shortcut = shortcut_ ? (*shortcut_)(x) : x;
     const Tensor h = bn1_->call_fused((*conv1_)(x), Activation::relu);
-    return bn2_->forward_fused((*conv2_)(h), Activation::relu, shortcut);
+    const Tensor c = (*conv2_)(h);
+    return bn2_->call([&] { return bn2_->forward_fused(c, Activation::relu, shortcut); });
   }
 
  private:

@@ -146,8 +146,10 @@ class GradientBuckets {
   /// A buffer for `count` elements of `dtype` on `device`; sets `shared` when the ranks share it.
   using MakeBuffer = std::function<Tensor(std::int64_t count, DType dtype, Device device, bool& shared)>;
 
+  /// `lazy_units`: a wrap unit's bucket gives its memory back at once (its gradients view it
+  /// unwritten); whoever takes it again fills it (ShardedStrategy's stage 3).
   GradientBuckets(const std::vector<Tensor>& params, std::size_t bucket_bytes, const MakeBuffer& make, int blocks = 1,
-                  std::span<const int> units = {})
+                  std::span<const int> units = {}, bool lazy_units = false)
       : params_(params), plan_(params, bucket_bytes, blocks, units) {
     const Device device = params_.empty() ? Device::cpu() : params_.front().device();
     for (const Tensor& p : params_)
@@ -160,8 +162,14 @@ class GradientBuckets {
       bk.table = planned.table;
       // On the parameters' device: the gradients are views of it, and a device collective
       // (Nccl) reduces it where it is.
-      bk.buffer = make(static_cast<std::int64_t>(bk.count), bk.dtype, device, bk.shared).fill_(0.0);
+      bk.buffer = make(static_cast<std::int64_t>(bk.count), bk.dtype, device, bk.shared);
       bk.pending = planned.members.size();
+      if (lazy_units && planned.unit >= 0) {
+        bk.buffer.impl()->storage()->give_memory_back();
+        for (std::size_t k : planned.members) params_[k].impl()->ag.grad = view_of(k);
+        continue;
+      }
+      bk.buffer.fill_(0.0);
       for (std::size_t k : planned.members) bind(k);
     }
   }
@@ -189,12 +197,19 @@ class GradientBuckets {
     auto& g = p.impl()->ag.grad;
     void* want = static_cast<char*>(buf.raw_data()) + s.offset * size_of(p.dtype());
     if (g.defined() && g.raw_data() == want) return;
-    Tensor view = detail::make_view(buf, p.shape(), contiguous_strides(p.shape()), static_cast<std::int64_t>(s.offset));
+    Tensor view = view_of(k);
     if (g.defined() && g.shape() == p.shape())
       view.copy_(g);
     else
       view.fill_(0.0);
     g = std::move(view);
+  }
+
+  /// Parameter k's slot of its bucket, shaped like it.
+  Tensor view_of(std::size_t k) const {
+    const Tensor& p = params_[k];
+    return detail::make_view(buckets_[plan_.slot(k).bucket].buffer, p.shape(), contiguous_strides(p.shape()),
+                             static_cast<std::int64_t>(plan_.slot(k).offset));
   }
 
   /// Every bucket counting down its members again, for the next step.

@@ -113,7 +113,7 @@ class GradientEngine final : public autograd::GradientCompletion {
         in_blocks_mode_(sharding.blocks > 1),
         scatter_(sharding.scatter),
         buckets_(params, bucket_bytes, [this](std::int64_t n, DType dt, Device d, bool& shared) { return make_buffer(n, dt, d, shared); },
-                 sharding.blocks, sharding.units),
+                 sharding.blocks, sharding.units, sharding.async),
         block_sums_(make_block_sums(sharding)),
         path_(choose_path(std::move(sharding))),
         fired_(params.size(), false),
@@ -217,6 +217,12 @@ class GradientEngine final : public autograd::GradientCompletion {
   }
   /// Whether bucket b's reduction of this step has started and completed (without waiting).
   bool reduced(std::size_t b) { return b < next_ && path_->test(buckets_[b], b); }
+  /// Whether bucket b's reduction of this step has started.
+  bool started(std::size_t b) const noexcept { return b < next_; }
+  /// Waits for bucket b's reduction of this step, where it has started.
+  void wait_reduced(std::size_t b) {
+    if (b < next_) path_->wait(buckets_[b], b);
+  }
 
   const GradientStats& stats() const noexcept { return stats_; }
   /// Under NonFinite::error: the first parameter whose own gradient held a NaN or Inf in the

@@ -83,8 +83,10 @@ class Tensor {
     STRATA_CHECK(dtype_v<T> == dtype(), "data<", name_of(dtype_v<T>), ">() of a ", name_of(dtype()), " tensor");
     void* p = raw_data();
     STRATA_CHECK(p != nullptr || nbytes() == 0, "data() of a ", shape(), " tensor whose memory is given back: a "
-                 "parameter sharded by ShardedStrategy<C, ShardStage::parameters> read outside its wrap unit's "
-                 "forward and backward; read it inside strata::gather_parameters(strategy, params)");
+                 "parameter of a wrap unit of ShardedStrategy<C, ShardStage::parameters> read outside the unit's "
+                 "call. Call each unit as module(x) (its forward() runs no hook), keep its parameters out of "
+                 "other modules' calls and of the loss, and read them between steps inside "
+                 "strata::gather_parameters(strategy, params)");
     return static_cast<T*>(p);
   }
   /// Untyped pointer to the first element, on the tensor's device.

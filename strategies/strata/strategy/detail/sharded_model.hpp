@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -27,6 +26,7 @@
 
 #include <strata/autograd/grad_mode.hpp>
 #include <strata/nn/module.hpp>
+#include <strata/observe/timeline.hpp>
 #include <strata/ops/backward_callback.hpp>
 #include <strata/optim/optimizer.hpp>
 #include <strata/strategy/detail/wrap_units.hpp>
@@ -55,32 +55,37 @@ class ShardedModel {
     const int me = comm.rank();
     ranges_ = plan.block_ranges(me);
     const std::vector<optim::ElementRange>& mine = ranges_;
+    shards_.resize(params_.size());
+    // Bucket by bucket, so that a wrap unit's whole parameters are held once at a time: each
+    // parameter's values move into its slot of the bucket's flat buffer, which it then views;
+    // a unit's flat buffer and gradient bucket give their memory back once its block is kept.
     for (std::size_t b = 0; b < plan.buckets().size(); ++b) {
       const BucketPlan::Bucket& bk = plan.buckets()[b];
-      flat_.push_back(Tensor::empty(Shape{static_cast<std::int64_t>(bk.count)}, bk.dtype).fill_(0.0));
-      staging_.push_back(Tensor::empty(Shape{static_cast<std::int64_t>(plan.block(b))}, bk.dtype));
-    }
-    shards_.resize(params_.size());
-    for (std::size_t k = 0; k < params_.size(); ++k) {
-      const Tensor& p = params_[k];
-      const BucketPlan::Slot s = plan.slot(k);
-      const Tensor& flat = flat_[s.bucket];
-      const auto at = static_cast<std::int64_t>(s.offset);
-      // The parameter's values into its slot of the flat buffer, which it then views.
-      Tensor home = make_view(flat, p.shape(), contiguous_strides(p.shape()), at);
-      std::memcpy(home.raw_data(), p.raw_data(), p.nbytes());
-      p.impl()->share_storage_of(*home.impl());
-      // This rank's shard of it (in a unit's bucket: of the block kept between uses), and the
-      // shard's gradient in the engine's block of the sum.
-      const optim::ElementRange r = mine[k];
-      const std::int64_t len = r.end - r.begin, block_at = static_cast<std::int64_t>(plan.block(s.bucket)) * me;
-      const bool in_unit = plan.buckets()[s.bucket].unit >= 0;
-      shards_[k] = in_unit ? make_view(staging_[s.bucket], Shape{len}, Shape{1}, len > 0 ? at + r.begin - block_at : 0)
-                           : make_view(flat, Shape{len}, Shape{1}, at + r.begin);
-      const Tensor& sum = engine_->block_sum(s.bucket);  // (make_view's offsets count from the storage's start)
-      shards_[k].impl()->ag.grad =
-          make_view(sum, Shape{len}, Shape{1}, sum.impl()->offset() + (len > 0 ? at + r.begin - block_at : 0));
-      held_ += static_cast<std::size_t>(len);
+      const bool in_unit = bk.unit >= 0;
+      const Tensor& flat = flat_.emplace_back(Tensor::empty(Shape{static_cast<std::int64_t>(bk.count)}, bk.dtype).fill_(0.0));
+      const Tensor& staging = staging_.emplace_back(Tensor::empty(Shape{static_cast<std::int64_t>(plan.block(b))}, bk.dtype));
+      const std::int64_t block_at = static_cast<std::int64_t>(plan.block(b)) * me;
+      for (std::size_t k : bk.members) {
+        const Tensor& p = params_[k];
+        const auto at = static_cast<std::int64_t>(plan.slot(k).offset);
+        Tensor home = make_view(flat, p.shape(), contiguous_strides(p.shape()), at);
+        std::memcpy(home.raw_data(), p.raw_data(), p.nbytes());
+        p.impl()->share_storage_of(*home.impl());
+        // This rank's shard of it (in a unit's bucket: of the block kept between uses), and
+        // the shard's gradient in the engine's block of the sum.
+        const optim::ElementRange r = mine[k];
+        const std::int64_t len = r.end - r.begin, in_block = len > 0 ? at + r.begin - block_at : 0;
+        shards_[k] = in_unit ? make_view(staging, Shape{len}, Shape{1}, in_block)
+                             : make_view(flat, Shape{len}, Shape{1}, at + r.begin);
+        const Tensor& sum = engine_->block_sum(b);  // (make_view's offsets count from the storage's start)
+        shards_[k].impl()->ag.grad = make_view(sum, Shape{len}, Shape{1}, sum.impl()->offset() + in_block);
+        held_ += static_cast<std::size_t>(len);
+      }
+      if (in_unit) {
+        const std::size_t bytes = staging.nbytes();
+        std::memcpy(staging.raw_data(), static_cast<const char*>(flat.raw_data()) + bytes * static_cast<std::size_t>(me), bytes);
+        flat.impl()->storage()->give_memory_back();
+      }
     }
     if (!units.modules.empty()) make_units(std::move(units));
   }
@@ -108,16 +113,13 @@ class ShardedModel {
 
   /// After an update of this rank's shards: every bucket's blocks all-gathered into every
   /// rank's flat buffer, so each holds the whole of every parameter again (a wrap unit's
-  /// buckets excepted: their blocks are gathered where the unit is next used; a pinned unit's
-  /// here). Collective.
+  /// buckets excepted: their blocks are gathered where the unit is next used). Collective.
   void gather_parameters() {
     const int me = comm_.rank();
     for (std::size_t b = 0; b < flat_.size(); ++b) {
-      const int j = unit_of_bucket(b);
-      if (j >= 0 && !units_[static_cast<std::size_t>(j)].pinned) continue;
+      if (unit_of_bucket(b) >= 0) continue;
       const std::size_t block = static_cast<std::size_t>(staging_[b].numel()), es = size_of(flat_[b].dtype());
-      if (j < 0)  // (the update wrote the flat buffer; a unit's, its block)
-        std::memcpy(staging_[b].raw_data(), static_cast<const char*>(flat_[b].raw_data()) + block * es * me, block * es);
+      std::memcpy(staging_[b].raw_data(), static_cast<const char*>(flat_[b].raw_data()) + block * es * me, block * es);
       comm_.allgather_raw(staging_[b].raw_data(), flat_[b].raw_data(), block, flat_[b].dtype());
     }
   }
@@ -150,7 +152,6 @@ class ShardedModel {
     for (Unit& u : units_)
       if (!u.backward_ran) take_gradients(u);
     engine_->finish();
-    if (!order_complete_) pin_uncalled();
     for (Unit& u : units_) {
       give_back_gradients(u);
       u.backward_ran = false;
@@ -164,17 +165,18 @@ class ShardedModel {
   }
   /// The end of a step or a pass: nothing in flight, every unit's parameters given back.
   void settle_units() {
-    if (!order_complete_) return;  // (before the first step, the units not called yet stay whole)
     for (Unit& u : units_) release(u);
   }
   /// Every unit's parameters whole on this rank (collective), until release_all().
   void gather_all() {
     for (Unit& u : units_) start_gather(u);
     for (Unit& u : units_) wait(u);
+    whole_ = true;  // until release_all: the hooks give nothing back (a forward on one rank alone gathers nothing)
   }
   /// Each unit keeps this rank's block of what its parameters hold now (written while
   /// gathered: a restore), then gives their memory back.
   void release_all(bool keep_values) {
+    whole_ = false;
     const int me = comm_.rank();
     for (Unit& u : units_) {
       wait(u);
@@ -212,8 +214,6 @@ class ShardedModel {
     enum class State { released, gathering, gathered } state = State::gathered;
     std::vector<GatherWork> gathering;
     bool backward_ran = false;  // this step
-    bool called = false;        // its hook has run: its parent calls it through operator()
-    bool pinned = false;        // never called so: kept whole, gathered after each update
   };
 
   int unit_of_bucket(std::size_t b) const { return engine_->plan().buckets()[b].unit; }
@@ -240,37 +240,18 @@ class ShardedModel {
       // has finished every gradient of the unit, its parameters are read no more this pass.
       Tensor(params_[k]).register_hook([this, j](const Tensor&) {
         Unit& u = units_[static_cast<std::size_t>(j)];
-        if (u.called && ++u.final_params == u.params) release(u);
+        if (++u.final_params == u.params) release(u);
       });
     }
-    // This rank's blocks are the units' values from now on. Until a step has shown which
-    // units' hooks run (pin_uncalled), every unit stays whole; those called give their
-    // memory back after their first use.
-    const int me = comm_.rank();
-    for (const Unit& u : units_)
-      for (std::size_t b : u.buckets) {
-        const std::size_t block = static_cast<std::size_t>(staging_[b].numel()), es = size_of(flat_[b].dtype());
-        std::memcpy(staging_[b].raw_data(), static_cast<const char*>(flat_[b].raw_data()) + block * es * me, block * es);
-      }
-  }
-  // After the first step: a unit whose hook never ran (its parent calls its forward()
-  // directly) cannot be gathered around its use; it stays whole, as the model's own
-  // parameters do, and says so once.
-  void pin_uncalled() {
-    std::string pinned;
-    for (Unit& u : units_)
-      if (!u.called) {
-        u.pinned = true;
-        pinned += (pinned.empty() ? "'" : ", '") + u.name + "'";
-      }
-    if (!pinned.empty() && comm_.rank() == 0)
-      std::fprintf(stderr, "[strata.strategy] ShardedStrategy: wrap unit(s) %s were not called through their "
-                   "operator() in the first step, so their parameters stay whole on every rank; call them as "
-                   "module(x), or name other units (ShardOptions::wrap_units)\n", pinned.c_str());
+    // This rank's blocks are the units' values from now on (the constructor gave the flat
+    // buffers and the gradient buckets back): each unit is gathered at its first use.
+    for (Unit& u : units_) u.state = Unit::State::released;
   }
 
   void start_gather(Unit& u) {
     if (u.state != Unit::State::released) return;
+    observe::ScopedEvent ev("iallgather", "communication", static_cast<std::int64_t>(&u - units_.data()),
+                            static_cast<std::int64_t>(unit_bytes(u)));
     u.gathering.clear();
     for (std::size_t b : u.buckets) {
       flat_[b].impl()->storage()->take_memory();
@@ -286,9 +267,17 @@ class ShardedModel {
   }
   void wait(Unit& u) {
     if (u.state != Unit::State::gathering) return;
+    // (on the timeline: the part of the unit's all-gather that compute did not hide)
+    observe::ScopedEvent ev("allgather_wait", "communication", static_cast<std::int64_t>(&u - units_.data()),
+                            static_cast<std::int64_t>(unit_bytes(u)));
     for (auto& w : u.gathering) w.wait();
     u.gathering.clear();
     u.state = Unit::State::gathered;
+  }
+  std::size_t unit_bytes(const Unit& u) const {
+    std::size_t bytes = 0;
+    for (std::size_t b : u.buckets) bytes += flat_[b].nbytes();
+    return bytes;
   }
   void gathered(Unit& u) {
     start_gather(u);
@@ -296,7 +285,7 @@ class ShardedModel {
   }
   void release(Unit& u) {
     wait(u);
-    if (u.state != Unit::State::gathered || u.pinned) return;
+    if (u.state != Unit::State::gathered || whole_) return;
     for (std::size_t b : u.buckets) flat_[b].impl()->storage()->give_memory_back();
     u.state = Unit::State::released;
   }
@@ -309,7 +298,6 @@ class ShardedModel {
     }
   }
   void give_back_gradients(Unit& u) {
-    if (u.pinned) return;
     for (std::size_t b : u.buckets) engine_->bucket_buffer(b).impl()->storage()->give_memory_back();
   }
   std::size_t position(std::size_t j) const {
@@ -319,7 +307,6 @@ class ShardedModel {
   // A unit's forward begins: its parameters whole, the next unit's all-gather started.
   void before_forward(std::size_t j) {
     Unit& u = units_[j];
-    u.called = true;
     gathered(u);
     std::size_t at = position(j);
     if (at == order_.size()) order_.push_back(j);  // the first forward records the units' order
@@ -337,7 +324,8 @@ class ShardedModel {
   }
   // Backward reaches the unit's output: its gradient bucket takes memory, its parameters are
   // gathered again, the previous unit's all-gather starts; units whose reduce-scatter has
-  // completed give their gradient buckets back.
+  // completed give their gradient buckets back, and of those still reducing all but the one
+  // that finished last are waited for (at most two units' gradient buckets are held).
   void before_backward(std::size_t j) {
     Unit& u = units_[j];
     u.final_params = 0;  // (every call's callback runs before the hooks of the unit's parameters)
@@ -346,8 +334,29 @@ class ShardedModel {
     gathered(u);
     const std::size_t at = position(j);
     if (order_complete_ && at > 0 && at < order_.size()) start_gather(units_[order_[at - 1]]);
-    for (Unit& v : units_)
-      if (&v != &u && v.backward_ran && v.final_params == v.params && reduced(v)) give_back_gradients(v);
+    Unit* newest = nullptr;  // the unit whose backward finished last and whose bucket is held
+    for (std::size_t at_v = at + 1; at_v < order_.size() && newest == nullptr; ++at_v) {
+      Unit& v = units_[order_[at_v]];
+      if (v.backward_ran && v.final_params == v.params && holds_gradients(v)) newest = &v;
+    }
+    for (Unit& v : units_) {
+      if (&v == &u || !v.backward_ran || v.final_params != v.params || !holds_gradients(v)) continue;
+      if (&v != newest && started(v)) wait_reduced(v);
+      if (reduced(v)) give_back_gradients(v);
+    }
+  }
+  bool holds_gradients(const Unit& u) const {
+    for (std::size_t b : u.buckets)
+      if (engine_->bucket_buffer(b).impl()->storage()->holds_memory()) return true;
+    return false;
+  }
+  bool started(Unit& u) {  // every bucket's reduce-scatter started (or it is done)
+    for (std::size_t b : u.buckets)
+      if (!engine_->started(b)) return false;
+    return true;
+  }
+  void wait_reduced(Unit& u) {
+    for (std::size_t b : u.buckets) engine_->wait_reduced(b);
   }
   bool reduced(Unit& u) {
     for (std::size_t b : u.buckets)
@@ -378,6 +387,8 @@ class ShardedModel {
   std::vector<Unit> units_;          // stage 3's wrap units
   std::vector<std::size_t> order_;   // the units in the order the first forward called them
   bool order_complete_ = false;      // a whole step has run: order_ is the forward's order
+  bool whole_ = false;               // gather_all() holds every unit whole until release_all()
 };
 
 }  // namespace strata::detail
+

@@ -32,8 +32,7 @@ inline std::size_t parameter_bytes(const nn::Module& m) {
 namespace wrap_units_detail {
 inline void by_size(const std::string& prefix, nn::Module& m, std::size_t unit_bytes,
                     std::vector<std::pair<std::string, nn::Module*>>& out) {
-  for (auto& [name, child] : m.named_modules()) {
-    if (name.find('.') != std::string::npos) continue;  // children only; descendants through them
+  for (auto& [name, child] : m.named_children()) {
     const std::size_t bytes = parameter_bytes(*child);
     const std::string full = prefix.empty() ? name : prefix + "." + name;
     if (bytes > unit_bytes)
