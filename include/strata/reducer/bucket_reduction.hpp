@@ -71,6 +71,7 @@ struct GradientSharding {
   int replica = 0;
   const PartitionedUpdate* split = nullptr;
   int blocks = 1;
+  bool in_blocks = false;  ///< ShardedStrategy's layout even with one block (a job of one process)
   bool scatter = false;
   /// With `scatter`: each bucket reduce-scattered through the collective's own asynchronous
   /// ireduce_scatter, in the one call order of the collectives it has in flight (the wrap

@@ -110,7 +110,7 @@ class GradientEngine final : public autograd::GradientCompletion {
                  Compression compression = Compression::none, detail::GradientSharding sharding = {})
       : comm_(comm),
         compression_(checked(compression, params)),
-        in_blocks_mode_(sharding.blocks > 1),
+        in_blocks_mode_(sharding.blocks > 1 || sharding.in_blocks),
         scatter_(sharding.scatter),
         buckets_(params, bucket_bytes, [this](std::int64_t n, DType dt, Device d, bool& shared) { return make_buffer(n, dt, d, shared); },
                  sharding.blocks, sharding.units, sharding.async),
@@ -279,7 +279,7 @@ class GradientEngine final : public autograd::GradientCompletion {
   // In blocks: this rank's block of each bucket's sum, its own tensor where reduce-scattered.
   std::vector<Tensor> make_block_sums(const detail::GradientSharding& s) {
     std::vector<Tensor> out;
-    if (s.blocks <= 1) return out;
+    if (!in_blocks_mode_) return out;
     STRATA_CHECK(s.blocks == comm_.size() && !s.group, "GradientEngine: buckets in ", s.blocks, " blocks over ",
                  comm_.size(), " ranks");
     STRATA_CHECK(compression_ == Compression::none, "GradientEngine: buckets in blocks take no wire compression yet");

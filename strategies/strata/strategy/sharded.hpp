@@ -100,6 +100,9 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
       models_.push_back(std::make_unique<detail::ShardedModel<C>>(this->comm_, made.parameters(),
                                                                   this->options_.bucket_bytes,
                                                                   Stage != ShardStage::optimizer_state, std::move(units)));
+      // The model's own storage, now copied into the layout, goes back to the system rather
+      // than wait in the allocator's cache for tensors of its sizes.
+      CachingHostAllocator::instance().empty_cache();
       this->engines_.push_back(&models_.back()->engine());  // gradient_stats()
     }
     if constexpr (std::is_base_of_v<optim::Optimizer, T>) {

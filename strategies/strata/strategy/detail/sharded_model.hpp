@@ -47,6 +47,7 @@ class ShardedModel {
       : comm_(comm), params_(checked(std::move(params))) {
     GradientSharding blocks;
     blocks.blocks = comm.size();
+    blocks.in_blocks = true;
     blocks.scatter = scatter;
     blocks.async = !units.modules.empty();  // the units' all-gathers and reduce-scatters in one call order
     blocks.units = units.of_param;
