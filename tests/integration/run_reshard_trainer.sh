@@ -2,7 +2,8 @@
 # A trainer's checkpoint resumed on another number of processes (--global-batch keeps the
 # global batch): char_transformer under ShardedStrategy on 2 processes saves at steps 10 and
 # 20; its step-10 checkpoint (the manifest and both shards), copied to a directory of its own,
-# resumes on 3 processes under ShardedStrategy and on one device, and each ends at step 20
+# resumes on 3 processes under ShardedStrategy, on 4 under its stage 3 (the block a wrap unit)
+# and on one device, and each ends at step 20
 # with the uninterrupted run's validation loss (relative difference below 1e-4; the sums run
 # over other numbers of replicas).
 #   usage: run_reshard_trainer.sh MPIRUN CHAR_TRANSFORMER
@@ -19,7 +20,7 @@ loss() { grep -o '"validation_loss":[0-9.]*' "$1" | cut -d: -f2; }
 "$mpirun" -np 2 "$trainer" "${model[@]}" "${sharded[@]}" --checkpoint-dir "$work/a" > "$work/a.log" 2>&1 ||
   { cat "$work/a.log"; fail "the uninterrupted run failed"; }
 want=$(loss "$work/a.log")
-for run in "3 ${sharded[*]}" "1 --strategy one_device"; do
+for run in "3 ${sharded[*]}" "4 ${sharded[*]} --shard-stage 3 --unit-bytes 65536" "1 --strategy one_device"; do
   read -r np flags <<< "$run"
   dir="$work/resume_$np"
   mkdir -p "$dir"
