@@ -154,7 +154,7 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
     if (m.unit_names().empty()) return {};
     m.quiesce();
     m.gather_all();
-    return GatheredParameters([&m] { m.release_all(/*keep_values=*/true); });
+    return GatheredParameters([&m] { m.release_all(); });
   }
 
   // ---- checkpoints (TrainingCheckpoints calls these) ---------------------------------------

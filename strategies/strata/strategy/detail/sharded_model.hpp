@@ -176,12 +176,12 @@ class ShardedModel {
   }
   /// Each unit keeps this rank's block of what its parameters hold now (written while
   /// gathered: a restore), then gives their memory back.
-  void release_all(bool keep_values) {
+  void release_all() {
     whole_ = false;
     const int me = comm_.rank();
     for (Unit& u : units_) {
       wait(u);
-      if (keep_values && u.state == Unit::State::gathered)
+      if (u.state == Unit::State::gathered)
         for (std::size_t b : u.buckets) {
           const std::size_t block = static_cast<std::size_t>(staging_[b].numel()), es = size_of(flat_[b].dtype());
           std::memcpy(staging_[b].raw_data(), static_cast<const char*>(flat_[b].raw_data()) + block * es * me, block * es);
