@@ -70,8 +70,8 @@ struct GradientSharding {
   std::shared_ptr<ShardedGradients> group;  ///< null: gradients whole
   int replica = 0;
   const PartitionedUpdate* split = nullptr;
+  bool in_blocks = false;  ///< ShardedStrategy's layout: the buckets in `blocks` blocks (one, for one process)
   int blocks = 1;
-  bool in_blocks = false;  ///< ShardedStrategy's layout even with one block (a job of one process)
   bool scatter = false;
   /// With `scatter`: each bucket reduce-scattered through the collective's own asynchronous
   /// ireduce_scatter, in the one call order of the collectives it has in flight (the wrap

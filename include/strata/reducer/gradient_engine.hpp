@@ -110,7 +110,7 @@ class GradientEngine final : public autograd::GradientCompletion {
                  Compression compression = Compression::none, detail::GradientSharding sharding = {})
       : comm_(comm),
         compression_(checked(compression, params)),
-        in_blocks_mode_(sharding.blocks > 1 || sharding.in_blocks),
+        in_blocks_mode_(sharding.in_blocks),
         scatter_(sharding.scatter),
         buckets_(params, bucket_bytes, [this](std::int64_t n, DType dt, Device d, bool& shared) { return make_buffer(n, dt, d, shared); },
                  sharding.blocks, sharding.units, sharding.async),
@@ -217,8 +217,6 @@ class GradientEngine final : public autograd::GradientCompletion {
   }
   /// Whether bucket b's reduction of this step has started and completed (without waiting).
   bool reduced(std::size_t b) { return b < next_ && path_->test(buckets_[b], b); }
-  /// Whether bucket b's reduction of this step has started.
-  bool started(std::size_t b) const noexcept { return b < next_; }
   /// Waits for bucket b's reduction of this step, where it has started.
   void wait_reduced(std::size_t b) {
     if (b < next_) path_->wait(buckets_[b], b);

@@ -152,8 +152,7 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
     detail::check_cross_replica("gathered()");
     detail::ShardedModel<C>& m = model_of(params, "gathered");
     if (m.unit_names().empty()) return {};
-    m.quiesce();
-    m.gather_all();
+    m.gather_all();  // (waits for the all-gathers in flight too)
     return GatheredParameters([&m] { m.release_all(); });
   }
 

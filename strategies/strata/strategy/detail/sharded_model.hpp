@@ -83,8 +83,7 @@ class ShardedModel {
         held_ += static_cast<std::size_t>(len);
       }
       if (in_unit) {
-        const std::size_t bytes = staging.nbytes();
-        std::memcpy(staging.raw_data(), static_cast<const char*>(flat.raw_data()) + bytes * static_cast<std::size_t>(me), bytes);
+        keep_block(b);
         flat.impl()->storage()->give_memory_back();
       }
     }
@@ -116,12 +115,11 @@ class ShardedModel {
   /// rank's flat buffer, so each holds the whole of every parameter again (a wrap unit's
   /// buckets excepted: their blocks are gathered where the unit is next used). Collective.
   void gather_parameters() {
-    const int me = comm_.rank();
     for (std::size_t b = 0; b < flat_.size(); ++b) {
       if (unit_of_bucket(b) >= 0) continue;
-      const std::size_t block = static_cast<std::size_t>(staging_[b].numel()), es = size_of(flat_[b].dtype());
-      std::memcpy(staging_[b].raw_data(), static_cast<const char*>(flat_[b].raw_data()) + block * es * me, block * es);
-      comm_.allgather_raw(staging_[b].raw_data(), flat_[b].raw_data(), block, flat_[b].dtype());
+      keep_block(b);
+      comm_.allgather_raw(staging_[b].raw_data(), flat_[b].raw_data(), static_cast<std::size_t>(staging_[b].numel()),
+                          flat_[b].dtype());
     }
   }
 
@@ -178,14 +176,10 @@ class ShardedModel {
   /// gathered: a restore), then gives their memory back.
   void release_all() {
     whole_ = false;
-    const int me = comm_.rank();
     for (Unit& u : units_) {
       wait(u);
       if (u.state == Unit::State::gathered)
-        for (std::size_t b : u.buckets) {
-          const std::size_t block = static_cast<std::size_t>(staging_[b].numel()), es = size_of(flat_[b].dtype());
-          std::memcpy(staging_[b].raw_data(), static_cast<const char*>(flat_[b].raw_data()) + block * es * me, block * es);
-        }
+        for (std::size_t b : u.buckets) keep_block(b);
       release(u);
     }
   }
@@ -218,6 +212,13 @@ class ShardedModel {
   };
 
   int unit_of_bucket(std::size_t b) const { return engine_->plan().buckets()[b].unit; }
+  // This rank's block of bucket b's flat buffer copied into staging_[b] (what the all-gather
+  // sends; a unit's only copy between uses).
+  void keep_block(std::size_t b) {
+    const std::size_t bytes = staging_[b].nbytes();
+    std::memcpy(staging_[b].raw_data(),
+                static_cast<const char*>(flat_[b].raw_data()) + bytes * static_cast<std::size_t>(comm_.rank()), bytes);
+  }
 
   void make_units(WrapUnits w) {
     units_.resize(w.modules.size());
@@ -342,7 +343,7 @@ class ShardedModel {
     }
     for (Unit& v : units_) {
       if (&v == &u || !v.backward_ran || v.final_params != v.params || !holds_gradients(v)) continue;
-      if (&v != newest && started(v)) wait_reduced(v);
+      if (&v != newest) wait_reduced(v);  // (the buckets whose reduce-scatter has started)
       if (reduced(v)) give_back_gradients(v);
     }
   }
@@ -350,11 +351,6 @@ class ShardedModel {
     for (std::size_t b : u.buckets)
       if (engine_->bucket_buffer(b).impl()->storage()->holds_memory()) return true;
     return false;
-  }
-  bool started(Unit& u) {  // every bucket's reduce-scatter started (or it is done)
-    for (std::size_t b : u.buckets)
-      if (!engine_->started(b)) return false;
-    return true;
   }
   void wait_reduced(Unit& u) {
     for (std::size_t b : u.buckets) engine_->wait_reduced(b);
