@@ -29,6 +29,7 @@
 #include "../common/checkpoints.hpp"
 #include "../common/run_flags.hpp"
 #include "../common/strategy_flags.hpp"
+#include "../common/timeline.hpp"
 
 namespace {
 
@@ -36,6 +37,7 @@ struct Options : trainer::StrategyFlags, trainer::RunFlags {
   std::int64_t context = 64, width = 128, heads = 4, layers = 4;
   double clip = 1.0;
   std::int64_t eval_every = 250, eval_windows = 256, sample_chars = 300;
+  std::string timeline_path;
   // The gradients are clipped after aggregation, on the workers: a parameter server then
   // only stores (--update-on servers needs --clip 0).
   Options() {
@@ -63,6 +65,8 @@ int parse_options(int argc, char** argv, Options& o) {
   app.add_option("--eval-every", o.eval_every, "steps between validation losses")->capture_default_str();
   app.add_option("--eval-windows", o.eval_windows, "held-out sequences each validation reads")->capture_default_str();
   app.add_option("--sample", o.sample_chars, "characters to sample at the end")->capture_default_str();
+  app.add_option("--timeline", o.timeline_path, "a Chrome trace of every rank (https://ui.perfetto.dev): each step's "
+                 "forward, backward and update, and the collectives");
   trainer::add_strategy_flags(app, o, "cpu, or cuda:N (char_transformer_cuda; one_device, or central_storage with replica r on cuda:N+r)",
                               /*sharded=*/true);
   try {
@@ -163,6 +167,7 @@ void train(S& strategy, const Options& o) {
   std::int64_t tokens = 0;
   std::vector<double> step_ms;  // each training step's time, for the median
   step_ms.reserve(static_cast<std::size_t>(o.steps));
+  trainer::start_timeline(o.timeline_path);
   const auto start = Clock::now();
   for (std::int64_t epoch = pos.epoch, done = pos.epoch * per_epoch; done < o.steps; ++epoch) {
     const std::int64_t now = std::min(per_epoch, o.steps - done);
@@ -172,11 +177,21 @@ void train(S& strategy, const Options& o) {
       const auto t0 = Clock::now();
       auto losses = strategy.run(
           [&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
-            const strata::Tensor logits = strata::reshape(model(b.x), {-1, shape.vocab});
-            const strata::Tensor per_char = strata::nn::cross_entropy(logits, strata::reshape(b.y, {-1}),
-                                                                      strata::nn::Reduction::none);
-            strata::Tensor l = strata::compute_average_loss(per_char, b.global_size * o.context);
-            opt.apply_gradients(ctx, strata::grad(opt.scale_loss(l), model.parameters()));
+            strata::Tensor l;
+            {
+              strata::observe::ScopedEvent ev("forward", "compute");
+              const strata::Tensor logits = strata::reshape(model(b.x), {-1, shape.vocab});
+              const strata::Tensor per_char = strata::nn::cross_entropy(logits, strata::reshape(b.y, {-1}),
+                                                                        strata::nn::Reduction::none);
+              l = strata::compute_average_loss(per_char, b.global_size * o.context);
+            }
+            strata::Gradients grads;
+            {
+              strata::observe::ScopedEvent ev("backward", "compute");
+              grads = strata::grad(opt.scale_loss(l), model.parameters());
+            }
+            strata::observe::ScopedEvent ev("update", "compute");
+            opt.apply_gradients(ctx, std::move(grads));
             return l;
           },
           batch);
@@ -197,6 +212,7 @@ void train(S& strategy, const Options& o) {
     done += now;
   }
   checkpoints.finish(pos);
+  trainer::write_timeline(strategy, o.timeline_path);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   // The median step after the first tenth (at most 10 steps of warm-up).
   const std::size_t warmup = std::min<std::size_t>(10, step_ms.size() / 10);

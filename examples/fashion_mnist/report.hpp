@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <optional>
 #include <string>
-#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +22,7 @@
 #include <strata/observe/timeline.hpp>
 #include <strata/strata.hpp>
 
+#include "../common/timeline.hpp"
 #include "options.hpp"
 #include "step.hpp"
 
@@ -38,7 +38,7 @@ class RunReport {
 
   RunReport(S& strategy, const Options& o) : s_(strategy), o_(o), progress_(!o.quiet && strategy.is_chief()) {
     if (!o.metrics_path.empty() && strategy.is_chief()) metrics_.emplace(o.metrics_path, o.metrics_every);
-    if (!o.timeline_path.empty()) strata::observe::Timeline::instance().start(strata::runtime::detect_process().rank);
+    trainer::start_timeline(o.timeline_path);
   }
 
   StepTimes* times() { return &times_; }
@@ -100,7 +100,7 @@ class RunReport {
   /// where the strategy's figures are (the timeline gathered, the asynchronous job's rate).
   void finish() {
     if (metrics_) metrics_->flush();
-    if (!o_.timeline_path.empty()) write_timeline();
+    trainer::write_timeline(s_, o_.timeline_path);
     double rate = train_seconds_ > 0 ? static_cast<double>(examples_) / train_seconds_ : 0;
     double steady = steady_examples_ > 0 && steady_seconds_ > 0 ? static_cast<double>(steady_examples_) / steady_seconds_ : NAN;
     if constexpr (requires { s_.job_examples_per_s(1.0); }) {  // asynchronous workers count their own examples
@@ -135,27 +135,6 @@ class RunReport {
 
  private:
   static double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-  // Alone, straight to the file; in a job of several processes, the chief gathers every
-  // rank's events through the strategy, on its own clock (strata::write_job_timeline). The
-  // parameter-server roles run no common step, so there each rank writes `path.rank<r>` for
-  // tools/merge_timeline.py.
-  void write_timeline() {
-    auto& timeline = strata::observe::Timeline::instance();
-    const auto p = strata::runtime::detect_process();
-    const std::string& path = o_.timeline_path;
-    if (p.world_size == 1) {
-      timeline.write(path);
-    } else if constexpr (std::string_view(S::name) == "parameter_server") {
-      timeline.write(path + ".rank" + std::to_string(p.rank));
-      if (s_.is_chief()) std::printf("timeline: one file per rank, %s.rank<r>\n", path.c_str());
-    } else {
-      strata::write_job_timeline(s_, path);
-      if (s_.is_chief())
-        std::printf("timeline: %s (%d ranks, on rank 0's clock; offset of this rank %lld ns)\n", path.c_str(),
-                    p.world_size, static_cast<long long>(timeline.clock_offset()));
-    }
-  }
 
   S& s_;
   const Options& o_;

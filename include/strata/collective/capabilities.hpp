@@ -8,7 +8,8 @@
 ///   WireCompression        allreduce_sum16_raw: a sum of fp16/bf16 elements, each partial sum
 ///                          added in float32 (Mpi, Gloo, Nccl)
 ///   HostSharedMemory       shared_buffer, shared_peer, shared_sync: buffers the ranks of one
-///                          host share, a peer's view of one, and a barrier through them (Mpi, Gloo)
+///                          host share, a peer's view of one, and a barrier through them;
+///                          shares_host: whether the ranks share this host's memory (Mpi, Gloo)
 ///   DeviceCollective       device(): the CUDA device the rank's buffers live on;
 ///                          start_allreduce_raw, join_compute: collectives ordered on the
 ///                          device behind its compute stream, no host thread waiting (Nccl)
@@ -58,13 +59,15 @@ concept WireCompression = RawCollective<C> && enable_wire_compression<C> &&
 
 /// Buffers the ranks of one host share: shared_buffer(n, dtype) (collective; undefined where
 /// the ranks do not all share this host), shared_peer(mine, rank) (that rank's buffer of the
-/// same call), shared_sync(mine) (a barrier of the ranks through it).
+/// same call), shared_sync(mine) (a barrier of the ranks through it), shares_host() (collective
+/// on its first call: whether the ranks share this host's memory).
 template <class C>
 concept HostSharedMemory = RawCollective<C> && enable_host_shared_memory<C> &&
                            requires(C& c, const C& cc, std::int64_t n, DType t, const Tensor& mine) {
                              { c.shared_buffer(n, t) } -> std::same_as<Tensor>;
                              { cc.shared_peer(mine, 0) } -> std::same_as<Tensor>;
                              c.shared_sync(mine);
+                             { c.shares_host() } -> std::same_as<bool>;
                            };
 
 /// Buffers on a CUDA device: device() is its index; a strategy places the replica there.

@@ -7,10 +7,10 @@
 /// every call: a stalled peer is a timeout error naming the collective and its sequence
 /// number; a dead peer is an error at once (its socket closes).
 ///
-/// When every rank runs on one host, allreduce, broadcast and allgather go through shared
-/// memory instead of TCP (detail::HostSharedBuffers: a staging region per rank, or the
-/// caller's own shared buffer, zero-copy); `STRATA_SHM=0` keeps them on Gloo's transport.
-/// reduce_scatter and barrier always use Gloo's.
+/// When every rank runs on one host, allreduce, broadcast, allgather and reduce_scatter go
+/// through shared memory instead of TCP (detail::HostSharedBuffers: a staging region per
+/// rank, or the caller's own shared buffer, zero-copy); `STRATA_SHM=0` keeps them on Gloo's
+/// transport. barrier always uses Gloo's.
 #pragma once
 
 #include <strata/config.hpp>
@@ -206,6 +206,8 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
       std::memcpy(out, in, count * size_of(dtype));
       return;
     }
+    if (auto* staging = staging_buffer())
+      return on_host(fp, [&] { staging->reduce_scatter(in, out, count, dtype, op, options_.timeout, fp.str()); });
     detail::visit_collective_dtype(dtype, [&](auto s, auto a) {
       using T = decltype(s);
       if constexpr (std::is_same_v<T, decltype(a)>) {  // 16-bit floats were converted above
@@ -235,6 +237,9 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
   /// Rank `rank`'s copy of `mine`, a tensor in a shared_buffer of this rank (the same place
   /// in that rank's buffer), readable and writable here.
   Tensor shared_peer(const Tensor& mine, int rank) const { return shared_.peer(mine, rank); }
+  /// Whether the ranks share this host's memory (more than one rank, all on this host, and
+  /// STRATA_SHM not 0), so that collectives go through it. Collective on its first call.
+  bool shares_host() { return size_ > 1 && staging_buffer() != nullptr; }
   /// A barrier of the group through the shared buffer that holds `mine` (not through TCP):
   /// every rank calls it with its own copy.
   void shared_sync(const Tensor& mine) {

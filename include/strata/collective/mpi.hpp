@@ -7,6 +7,11 @@
 /// dies makes mpirun abort the job (MPI_ERRORS_ARE_FATAL).
 ///
 /// Half and BFloat16 are reduced through a float32 copy (accumulated in float32, rounded once).
+///
+/// Where every rank runs on one host, an all-reduce of a shared buffer (shared_buffer) reduces
+/// across the ranks' copies, and allgather and reduce_scatter of 64 KiB or more go through a
+/// staging region per rank in shared memory (detail::HostSharedBuffers); `STRATA_SHM=0` keeps
+/// every collective on MPI's own.
 #pragma once
 
 #include <strata/config.hpp>
@@ -279,6 +284,10 @@ class Mpi : public TypedFrontEnd<Mpi> {
         [&] { return MPI_Bcast(x, count_of(count), detail::mpi_type(dtype), root, comm_); });
   }
   void allgather_raw(const void* in, void* out, std::size_t count, DType dtype) {
+    if (auto* staging = staging_for(count * size_of(dtype)))
+      return on_host(Fingerprint{OpKind::allgather, ReduceOp::Sum, dtype, count, 0, seq_++}, [&](const std::string& what) {
+        staging->allgather(in, out, count * size_of(dtype), options_.timeout, what);
+      });
     const MPI_Datatype t = detail::mpi_type(dtype);
     run(Fingerprint{OpKind::allgather, ReduceOp::Sum, dtype, count, 0, 0},
         [&] { return MPI_Allgather(in, count_of(count), t, out, count_of(count), t, comm_); });
@@ -287,6 +296,10 @@ class Mpi : public TypedFrontEnd<Mpi> {
     if (dtype == DType::f16 || dtype == DType::bf16)  // through float32, like allreduce_raw
       return detail::reduce_scatter_through_float32(in, out, count, dtype, size_, [&](const float* full, float* part) {
         reduce_scatter_raw(full, part, count, DType::f32, op);
+      });
+    if (auto* staging = staging_for(count * static_cast<std::size_t>(size_) * size_of(dtype)))
+      return on_host(Fingerprint{OpKind::reduce_scatter, op, dtype, count, 0, seq_++}, [&](const std::string& what) {
+        staging->reduce_scatter(in, out, count, dtype, op, options_.timeout, what);
       });
     run(Fingerprint{OpKind::reduce_scatter, op, dtype, count, 0, 0}, [&] {
       return MPI_Reduce_scatter_block(in, out, count_of(count), detail::mpi_type(dtype), detail::mpi_op(op), comm_);
@@ -386,6 +399,9 @@ class Mpi : public TypedFrontEnd<Mpi> {
   /// Rank `rank`'s copy of `mine`, a tensor in a shared_buffer of this rank (the same place
   /// in that rank's buffer), readable and writable here.
   Tensor shared_peer(const Tensor& mine, int rank) const { return shared_.peer(mine, rank); }
+  /// Whether the ranks share this host's memory (more than one rank, all on this host, and
+  /// STRATA_SHM not 0), so that large collectives go through it. Collective on its first call.
+  bool shares_host() { return staging_for(kStagedBytes) != nullptr; }
   /// A barrier of the group through the shared buffer that holds `mine` (no MPI call): every
   /// rank calls it with its own copy.
   void shared_sync(const Tensor& mine) {
@@ -426,15 +442,9 @@ class Mpi : public TypedFrontEnd<Mpi> {
       return;
     }
     if (in == out)
-      if (auto* shared = shared_.find(out, count * size_of(dtype))) {
-        const Fingerprint fp{OpKind::allreduce, op, dtype, count, 0, seq_++};
-        try {
-          shared->allreduce(count, dtype, op, options_.timeout, fp.str());
-        } catch (const std::exception& e) {
-          abort(e.what());  // as for MPI's own collectives: a failure ends the job
-        }
-        return;
-      }
+      if (auto* shared = shared_.find(out, count * size_of(dtype)))
+        return on_host(Fingerprint{OpKind::allreduce, op, dtype, count, 0, seq_++},
+                       [&](const std::string& what) { shared->allreduce(count, dtype, op, options_.timeout, what); });
     const Fingerprint fp{OpKind::allreduce, op, dtype, count, 0, 0};
     const void* send = in == out ? MPI_IN_PLACE : in;
     run(fp, [&] {
@@ -453,6 +463,32 @@ class Mpi : public TypedFrontEnd<Mpi> {
       using S = decltype(s);
       if constexpr (std::is_arithmetic_v<S>) detail::divide<S>(count, static_cast<S*>(out), size_);
     });
+  }
+
+  /// Collectives of at least this many bytes (a rank's whole input) go through the host's
+  /// shared memory where every rank runs on this host (bench_collectives_mpi: Open MPI's
+  /// shared-memory transport copies each byte through its own segment in fragments).
+  static constexpr std::size_t kStagedBytes = std::size_t{64} << 10;
+  /// The staging buffer for a collective of `bytes`, or null: below kStagedBytes, or where the
+  /// ranks do not share a host. Collective on the first call that reaches it (every rank makes
+  /// the buffer in the same call); the calls that make it keep the caller's sequence numbers.
+  detail::HostSharedBuffer* staging_for(std::size_t bytes) {
+    if (bytes < kStagedBytes || size_ == 1) return nullptr;
+    const std::uint64_t seq = seq_;
+    detail::HostSharedBuffer* b = shared_.staging(*this);
+    seq_ = seq;
+    return b;
+  }
+  /// Runs a collective through shared memory, `what` its name in errors; a failure there
+  /// ends the job, as for MPI's own collectives.
+  template <class Call>
+  void on_host(const Fingerprint& fp, Call&& call) {
+    if (options_.check_fingerprints) check_fingerprint(fp);
+    try {
+      call(fp.str());
+    } catch (const std::exception& e) {
+      abort(e.what());
+    }
   }
 
   static int count_of(std::size_t n) {

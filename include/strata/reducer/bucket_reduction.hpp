@@ -75,8 +75,10 @@ struct GradientSharding {
   bool scatter = false;
   /// With `scatter`: each bucket reduce-scattered through the collective's own asynchronous
   /// ireduce_scatter, in the one call order of the collectives it has in flight (the wrap
-  /// units' all-gathers: ShardedStrategy's stage 3); `units` the buckets' wrap units (BucketPlan).
+  /// units' all-gathers: ShardedStrategy's stage 3 where they overlap compute).
   bool async = false;
+  /// Each parameter's wrap unit (BucketPlan), -1 for none: a unit's bucket holds memory only
+  /// from its backward to its reduce-scatter (ShardedStrategy's stage 3).
   std::vector<int> units;
 };
 

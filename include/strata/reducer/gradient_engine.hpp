@@ -113,7 +113,7 @@ class GradientEngine final : public autograd::GradientCompletion {
         in_blocks_mode_(sharding.in_blocks),
         scatter_(sharding.scatter),
         buckets_(params, bucket_bytes, [this](std::int64_t n, DType dt, Device d, bool& shared) { return make_buffer(n, dt, d, shared); },
-                 sharding.blocks, sharding.units, sharding.async),
+                 sharding.blocks, sharding.units, /*lazy_units=*/!sharding.units.empty()),
         block_sums_(make_block_sums(sharding)),
         path_(choose_path(std::move(sharding))),
         fired_(params.size(), false),

@@ -132,6 +132,35 @@ class HostSharedBuffer {
     barrier(deadline, timeout, what, kSpinShares);
   }
 
+  /// Reduces rank k's `count` elements of `in` (at k * count) over every rank into this
+  /// rank's `out` (`count` elements), through the regions: a piece of every rank's share at a
+  /// time, each rank writing its pieces into its own region and reducing its own share of
+  /// every region, in rank order (the sum allreduce() makes).
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
+                      std::chrono::milliseconds timeout, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    meet(count, kind_of(OpKind::reduce_scatter, dtype, op), deadline, timeout, what);
+    const std::size_t size = size_of(dtype), ranks = static_cast<std::size_t>(size_);
+    const std::size_t step = std::max<std::size_t>(region_ / size / ranks, 1);
+    STRATA_CHECK(step * ranks * size <= region_, "reduce_scatter: a region of ", region_, " bytes holds no element of ",
+                 ranks, " ranks");
+    for (std::size_t at = 0; at < count; at += step) {
+      const std::size_t n = std::min(step, count - at);
+      if (at > 0) barrier(deadline, timeout, what, kSpinShares);  // every rank has read the last pieces
+      for (std::size_t k = 0; k < ranks; ++k)
+        std::memcpy(region(rank_) + k * n * size, static_cast<const char*>(in) + (k * count + at) * size, n * size);
+      barrier(deadline, timeout, what, kSpinShares);
+      visit_collective_dtype(dtype, [&](auto s, auto a) {
+        using S = decltype(s);
+        const std::size_t from = static_cast<std::size_t>(rank_) * n;
+        reduce_across<S, decltype(a)>(
+            0, n, op, [&](int k) { return static_cast<const S*>(static_cast<const void*>(region(k))) + from; },
+            [&](int k) { return k == 0 ? static_cast<S*>(out) + at : nullptr; }, size_);
+      });
+    }
+    barrier(deadline, timeout, what, kSpinShares);  // the regions are free for the next call
+  }
+
   /// Waits until every rank has called it (a barrier of this buffer's group), spinning then
   /// sleeping like the collectives; `what` names it in errors. Every rank must call the same
   /// sequence of operations on a buffer: a barrier that meets another rank's all-reduce is an
@@ -185,7 +214,7 @@ class HostSharedBuffer {
     const auto k = static_cast<OpKind>(kind >> 16 & 255);
     if (k == OpKind::barrier) return "barrier";
     std::string d = std::string(name_of(k)) + " of " + std::to_string(count);
-    if (k == OpKind::allreduce)
+    if (k == OpKind::allreduce || k == OpKind::reduce_scatter)
       d += " x " + std::string(name_of(static_cast<DType>(kind >> 8 & 255))) + ", " +
            name_of(static_cast<ReduceOp>(kind & 255));
     else

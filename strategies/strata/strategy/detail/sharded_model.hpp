@@ -12,7 +12,9 @@
 /// back after the unit's forward and after its backward, and takes it again, all-gathered
 /// from the blocks, before them (the next unit's all-gather started as one begins); its
 /// gradient bucket holds memory from its backward until its reduce-scatter has completed.
-/// docs/sharding.md.
+/// Where the ranks share this host's memory and the host has no core beyond one per rank,
+/// the units' collectives run blocking on the replica's thread instead, through that memory,
+/// and a unit is gathered where it is used (nothing to overlap it with). docs/sharding.md.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include <strata/autograd/grad_mode.hpp>
+#include <strata/collective/capabilities.hpp>
 #include <strata/nn/module.hpp>
 #include <strata/observe/timeline.hpp>
 #include <strata/ops/backward_callback.hpp>
@@ -45,11 +48,12 @@ class ShardedModel {
   /// parameter kept whole on every rank (stages 1 and 2).
   ShardedModel(C& comm, std::vector<Tensor> params, std::size_t bucket_bytes, bool scatter, WrapUnits units = {})
       : comm_(comm), params_(checked(std::move(params))) {
+    if (!units.modules.empty()) inline_ = gathers_inline(comm);
     GradientSharding blocks;
     blocks.blocks = comm.size();
     blocks.in_blocks = true;
     blocks.scatter = scatter;
-    blocks.async = !units.modules.empty();  // the units' all-gathers and reduce-scatters in one call order
+    blocks.async = !units.modules.empty() && !inline_;  // the units' all-gathers and reduce-scatters in one call order
     blocks.units = units.of_param;
     engine_ = std::make_unique<GradientEngine<C>>(comm, params_, bucket_bytes, Compression::none, std::move(blocks));
     const BucketPlan& plan = engine_->plan();
@@ -211,6 +215,17 @@ class ShardedModel {
     bool backward_ran = false;  // this step
   };
 
+  // Whether stage 3's collectives run on the replica's thread, each blocking, a unit gathered
+  // where it is used (no prefetch): where the ranks share this host's memory (the collectives
+  // go through it) and the host has no core beyond one per rank, so there is none to overlap
+  // them on (shared_buckets_reduce_on_replica_thread). Collective.
+  static bool gathers_inline(C& comm) {
+    if constexpr (collective::HostSharedMemory<C>)
+      return comm.shares_host() && shared_buckets_reduce_on_replica_thread(comm.size());
+    else
+      return false;
+  }
+
   int unit_of_bucket(std::size_t b) const { return engine_->plan().buckets()[b].unit; }
   // This rank's block of bucket b's flat buffer copied into staging_[b] (what the all-gather
   // sends; a unit's only copy between uses).
@@ -252,11 +267,16 @@ class ShardedModel {
 
   void start_gather(Unit& u) {
     if (u.state != Unit::State::released) return;
-    observe::ScopedEvent ev("iallgather", "communication", static_cast<std::int64_t>(&u - units_.data()),
-                            static_cast<std::int64_t>(unit_bytes(u)));
+    observe::ScopedEvent ev(inline_ ? "allgather" : "iallgather", "communication",
+                            static_cast<std::int64_t>(&u - units_.data()), static_cast<std::int64_t>(unit_bytes(u)));
     u.gathering.clear();
     for (std::size_t b : u.buckets) {
       flat_[b].impl()->storage()->take_memory();
+      if (inline_) {
+        comm_.allgather_raw(staging_[b].raw_data(), flat_[b].raw_data(), static_cast<std::size_t>(staging_[b].numel()),
+                            flat_[b].dtype());
+        continue;
+      }
       const auto block = static_cast<std::size_t>(staging_[b].numel()), all = static_cast<std::size_t>(flat_[b].numel());
       if (flat_[b].dtype() == DType::f64)
         u.gathering.push_back(comm_.iallgather(std::span<const double>(staging_[b].template data<double>(), block),
@@ -265,7 +285,7 @@ class ShardedModel {
         u.gathering.push_back(comm_.iallgather(std::span<const float>(staging_[b].template data<float>(), block),
                                                std::span<float>(flat_[b].template data<float>(), all)));
     }
-    u.state = Unit::State::gathering;
+    u.state = inline_ ? Unit::State::gathered : Unit::State::gathering;
   }
   void wait(Unit& u) {
     if (u.state != Unit::State::gathering) return;
@@ -312,7 +332,7 @@ class ShardedModel {
     gathered(u);
     std::size_t at = position(j);
     if (at == order_.size()) order_.push_back(j);  // the first forward records the units' order
-    if (order_complete_ && at + 1 < order_.size()) start_gather(units_[order_[at + 1]]);
+    if (order_complete_ && !inline_ && at + 1 < order_.size()) start_gather(units_[order_[at + 1]]);
   }
   // It ended: a node at its output that prepares its backward; its parameters given back,
   // unless its backward comes next (the last unit of a forward that records gradients).
@@ -335,7 +355,7 @@ class ShardedModel {
     take_gradients(u);
     gathered(u);
     const std::size_t at = position(j);
-    if (order_complete_ && at > 0 && at < order_.size()) start_gather(units_[order_[at - 1]]);
+    if (order_complete_ && !inline_ && at > 0 && at < order_.size()) start_gather(units_[order_[at - 1]]);
     Unit* newest = nullptr;  // the unit whose backward finished last and whose bucket is held
     for (std::size_t at_v = at + 1; at_v < order_.size() && newest == nullptr; ++at_v) {
       Unit& v = units_[order_[at_v]];
@@ -385,6 +405,7 @@ class ShardedModel {
   std::vector<std::size_t> order_;   // the units in the order the first forward called them
   bool order_complete_ = false;      // a whole step has run: order_ is the forward's order
   bool whole_ = false;               // gather_all() holds every unit whole until release_all()
+  bool inline_ = false;              // stage 3's collectives blocking on this thread (gathers_inline)
 };
 
 }  // namespace strata::detail
