@@ -6,9 +6,10 @@ processes, a few steps with one sequence per process, so that the model state do
 Prints one JSON line per N and strategy with rank 0's peak tensor bytes (the allocator's own
 count) and peak RSS, and, for stage 3, the bound the design promises: 1.15 x 16 P / N plus the
 largest wrap unit's parameters, plus the activations of one sequence (measured: one device's
-peak tensor bytes less its 16 P of model state).
+peak tensor bytes less its 16 P of model state); for stage 2, its model state beside
+DeepSpeed's ZeRO-2 figure, 4 P + 12 P / N.
 
-    /usr/bin/python3 bench/sharded_memory.py --build build [--ranks 1 2 4]
+    /usr/bin/python3 bench/sharded_memory.py --build build [--ranks 1 2 4] [--ways stage2 stage3]
 """
 import argparse
 import json
@@ -25,6 +26,7 @@ def main():
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--context", type=int, default=64)
+    ap.add_argument("--ways", nargs="+", default=["multi_worker_mirrored", "stage1", "stage2", "stage3"])
     args = ap.parse_args()
     env = run_env()
     trainer = [f"{args.build}/examples/char_transformer", "--steps", str(args.steps), "--width", str(args.width),
@@ -43,11 +45,14 @@ def main():
             "stage2": ["--strategy", "sharded", "--shard-stage", "2"],
             "stage3": ["--strategy", "sharded", "--shard-stage", "3"]}
     for n in args.ranks:
-        for way, flags in ways.items():
+        for way, flags in ((w, ways[w]) for w in args.ways):
             r = last_json(["mpirun", "-np", str(n)] + trainer + flags + ["--collective", "mpi"], env)
             line = {"ranks": n, "strategy": way, "peak_tensor_mib": r["peak_tensor_mib"],
                     "peak_rss_mib": r["peak_rss_mib"], "median_step_ms": r["median_step_ms"],
                     "validation_loss": r["validation_loss"]}
+            if way == "stage2":  # DeepSpeed's ZeRO-2 figure: 4P + 12P/N (the buckets in flight beside it)
+                line["model_state_mib"] = round(r["peak_tensor_mib"] - activations, 1)
+                line["zero2_mib"] = round((4 * params + 12 * params / n) / mib, 1)
             if way == "stage3":
                 bound = 1.15 * 16 * params / n / mib + unit
                 line["bound_mib"] = round(bound + activations, 1)

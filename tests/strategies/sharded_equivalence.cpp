@@ -79,6 +79,23 @@ void check_state_is_sharded(S& strategy) {
   report(ok, rank, n, "optimizer state in shards",
          "this rank holds " + std::to_string(held) + " of " + std::to_string(total) + " elements, Adam state " +
              std::to_string(state) + " (the ranks' shards sum to " + figure(held_sum) + ")");
+  // Stages 2 and 3 hold no gradient bucket between steps (each gave its memory back after its
+  // reduce-scatter); stage 1 keeps its buckets, at least a float per parameter.
+  const std::size_t grads = strategy.gradient_bytes_held(net.parameters());
+  const bool released = S::stage != strata::ShardStage::optimizer_state;
+  report(released ? grads == 0 : grads >= 4 * static_cast<std::size_t>(total), rank, n,
+         released ? "gradient buckets released between steps" : "gradient buckets kept (stage 1)",
+         std::to_string(grads) + " bytes held for " + std::to_string(total) + " parameters");
+  if (released) {  // a gradient read directly then is an error that says how to read it
+    std::string what = "no error";
+    try {
+      (void)net.parameters().front().grad().template data<float>();
+    } catch (const strata::invalid_argument& e) {
+      what = e.what();
+    }
+    report(what.find("read it through the Gradients that grad() returns") != std::string::npos, rank, n,
+           "a released gradient read directly", what);
+  }
 }
 
 /// Stage 3: the size rule's units (at 4,096 bytes) are the MLP's first and last layers (the

@@ -127,8 +127,10 @@ inline GradSlot grad_slot(const Tensor& t, std::uint64_t epoch) {
     ag.grad_rows = Tensor();
   }
   if (ag.grad_epoch == epoch && ag.grad.defined()) return {ag.grad, true};
+  // A tensor moved in place (Module::to) gets its gradient where it now is; one whose gradient's
+  // memory was given back (a view of ShardedStrategy's bucket between uses) a tensor of its own.
   if (!ag.grad.defined() || !(ag.grad.shape() == t.shape()) || ag.grad.dtype() != t.dtype() ||
-      ag.grad.device() != t.device())  // a tensor moved in place (Module::to) gets its gradient where it now is
+      ag.grad.device() != t.device() || (ag.grad.numel() > 0 && ag.grad.raw_data() == nullptr))
     ag.grad = Tensor::empty(t.shape(), t.dtype(), t.device());
   ag.grad_epoch = epoch;
   return {ag.grad, false};

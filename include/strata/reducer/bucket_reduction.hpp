@@ -77,6 +77,10 @@ struct GradientSharding {
   /// ireduce_scatter, in the one call order of the collectives it has in flight (the wrap
   /// units' all-gathers: ShardedStrategy's stage 3 where they overlap compute).
   bool async = false;
+  /// With `scatter`: each bucket (of no wrap unit) gives its memory back once its
+  /// reduce-scatter has completed and takes it again at its next gradient, so whole gradients
+  /// are held only while their bucket fills and reduces (ShardedStrategy's stages 2 and 3).
+  bool release = false;
   /// Each parameter's wrap unit (BucketPlan), -1 for none: a unit's bucket holds memory only
   /// from its backward to its reduce-scatter (ShardedStrategy's stage 3).
   std::vector<int> units;

@@ -147,9 +147,11 @@ class GradientBuckets {
   using MakeBuffer = std::function<Tensor(std::int64_t count, DType dtype, Device device, bool& shared)>;
 
   /// `lazy_units`: a wrap unit's bucket gives its memory back at once (its gradients view it
-  /// unwritten); whoever takes it again fills it (ShardedStrategy's stage 3).
+  /// unwritten); whoever takes it again fills it (ShardedStrategy's stage 3). `released`: so
+  /// does every other bucket (a table's excepted), released (GradientSharding::release). Each
+  /// as it is made, so that they are never all held at once.
   GradientBuckets(const std::vector<Tensor>& params, std::size_t bucket_bytes, const MakeBuffer& make, int blocks = 1,
-                  std::span<const int> units = {}, bool lazy_units = false)
+                  std::span<const int> units = {}, bool lazy_units = false, bool released = false)
       : params_(params), plan_(params, bucket_bytes, blocks, units) {
     const Device device = params_.empty() ? Device::cpu() : params_.front().device();
     for (const Tensor& p : params_)
@@ -166,6 +168,11 @@ class GradientBuckets {
       bk.pending = planned.members.size();
       if (lazy_units && planned.unit >= 0) {
         bk.buffer.impl()->storage()->give_memory_back();
+        for (std::size_t k : planned.members) params_[k].impl()->ag.grad = view_of(k);
+        continue;
+      }
+      if (released && planned.unit < 0 && !planned.table) {
+        release(buckets_.size() - 1);
         for (std::size_t k : planned.members) params_[k].impl()->ag.grad = view_of(k);
         continue;
       }
@@ -189,11 +196,16 @@ class GradientBuckets {
   }
 
   /// Makes parameter k's gradient the view of its bucket slot (copying what it held); a no-op
-  /// unless something replaced the gradient tensor.
+  /// unless something replaced the gradient tensor. A released bucket takes memory again
+  /// first, zeros.
   void bind(std::size_t k) {
     const Tensor& p = params_[k];
     const BucketPlan::Slot s = plan_.slot(k);
     Tensor& buf = buckets_[s.bucket].buffer;
+    if (!buf.impl()->storage()->holds_memory()) {
+      buf.impl()->storage()->take_memory();
+      buf.fill_(0.0);  // (the padding too: it is reduced with the rest)
+    }
     auto& g = p.impl()->ag.grad;
     void* want = static_cast<char*>(buf.raw_data()) + s.offset * size_of(p.dtype());
     if (g.defined() && g.raw_data() == want) return;
@@ -204,6 +216,11 @@ class GradientBuckets {
       view.fill_(0.0);
     g = std::move(view);
   }
+
+  /// Bucket b gives its memory back; its parameters' gradients stay its views, without memory:
+  /// a backward pass gives each one a tensor of its own (autograd's zero_gradient), which
+  /// bind() copies in, the bucket taking memory again (GradientSharding::release).
+  void release(std::size_t b) { buckets_[b].buffer.impl()->storage()->give_memory_back(); }
 
   /// Parameter k's slot of its bucket, shaped like it.
   Tensor view_of(std::size_t k) const {

@@ -112,8 +112,10 @@ class GradientEngine final : public autograd::GradientCompletion {
         compression_(checked(compression, params)),
         in_blocks_mode_(sharding.in_blocks),
         scatter_(sharding.scatter),
+        release_(sharding.scatter && sharding.release),
         buckets_(params, bucket_bytes, [this](std::int64_t n, DType dt, Device d, bool& shared) { return make_buffer(n, dt, d, shared); },
-                 sharding.blocks, sharding.units, /*lazy_units=*/!sharding.units.empty()),
+                 sharding.blocks, sharding.units, /*lazy_units=*/!sharding.units.empty(),
+                 /*released=*/sharding.scatter && sharding.release),
         block_sums_(make_block_sums(sharding)),
         path_(choose_path(std::move(sharding))),
         fired_(params.size(), false),
@@ -232,6 +234,7 @@ class GradientEngine final : public autograd::GradientCompletion {
     STRATA_CHECK(sync_, "apply_gradients inside NoSync: the gradients would stay local to each replica; leave "
                  "the NoSync scope for the last micro-batch");
     settle();
+    release_reduced();
     ++stats_.steps;
     for (detail::GradientBucket& bk : buckets_) {
       stats_.reduce_seconds += bk.seconds;  // written by the thread that ran it, before `done`
@@ -239,7 +242,7 @@ class GradientEngine final : public autograd::GradientCompletion {
     }
     buckets_.rearm();
     std::fill(fired_.begin(), fired_.end(), false);
-    marked_ = next_ = 0;
+    marked_ = next_ = released_ = 0;
     settled_ = false;
     step_.finished();
   }
@@ -409,6 +412,19 @@ class GradientEngine final : public autograd::GradientCompletion {
       if (path_->on_replica_thread()) stats_.exposed_seconds += bk.seconds;
       step_.decided(in_shares);
     }
+    release_reduced();
+  }
+
+  // Whether bucket b gives its memory back after its reduction (GradientSharding::release; a
+  // wrap unit's bucket is its ShardedModel's to give back).
+  bool releases(std::size_t b) const noexcept {
+    return release_ && buckets_.plan().buckets()[b].unit < 0 && !buckets_[b].table;
+  }
+  // The buckets whose reduction has completed give their memory back, in start order.
+  void release_reduced() {
+    if (!release_) return;
+    for (; released_ < next_ && path_->test(buckets_[released_], released_); ++released_)
+      if (releases(released_)) buckets_.release(released_);
   }
 
   C& comm_;
@@ -416,6 +432,7 @@ class GradientEngine final : public autograd::GradientCompletion {
   bool sharded_ = false;  // made with a GradientSharding (set by choose_path)
   bool in_blocks_mode_ = false;  // buckets in blocks, one per rank (GradientSharding::blocks)
   bool scatter_ = false;         // ... reduce-scattered into them (GradientSharding::scatter)
+  bool release_ = false;         // ... each bucket's memory given back after (GradientSharding::release)
   bool in_blocks_ = false;       // this step's sums are in blocks only (scatter_), not gathered
   bool rows_path_ = false;  // tables summed by RowAggregation (whole gradients; set by choose_path)
   detail::GradientBuckets buckets_;
@@ -424,6 +441,7 @@ class GradientEngine final : public autograd::GradientCompletion {
   std::vector<bool> fired_;     // per parameter: its gradient of this step is final
   std::size_t marked_ = 0;      // parameters final in this step
   std::size_t next_ = 0;        // the next bucket to start
+  std::size_t released_ = 0;    // buckets of this step past release_reduced()
   bool settled_ = false;        // this step's buckets all started and done (settle), until finish()
   // Only replicas that are threads can shard their sums; processes' engines carry no step state.
   [[no_unique_address]] std::conditional_t<collective::ThreadGroupCollective<C>, detail::ShardedStep, detail::WholeStep> step_;

@@ -86,7 +86,9 @@ class Tensor {
                  "parameter of a wrap unit of ShardedStrategy<C, ShardStage::parameters> read outside the unit's "
                  "call. Call each unit as module(x) (its forward() runs no hook), keep its parameters out of "
                  "other modules' calls and of the loss, and read them between steps inside "
-                 "strata::gather_parameters(strategy, params)");
+                 "strata::gather_parameters(strategy, params); or, under ShardedStrategy's stages 2 and 3, a "
+                 "parameter's gradient read directly between steps: read it through the Gradients that grad() "
+                 "returns (grads[i] gathers it whole)");
     return static_cast<T*>(p);
   }
   /// Untyped pointer to the first element, on the tensor's device.

@@ -145,6 +145,12 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
     return model_of(params, "unit_bytes_held").unit_bytes_held();
   }
 
+  /// Bytes a model's gradient buckets hold now: none between steps under stages 2 and 3 (each
+  /// bucket holds memory from its first gradient to its reduce-scatter), all under stage 1.
+  std::size_t gradient_bytes_held(std::span<const Tensor> params) const {
+    return model_of(params, "gradient_bytes_held").gradient_bytes_held();
+  }
+
   /// Every parameter of the model whole on this rank while the returned object lives (stage
   /// 3: each wrap unit all-gathered; with every rank, a collective); what is written to them
   /// meanwhile is kept. strata::gather_parameters calls it for any strategy.

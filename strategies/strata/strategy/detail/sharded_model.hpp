@@ -53,6 +53,7 @@ class ShardedModel {
     blocks.blocks = comm.size();
     blocks.in_blocks = true;
     blocks.scatter = scatter;
+    blocks.release = scatter;
     blocks.async = !units.modules.empty() && !inline_;  // the units' all-gathers and reduce-scatters in one call order
     blocks.units = units.of_param;
     engine_ = std::make_unique<GradientEngine<C>>(comm, params_, bucket_bytes, Compression::none, std::move(blocks));
@@ -145,6 +146,17 @@ class ShardedModel {
         const Tensor& g = engine_->bucket_buffer(b);
         if (g.impl()->storage()->holds_memory()) bytes += g.nbytes();
       }
+    return bytes;
+  }
+
+  /// Bytes of host memory the gradient buckets hold now (stages 2 and 3: none between steps,
+  /// each bucket's memory given back after its reduce-scatter; stage 1 all of them).
+  std::size_t gradient_bytes_held() const {
+    std::size_t bytes = 0;
+    for (std::size_t b = 0; b < engine_->num_buckets(); ++b) {
+      const Tensor& g = engine_->bucket_buffer(b);
+      if (g.impl()->storage()->holds_memory()) bytes += g.nbytes();
+    }
     return bytes;
   }
 
