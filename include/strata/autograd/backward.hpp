@@ -36,7 +36,7 @@ inline void zero_gradient(const Tensor& leaf, std::uint64_t epoch) {
   } else {
     ag.grad_index = Tensor();
     ag.grad_rows = Tensor();
-    if (!ag.grad.defined() || (ag.grad.numel() > 0 && ag.grad.raw_data() == nullptr))
+    if (!ag.grad.defined() || memory_given_back(ag.grad))
       ag.grad = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
     ag.grad.fill_(0.0);
   }

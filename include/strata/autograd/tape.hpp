@@ -118,6 +118,9 @@ struct GradSlot {
 
 /// The slot for `t` in backward pass `epoch`, or an empty slot if `t` needs no gradient.
 /// A leaf keeps its gradient buffer across passes, so steady-state steps reuse it.
+/// Whether `g` is a view whose memory was given back (a strategy's bucket between its uses).
+inline bool memory_given_back(const Tensor& g) noexcept { return g.numel() > 0 && g.raw_data() == nullptr; }
+
 inline GradSlot grad_slot(const Tensor& t, std::uint64_t epoch) {
   if (!t.defined() || !tracks_grad(t)) return {};
   auto& ag = t.impl()->ag;
@@ -130,7 +133,7 @@ inline GradSlot grad_slot(const Tensor& t, std::uint64_t epoch) {
   // A tensor moved in place (Module::to) gets its gradient where it now is; one whose gradient's
   // memory was given back (a view of ShardedStrategy's bucket between uses) a tensor of its own.
   if (!ag.grad.defined() || !(ag.grad.shape() == t.shape()) || ag.grad.dtype() != t.dtype() ||
-      ag.grad.device() != t.device() || (ag.grad.numel() > 0 && ag.grad.raw_data() == nullptr))
+      ag.grad.device() != t.device() || memory_given_back(ag.grad))
     ag.grad = Tensor::empty(t.shape(), t.dtype(), t.device());
   ag.grad_epoch = epoch;
   return {ag.grad, false};

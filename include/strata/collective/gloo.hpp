@@ -466,12 +466,7 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
   /// The staging buffer for collectives through shared memory, or null. Made (collectively)
   /// at the first call; the collectives that make it do not count in the sequence numbers,
   /// which stay those of the caller's calls.
-  detail::HostSharedBuffer* staging_buffer() {
-    const std::uint64_t seq = seq_;
-    detail::HostSharedBuffer* b = shared_.staging(*this);
-    seq_ = seq;
-    return b;
-  }
+  detail::HostSharedBuffer* staging_buffer() { return shared_.staging(*this, seq_); }
 
   /// Runs a collective through shared memory (ranks on one host); a failure there fails this
   /// communicator, as a failed Gloo call does.

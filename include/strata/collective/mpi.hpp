@@ -473,11 +473,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
   /// ranks do not share a host. Collective on the first call that reaches it (every rank makes
   /// the buffer in the same call); the calls that make it keep the caller's sequence numbers.
   detail::HostSharedBuffer* staging_for(std::size_t bytes) {
-    if (bytes < kStagedBytes || size_ == 1) return nullptr;
-    const std::uint64_t seq = seq_;
-    detail::HostSharedBuffer* b = shared_.staging(*this);
-    seq_ = seq;
-    return b;
+    return bytes < kStagedBytes || size_ == 1 ? nullptr : shared_.staging(*this, seq_);
   }
   /// Runs a collective through shared memory, `what` its name in errors; a failure there
   /// ends the job, as for MPI's own collectives.

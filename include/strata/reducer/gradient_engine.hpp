@@ -115,7 +115,7 @@ class GradientEngine final : public autograd::GradientCompletion {
         release_(sharding.scatter && sharding.release),
         buckets_(params, bucket_bytes, [this](std::int64_t n, DType dt, Device d, bool& shared) { return make_buffer(n, dt, d, shared); },
                  sharding.blocks, sharding.units, /*lazy_units=*/!sharding.units.empty(),
-                 /*released=*/sharding.scatter && sharding.release),
+                 /*released=*/release_),
         block_sums_(make_block_sums(sharding)),
         path_(choose_path(std::move(sharding))),
         fired_(params.size(), false),

@@ -351,6 +351,16 @@ class HostSharedBuffers {
     return staging_.get();
   }
 
+  /// The same, `seq` (the caller's sequence number) left as it was: the collectives that make
+  /// the buffer do not count in it.
+  template <class Comm>
+  HostSharedBuffer* staging(Comm& comm, std::uint64_t& seq) {
+    const std::uint64_t kept = seq;
+    HostSharedBuffer* b = staging(comm);
+    seq = kept;
+    return b;
+  }
+
   /// Per rank: 4 MiB, a few L2s' worth; larger collectives go through it in steps.
   static constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
 

@@ -123,8 +123,7 @@ class ShardedModel {
     for (std::size_t b = 0; b < flat_.size(); ++b) {
       if (unit_of_bucket(b) >= 0) continue;
       keep_block(b);
-      comm_.allgather_raw(staging_[b].raw_data(), flat_[b].raw_data(), static_cast<std::size_t>(staging_[b].numel()),
-                          flat_[b].dtype());
+      allgather_block(b);
     }
   }
 
@@ -247,6 +246,12 @@ class ShardedModel {
                 static_cast<const char*>(flat_[b].raw_data()) + bytes * static_cast<std::size_t>(comm_.rank()), bytes);
   }
 
+  // Every rank's block of bucket b gathered into its flat buffer (blocking).
+  void allgather_block(std::size_t b) {
+    comm_.allgather_raw(staging_[b].raw_data(), flat_[b].raw_data(), static_cast<std::size_t>(staging_[b].numel()),
+                        flat_[b].dtype());
+  }
+
   void make_units(WrapUnits w) {
     units_.resize(w.modules.size());
     for (std::size_t j = 0; j < units_.size(); ++j) {
@@ -285,8 +290,7 @@ class ShardedModel {
     for (std::size_t b : u.buckets) {
       flat_[b].impl()->storage()->take_memory();
       if (inline_) {
-        comm_.allgather_raw(staging_[b].raw_data(), flat_[b].raw_data(), static_cast<std::size_t>(staging_[b].numel()),
-                            flat_[b].dtype());
+        allgather_block(b);
         continue;
       }
       const auto block = static_cast<std::size_t>(staging_[b].numel()), all = static_cast<std::size_t>(flat_[b].numel());
