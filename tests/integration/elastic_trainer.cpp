@@ -1,5 +1,8 @@
 // An elastic trainer for the run_elastic*.sh scripts (under strata-run --elastic), through
-// elastic::Trainer<Gloo>, per-rank batch 16 (32 on Fashion-MNIST). DATA is "synthetic" (a
+// elastic::Trainer<Gloo>, per-rank batch 16 (32 on Fashion-MNIST); built with
+// -DELASTIC_SHARD_STAGE=S, through elastic::Trainer<Gloo, ShardedStrategy<Gloo, stage S>>
+// (stage 3: each Linear a wrap unit), its state moving through sharded checkpoints in
+// CHECKPOINT_DIR every EVERY steps (8 unless given). DATA is "synthetic" (a
 // small regression model on 1000 fixed examples) or a Fashion-MNIST directory (an MLP, and
 // the test accuracy at the end). FAULTS lists what the process started as rank R does to
 // itself ("-" for nothing), comma-separated:
@@ -18,7 +21,7 @@
 //   step S generation G epoch E rows i,j,...           (the rows this rank trained at step S)
 //   done: step S generation G parameters <hash> on N ranks [test accuracy A]
 //
-//   elastic_trainer DATA EPOCHS FAULTS [STEP_MS [SEED]]
+//   elastic_trainer DATA EPOCHS FAULTS [STEP_MS [SEED [CHECKPOINT_DIR [EVERY]]]]
 #include <unistd.h>
 
 #include <chrono>
@@ -93,15 +96,15 @@ void fault(const char* what, int sig) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4 || argc > 6) {
-    std::fprintf(stderr, "usage: elastic_trainer DATA EPOCHS FAULTS [STEP_MS [SEED]]\n");
+  if (argc < 4 || argc > 8) {
+    std::fprintf(stderr, "usage: elastic_trainer DATA EPOCHS FAULTS [STEP_MS [SEED [CHECKPOINT_DIR [EVERY]]]]\n");
     return 2;
   }
   std::printf("start %lld pid %d\n", unix_ms(), static_cast<int>(::getpid()));
   const std::string source = argv[1];
   const bool synthetic = source == "synthetic";
   const int step_ms = argc >= 5 ? std::atoi(argv[4]) : 0;
-  const std::uint64_t seed = argc == 6 ? std::strtoull(argv[5], nullptr, 10) : 11;
+  const std::uint64_t seed = argc >= 6 ? std::strtoull(argv[5], nullptr, 10) : 11;
   manual_seed(seed);
   const int started_as = runtime::detect_process().rank;
   try {
@@ -118,7 +121,14 @@ int main(int argc, char** argv) {
     o.epochs = std::atoll(argv[2]);
     o.per_replica_batch = synthetic ? 16 : 32;
     o.seed = seed;
+    if (argc >= 7) o.checkpoint_dir = argv[6];
+    o.checkpoint_every = argc == 8 ? std::atoll(argv[7]) : 8;
+#ifdef ELASTIC_SHARD_STAGE
+    o.sharding.wrap_units = {synthetic ? "0" : "1", synthetic ? "2" : "3"};
+    elastic::Trainer<collective::Gloo, ShardedStrategy<collective::Gloo, ShardStage(ELASTIC_SHARD_STAGE)>> trainer(train, o);
+#else
     elastic::Trainer<collective::Gloo> trainer(train, o);
+#endif
     trainer.on_generation([&](const elastic::Progress& p) {
       std::printf("generation %llu rank %d of %d resumes at step %lld offset %lld epoch %lld after %s\n",
                   static_cast<unsigned long long>(p.generation), p.rank, p.workers, static_cast<long long>(p.step),

@@ -162,6 +162,15 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
     return GatheredParameters([&m] { m.release_all(); });
   }
 
+  /// For a model that outlives this strategy (elastic::Trainer returns the last generation's):
+  /// its parameters whole on this rank from now on, stage 3's hooks taken off its modules, so
+  /// it runs as a plain model once the strategy is gone. With every rank, a collective; the
+  /// strategy trains the model no more.
+  void detach(std::span<const Tensor> params) {
+    detail::check_cross_replica("detach()");
+    model_of(params, "detach").detach();
+  }
+
   // ---- checkpoints (TrainingCheckpoints calls these) ---------------------------------------
   // Every rank writes its shard of the training state (its elements of every parameter and
   // their optimizer state); the chief's checkpoint is the manifest that records the shards.

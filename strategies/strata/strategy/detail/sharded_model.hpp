@@ -187,6 +187,15 @@ class ShardedModel {
     for (Unit& u : units_) wait(u);
     whole_ = true;  // until release_all: the hooks give nothing back (a forward on one rank alone gathers nothing)
   }
+  /// Every unit's parameters whole on this rank for good and its module unhooked: the model
+  /// outlives this state as a plain one (collective). No step of it may run here after.
+  void detach() {
+    gather_all();
+    for (Unit& u : units_) {
+      if (u.module && u.module->call_hook() == u.hook.get()) u.module->set_call_hook(nullptr);
+      u.module = nullptr;
+    }
+  }
   /// Each unit keeps this rank's block of what its parameters hold now (written while
   /// gathered: a restore), then gives their memory back.
   void release_all() {

@@ -1,20 +1,29 @@
 /// \file
 /// strata::elastic::Trainer: the loop of an elastic job (docs/elastic.md), for a model trained
-/// with MultiWorkerMirroredStrategy<C> on a dataset every worker holds. Each generation of the
-/// membership builds its strategy under the generation's prefix, takes the training state of
-/// its member 0 (a survivor; no disk), sets the learning rate by the user's rule when the
-/// worker count changed, and trains from the last completed step, its rows cut from each
-/// epoch by global offset (GlobalOrder). A lost peer, one that stops answering, or a joiner
-/// ends the generation at a step boundary.
+/// with MultiWorkerMirroredStrategy<C> (or ShardedStrategy<C, Stage>) on a dataset every worker
+/// holds. Each generation of the membership builds its strategy under the generation's prefix,
+/// takes the training state of its member 0 (a survivor; no disk), sets the learning rate by
+/// the user's rule when the worker count changed, and trains from the last completed step, its
+/// rows cut from each epoch by global offset (GlobalOrder). A lost peer, one that stops
+/// answering, or a joiner ends the generation at a step boundary.
+///
+/// Under ShardedStrategy no rank holds the whole state, and a lost rank's shard is gone with
+/// it: the state moves through a sharded checkpoint in TrainOptions::checkpoint_dir instead,
+/// saved every `checkpoint_every` steps and at each change seen at a step boundary, and each
+/// generation restores the newest one resharded onto its members (after a loss, the steps
+/// since it are trained again).
 ///
 ///   elastic::Trainer<collective::Gloo> trainer(data::fashion_mnist_train(), options);
+///   elastic::Trainer<collective::Gloo, ShardedStrategy<collective::Gloo>> sharded(data, options);
 ///   auto model = trainer.run(make_model, make_optimizer, [&](auto& strategy, auto& model, auto& opt,
 ///                                                            const data::Batch& b) { ... strategy.run(...) ... });
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,6 +39,7 @@
 #include <strata/strategy/elastic/global_order.hpp>
 #include <strata/strategy/elastic/member.hpp>
 #include <strata/strategy/multi_worker_mirrored.hpp>
+#include <strata/strategy/sharded.hpp>
 
 namespace strata::elastic {
 
@@ -64,6 +74,15 @@ struct TrainOptions {
   /// failed collective times out within about a step of the first: a longer window for steps
   /// longer than a second.
   std::chrono::milliseconds census_window = Member::kCensusWindow;
+  /// ShardedStrategy's wrap units (stage 3).
+  ShardOptions sharding{};
+  /// Under ShardedStrategy (required there): the directory, one every worker sees, of the
+  /// sharded checkpoints the state moves through. A job started over a directory that holds
+  /// one resumes from it.
+  std::filesystem::path checkpoint_dir;
+  /// Under ShardedStrategy: a checkpoint every this many steps (after a loss the steps since
+  /// the last one are trained again), besides the one at each change of membership.
+  std::int64_t checkpoint_every = 50;
 };
 
 /// Where the loop stands: at a step (for the step's body and for logging), and at the start
@@ -78,8 +97,13 @@ struct Progress {
   std::string resumed_after = "the start";  ///< why this generation began
 };
 
-template <class C>
+template <class C, class S = MultiWorkerMirroredStrategy<C>>
 class Trainer {
+  /// Whether the strategy shards the training state (its state moves through checkpoints).
+  static constexpr bool kSharded = strata::detail::ShardsTrainingState<S>;
+  static_assert(std::is_base_of_v<MultiWorkerMirroredStrategy<C>, S>,
+                "elastic::Trainer<C, S>: S is MultiWorkerMirroredStrategy<C> or ShardedStrategy<C, Stage>");
+
  public:
   /// Joins the elastic job (strata-run --elastic) and waits for the first view that holds
   /// this process. Every worker holds the same `data`.
@@ -90,6 +114,13 @@ class Trainer {
     STRATA_CHECK(static_cast<bool>(o_.on_resize), "elastic::Trainer: on_resize is empty (keep_lr is the default)");
     STRATA_CHECK(o_.census_window.count() > 0, "elastic::Trainer: census_window must be positive, got ",
                  o_.census_window.count(), " ms");
+    if constexpr (kSharded) {
+      STRATA_REQUIRE(!o_.checkpoint_dir.empty(), invalid_argument, "strata.elastic",
+                     "elastic::Trainer over ShardedStrategy: TrainOptions::checkpoint_dir is empty; no rank holds the "
+                     "whole state, so it moves between generations through a sharded checkpoint there");
+      STRATA_REQUIRE(o_.checkpoint_every > 0, invalid_argument, "strata.elastic",
+                     "elastic::Trainer: checkpoint_every must be positive, got ", o_.checkpoint_every);
+    }
   }
 
   /// Called at each generation once its communicator is built and the state in place, before
@@ -103,7 +134,6 @@ class Trainer {
   /// the step's examples on all workers).
   template <class MakeModel, class MakeOptimizer, class Step>
   std::invoke_result_t<MakeModel&> run(MakeModel&& make_model, MakeOptimizer&& make_optimizer, Step&& step) {
-    using Strategy = MultiWorkerMirroredStrategy<C>;
     std::vector<unsigned char> state;  // the last generation's state, in memory
     for (;;) {
       p_.generation = member_.generation();
@@ -116,26 +146,42 @@ class Trainer {
         mo.split_update = UpdateSplit::off;
         collective::Options co = o_.collective;
         co.rendezvous_abandoned = [this] { return member_.superseded(); };
-        Strategy strategy(mo, member_.process(), member_.prefix(), co);
+        S strategy = make_strategy(mo, co);
         auto model = strategy.scope(make_model);
-        auto opt = make_optimizer(model);
-        if (member_.generation() > 1) restore(strategy, model, opt, state);  // member 0 is a survivor
-        p_.epoch = order_.epoch();
-        p_.offset = order_.offset();
-        p_.first_of_generation = true;
-        if (on_generation_) on_generation_(p_);
-        bool changed = false;
-        try {
+        auto opt = make_optimizer_in(strategy, make_optimizer, model);
+        if constexpr (kSharded) {
+          TrainingCheckpoints<S, decltype(model), decltype(opt)> saved(strategy, model, opt, o_.checkpoint_dir, 2);
+          restore_sharded(strategy, opt, saved);
+          begin_generation();
+          bool changed = false;
           while (order_.epoch() < o_.epochs && !changed) {
             train_step(strategy, model, opt, step);
             changed = member_.changed(strategy);
+            // At a change every member of this generation stands at the same step boundary:
+            // the next one takes the state from here, nothing lost (unless a member is gone,
+            // which fails the save: the next one takes the last checkpoint).
+            if (changed || p_.step % o_.checkpoint_every == 0) save_sharded(opt, saved);
           }
-        } catch (const error&) {
-          state = capture(model, opt);  // as of the last step this process completed
-          throw;
+          if (!changed) {
+            strategy.detach(model.parameters());  // (stage 3: whole, and no hook of the strategy left in it)
+            return model;
+          }
+        } else {
+          if (member_.generation() > 1) restore(strategy, model, opt, state);  // member 0 is a survivor
+          begin_generation();
+          bool changed = false;
+          try {
+            while (order_.epoch() < o_.epochs && !changed) {
+              train_step(strategy, model, opt, step);
+              changed = member_.changed(strategy);
+            }
+          } catch (const error&) {
+            state = capture(model, opt);  // as of the last step this process completed
+            throw;
+          }
+          if (!changed) return model;
+          state = capture(model, opt);
         }
-        if (!changed) return model;
-        state = capture(model, opt);
         p_.resumed_after = "a change of membership";
       } catch (const collective_error& e) {  // a peer lost
         after_failure(e);
@@ -158,7 +204,28 @@ class Trainer {
     if (!member_.census(o_.census_window)) throw;
   }
 
-  template <class S, class Model, class Opt, class Step>
+  S make_strategy(const MultiWorkerOptions& mo, const collective::Options& co) {
+    if constexpr (kSharded)
+      return S(mo, o_.sharding, member_.process(), member_.prefix(), co);
+    else
+      return S(mo, member_.process(), member_.prefix(), co);
+  }
+  // The optimizer (by value); under ShardedStrategy made in its scope, to update this rank's shards.
+  template <class MakeOptimizer, class Model>
+  static auto make_optimizer_in(S& strategy, MakeOptimizer& make, Model& model) {
+    if constexpr (kSharded)
+      return strategy.scope([&] { return make(model); });
+    else
+      return make(model);
+  }
+  void begin_generation() {
+    p_.epoch = order_.epoch();
+    p_.offset = order_.offset();
+    p_.first_of_generation = true;
+    if (on_generation_) on_generation_(p_);
+  }
+
+  template <class Model, class Opt, class Step>
   void train_step(S& strategy, Model& model, Opt& opt, Step& step) {
     const int n = strategy.num_replicas_in_sync();
     rows_ = order_.rows(strategy.rank(), o_.per_replica_batch);
@@ -192,7 +259,7 @@ class Trainer {
 
   // The state of member 0 (a survivor) on every member: its small tensors in one message, each
   // parameter and optimizer slot straight into the others' (strata::detail::share_checkpoint).
-  template <class S, class Model, class Opt>
+  template <class Model, class Opt>
   void restore(S& strategy, Model& model, Opt& opt, const std::vector<unsigned char>& state) {
     std::optional<checkpoint::Reader> survivor;
     if (strategy.is_chief() && !state.empty())
@@ -211,6 +278,43 @@ class Trainer {
     opt.set_lr(from == to ? lr : o_.on_resize(Resize{member_.generation(), from, to, lr}));
   }
 
+  // The newest checkpoint in checkpoint_dir, resharded onto this generation's members, with
+  // the learning rate and worker count it was saved at (member 0's record of them: it saved
+  // or restored that checkpoint in its last generation; a job begun from a checkpoint of an
+  // earlier one keeps make_optimizer's rate). With none, the job starts: its first
+  // checkpoint is its initial state, so a loss before the next one restarts from step 0.
+  template <class Opt, class Saved>
+  void restore_sharded(S& strategy, Opt& opt, Saved& saved) {
+    const std::optional<checkpoint::TrainingPosition> pos = saved.restore(RestoreOptions{.any_replica_count = true});
+    double at[3] = {-1, 0, 0};  // (known, lr, workers) of the step restored, as member 0 recorded them
+    if (pos && strategy.rank() == 0)
+      if (const auto it = saved_at_.find(pos->step); it != saved_at_.end())
+        at[0] = 1, at[1] = it->second.first, at[2] = it->second.second;
+    strategy.broadcast_from_chief(at, sizeof at);
+    saved_at_.clear();
+    if (!pos) {
+      p_.step = 0;
+      order_.seek(0, 0);
+      save_sharded(opt, saved);
+      return;
+    }
+    p_.step = pos->step;
+    order_.seek(pos->epoch, pos->batch);  // `batch` holds the epoch's global offset here
+    const int to = strategy.num_replicas_in_sync();
+    if (at[0] > 0) {
+      const int from = static_cast<int>(at[2]);
+      opt.set_lr(from == to ? at[1] : o_.on_resize(Resize{member_.generation(), from, to, at[1]}));
+    }
+    saved_at_[pos->step] = {opt.lr(), to};
+  }
+  // A checkpoint of this step, its learning rate and worker count recorded first (a manifest
+  // exists only where every member reached its save).
+  template <class Opt, class Saved>
+  void save_sharded(Opt& opt, Saved& saved) {
+    saved_at_[p_.step] = {opt.lr(), p_.workers};
+    saved.save({p_.step, order_.epoch(), order_.offset()});
+  }
+
   data::TensorDataset data_;
   TrainOptions o_;
   Member member_;
@@ -218,6 +322,7 @@ class Trainer {
   Progress p_;
   std::vector<std::int64_t> rows_;
   std::function<void(const Progress&)> on_generation_;
+  std::map<std::int64_t, std::pair<double, int>> saved_at_;  // sharded: each checkpoint's step -> (lr, workers)
 };
 
 }  // namespace strata::elastic
