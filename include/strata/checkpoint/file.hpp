@@ -120,7 +120,7 @@ inline Layout lay_out(const NamedTensors& tensors, std::uint32_t version = kForm
     STRATA_REQUIRE(t0.defined() && t0.ndim() <= kMaxDims, invalid_argument, "strata.checkpoint", "'", name,
                    "': undefined or more than ",
                    kMaxDims, " dimensions");
-    const Tensor t = t0.contiguous();
+    const Tensor t = (t0.device().kind == DeviceKind::cpu ? t0 : t0.to(Device::cpu())).contiguous();  // (a GPU's: its bytes)
     detail::put(l.index, static_cast<std::uint16_t>(name.size()));
     l.index.insert(l.index.end(), name.begin(), name.end());
     detail::put(l.index, static_cast<std::uint8_t>(t.dtype()));

@@ -220,6 +220,7 @@ inline TrainingPosition restore_training_state(const Reader& r, std::span<const 
     if (src.sharded() && !src.holds(key, k, range)) continue;  // no state of these elements yet
     Tensor t = Tensor::empty(like.shape(), like.dtype());
     src.read_into(key, k, range, t);
+    if (like.device().kind != DeviceKind::cpu) t = t.to(like.device());  // (the state lives by its parameter)
     if (range.end > range.begin) optimizer.slots.emplace_back(name, std::move(t));
   }
   const Tensor pos = r.read("position"), rng = r.read("rng");

@@ -3,7 +3,9 @@
 /// is divided among the processes (DeepSpeed's ZeRO, PyTorch's FSDP): each rank keeps the
 /// optimizer state of its shard of every parameter only (ShardStage::optimizer_state), and
 /// with ShardStage::gradients also receives only its shard of the summed gradients (a
-/// reduce-scatter instead of an all-reduce). Everything else is MultiWorkerMirroredStrategy's:
+/// reduce-scatter instead of an all-reduce). Over a device collective (Nccl) the model, its
+/// shards and their optimizer state live on the rank's GPU. Everything else is
+/// MultiWorkerMirroredStrategy's:
 /// the process group, each worker's rows of every global batch, the values across
 /// processes; the user's loop is the same, the template argument alone changes.
 /// docs/sharding.md.
@@ -26,6 +28,7 @@
 #include <strata/strategy/detail/wrap_units.hpp>
 #include <strata/strategy/gathered_parameters.hpp>
 #include <strata/strategy/multi_worker_mirrored.hpp>
+#include <strata/tensor/placement.hpp>  // move_in_place
 
 namespace strata {
 
@@ -58,8 +61,6 @@ struct ShardOptions {
 template <class C, ShardStage Stage = ShardStage::gradients>
 class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
   using Base = MultiWorkerMirroredStrategy<C>;
-  static_assert(!collective::DeviceCollective<C>,
-                "ShardedStrategy<Nccl>: sharding runs over host memory for now (collective::Mpi, collective::Gloo)");
 
  public:
   static constexpr const char* name = "sharded";
@@ -88,6 +89,10 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
     if constexpr (detail::HasParameters<T>) {
       STRATA_REQUIRE(this->options_.compression == Compression::none, invalid_argument, "strata.strategy",
                      "ShardedStrategy: gradient compression on the wire is not available with sharding yet");
+      if constexpr (collective::DeviceCollective<C>) {  // a device collective (Nccl): the shards live on its GPU
+        move_in_place(made.parameters(), Device::cuda(this->comm_.device()));
+        if constexpr (detail::HasBuffers<T>) move_in_place(made.buffers(), Device::cuda(this->comm_.device()));
+      }
       detail::broadcast_parameters(this->comm_, made.parameters(), 0);
       detail::broadcast_generators(this->comm_, made, 0);
       detail::WrapUnits units;
@@ -123,8 +128,13 @@ class ShardedStrategy : public MultiWorkerMirroredStrategy<C> {
   template <class F>
     requires std::invocable<F&, ReplicaContext&, const data::Batch&>
   auto run(F&& fn, const data::Batch& batch) {
-    return run_sharded<std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>>(
-        [&](ReplicaContext& ctx) { return detail::run_on_rows(fn, ctx, batch); });
+    using R = std::invoke_result_t<F&, ReplicaContext&, const data::Batch&>;
+    if constexpr (collective::DeviceCollective<C>) {  // the input follows the shards to the GPU
+      const data::Batch on_device = batch.to(Device::cuda(this->comm_.device()));
+      return run_sharded<R>([&](ReplicaContext& ctx) { return detail::run_on_rows(fn, ctx, on_device); });
+    } else {
+      return run_sharded<R>([&](ReplicaContext& ctx) { return detail::run_on_rows(fn, ctx, batch); });
+    }
   }
   template <class F>
     requires std::invocable<F&, ReplicaContext&>

@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -47,14 +46,16 @@ class ShardedModel {
   /// `units` (stage 3): the wrap units of the model whose parameters these are; none: every
   /// parameter kept whole on every rank (stages 1 and 2).
   ShardedModel(C& comm, std::vector<Tensor> params, std::size_t bucket_bytes, bool scatter, WrapUnits units = {})
-      : comm_(comm), params_(checked(std::move(params))) {
+      : comm_(comm), params_(checked(comm, std::move(params))) {
     if (!units.modules.empty()) inline_ = gathers_inline(comm);
     GradientSharding blocks;
     blocks.blocks = comm.size();
     blocks.in_blocks = true;
     blocks.scatter = scatter;
     blocks.release = scatter;
-    blocks.async = !units.modules.empty() && !inline_;  // the units' all-gathers and reduce-scatters in one call order
+    // The units' all-gathers and reduce-scatters in one call order; on a device, every
+    // reduce-scatter through the collective's own queue, behind the backward kernels.
+    blocks.async = (!units.modules.empty() && !inline_) || (scatter && on_device());
     blocks.units = units.of_param;
     engine_ = std::make_unique<GradientEngine<C>>(comm, params_, bucket_bytes, Compression::none, std::move(blocks));
     const BucketPlan& plan = engine_->plan();
@@ -68,14 +69,16 @@ class ShardedModel {
     for (std::size_t b = 0; b < plan.buckets().size(); ++b) {
       const BucketPlan::Bucket& bk = plan.buckets()[b];
       const bool in_unit = bk.unit >= 0;
-      const Tensor& flat = flat_.emplace_back(Tensor::empty(Shape{static_cast<std::int64_t>(bk.count)}, bk.dtype).fill_(0.0));
-      const Tensor& staging = staging_.emplace_back(Tensor::empty(Shape{static_cast<std::int64_t>(plan.block(b))}, bk.dtype));
+      const Tensor& flat =
+          flat_.emplace_back(Tensor::empty(Shape{static_cast<std::int64_t>(bk.count)}, bk.dtype, device()).fill_(0.0));
+      const Tensor& staging =
+          staging_.emplace_back(Tensor::empty(Shape{static_cast<std::int64_t>(plan.block(b))}, bk.dtype, device()));
       const std::int64_t block_at = static_cast<std::int64_t>(plan.block(b)) * me;
       for (std::size_t k : bk.members) {
         const Tensor& p = params_[k];
         const auto at = static_cast<std::int64_t>(plan.slot(k).offset);
         Tensor home = make_view(flat, p.shape(), contiguous_strides(p.shape()), at);
-        std::memcpy(home.raw_data(), p.raw_data(), p.nbytes());
+        home.copy_(p);
         p.impl()->share_storage_of(*home.impl());
         // This rank's shard of it (in a unit's bucket: of the block kept between uses), and
         // the shard's gradient in the engine's block of the sum.
@@ -250,9 +253,8 @@ class ShardedModel {
   // This rank's block of bucket b's flat buffer copied into staging_[b] (what the all-gather
   // sends; a unit's only copy between uses).
   void keep_block(std::size_t b) {
-    const std::size_t bytes = staging_[b].nbytes();
-    std::memcpy(staging_[b].raw_data(),
-                static_cast<const char*>(flat_[b].raw_data()) + bytes * static_cast<std::size_t>(comm_.rank()), bytes);
+    const std::int64_t block = staging_[b].numel();
+    staging_[b].copy_(make_view(flat_[b], Shape{block}, Shape{1}, block * comm_.rank()));
   }
 
   // Every rank's block of bucket b gathered into its flat buffer (blocking).
@@ -304,11 +306,11 @@ class ShardedModel {
       }
       const auto block = static_cast<std::size_t>(staging_[b].numel()), all = static_cast<std::size_t>(flat_[b].numel());
       if (flat_[b].dtype() == DType::f64)
-        u.gathering.push_back(comm_.iallgather(std::span<const double>(staging_[b].template data<double>(), block),
-                                               std::span<double>(flat_[b].template data<double>(), all)));
+        u.gathering.push_back(comm_.iallgather(std::span<const double>(staging_[b].template device_data<double>(), block),
+                                               std::span<double>(flat_[b].template device_data<double>(), all)));
       else
-        u.gathering.push_back(comm_.iallgather(std::span<const float>(staging_[b].template data<float>(), block),
-                                               std::span<float>(flat_[b].template data<float>(), all)));
+        u.gathering.push_back(comm_.iallgather(std::span<const float>(staging_[b].template device_data<float>(), block),
+                                               std::span<float>(flat_[b].template device_data<float>(), all)));
     }
     u.state = inline_ ? Unit::State::gathered : Unit::State::gathering;
   }
@@ -406,11 +408,19 @@ class ShardedModel {
     return true;
   }
 
-  static std::vector<Tensor> checked(std::vector<Tensor> params) {
+  // The parameters' device: host memory, or the device collective's.
+  Device device() const { return params_.empty() ? Device::cpu() : params_.front().device(); }
+  bool on_device() const { return device().kind != DeviceKind::cpu; }
+
+  static std::vector<Tensor> checked(C& comm, std::vector<Tensor> params) {
+    Device home = Device::cpu();
+    if constexpr (collective::DeviceCollective<C>) home = Device::cuda(comm.device());
+    (void)comm;
     for (std::size_t k = 0; k < params.size(); ++k) {
       const Tensor& p = params[k];
-      STRATA_CHECK(p.device().kind == DeviceKind::cpu && p.is_contiguous(), "ShardedStrategy: parameter ", k, " (",
-                   p.shape(), ") is not a contiguous tensor in host memory");
+      STRATA_CHECK(p.device() == home && p.is_contiguous(), "ShardedStrategy<", C::name, ">: parameter ", k, " (",
+                   p.shape(), ") is not a contiguous tensor on ", home, ", where ", C::name,
+                   "'s collectives move it (it is on ", p.device(), ")");
       STRATA_CHECK(!BucketPlan::is_table(p), "ShardedStrategy: parameter ", k, " (", p.shape(),
                    ") is a row-sparse table, which cannot be sharded yet: make its Embedding with "
                    "TableGradient::dense, or use MultiWorkerMirroredStrategy");
