@@ -61,7 +61,7 @@ inline void add_strategy_flags(CLI::App& app, StrategyFlags& f, const std::strin
   app.add_option("--strategy", f.strategy)->check(CLI::IsMember(strategies))->capture_default_str();
   app.add_option("--replicas", f.replicas, "replica threads (mirrored, central_storage)")
       ->check(CLI::Range(1, 16))->capture_default_str();
-  app.add_option("--collective", f.collective, "multi_worker_mirrored: mpi, gloo or nccl; parameter_server: mpi or gloo; "
+  app.add_option("--collective", f.collective, "multi_worker_mirrored, sharded: mpi, gloo or nccl; parameter_server: mpi or gloo; "
                  "mirrored: nccl puts its replicas on the GPUs cuda:0 .. cuda:replicas-1")
       ->check(CLI::IsMember({"mpi", "gloo", "nccl"}));
   app.add_option("--compression", f.compression, "16-bit gradients on the wire (multi_worker_mirrored)")
@@ -105,8 +105,8 @@ inline void check_strategy_flags(const CLI::App& app, const StrategyFlags& f) {
     only("--shard-stage", f.strategy == "sharded", "--strategy sharded");
   if (app.get_option_no_throw("--unit-bytes") != nullptr)
     only("--unit-bytes", f.strategy == "sharded" && f.shard_stage == 3, "--strategy sharded --shard-stage 3");
-  if (f.strategy == "sharded" && f.collective != "mpi" && f.collective != "gloo")
-    throw CLI::RequiredError("--collective (mpi or gloo) for --strategy sharded");
+  if (f.strategy == "sharded" && f.collective != "mpi" && f.collective != "gloo" && f.collective != "nccl")
+    throw CLI::RequiredError("--collective (mpi, gloo or nccl) for --strategy sharded");
   if (f.strategy == "mirrored" && !f.collective.empty() && f.collective != "nccl")
     throw CLI::ValidationError("--collective", "mirrored takes nccl (replicas on GPUs) or none (replicas on CPU threads)");
   only("--compression", f.strategy == "multi_worker_mirrored", "--strategy multi_worker_mirrored");
@@ -150,20 +150,18 @@ template <bool kSharded = false, class F>
 void with_strategy(const StrategyFlags& o, F&& f) {
   if constexpr (kSharded)
     if (o.strategy == "sharded") {
-      with_collective(o, [&]<class C>(C*) {
-        if constexpr (!strata::collective::DeviceCollective<C>) {
-          if (o.shard_stage == 1) {
-            strata::ShardedStrategy<C, strata::ShardStage::optimizer_state> s;
-            f(s);
-          } else if (o.shard_stage == 3) {
-            strata::ShardOptions units;
-            units.unit_bytes = o.unit_bytes;
-            strata::ShardedStrategy<C, strata::ShardStage::parameters> s(strata::MultiWorkerOptions{}, units);
-            f(s);
-          } else {
-            strata::ShardedStrategy<C, strata::ShardStage::gradients> s;
-            f(s);
-          }
+      with_collective(o, [&]<class C>(C*) {  // Nccl: each rank's shards on its local GPU
+        if (o.shard_stage == 1) {
+          strata::ShardedStrategy<C, strata::ShardStage::optimizer_state> s;
+          f(s);
+        } else if (o.shard_stage == 3) {
+          strata::ShardOptions units;
+          units.unit_bytes = o.unit_bytes;
+          strata::ShardedStrategy<C, strata::ShardStage::parameters> s(strata::MultiWorkerOptions{}, units);
+          f(s);
+        } else {
+          strata::ShardedStrategy<C, strata::ShardStage::gradients> s;
+          f(s);
         }
       });
       return;
