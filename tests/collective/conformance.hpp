@@ -14,6 +14,7 @@
 
 #include "doctest.hpp"
 
+#include <strata/collective/capabilities.hpp>
 #include <strata/collective/collective.hpp>
 #include <strata/support/error.hpp>
 #include <strata/tensor/half.hpp>
@@ -159,6 +160,23 @@ TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.BroadcastGatherScatterBarrier"
         c.barrier();
       });
     }
+  // allgather_raw in place: each rank's block of `out` is its input (20000: past the size from
+  // which Mpi and Gloo stage it through the host's shared memory).
+  if constexpr (strata::collective::RawCollective<P>)
+    for (int n = 1; n <= 4; ++n)
+      for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{20000}})
+        World<P>::run(n, [&](P& c) {
+          std::vector<float> all(count * static_cast<std::size_t>(n), -1.0f);
+          float* mine = all.data() + static_cast<std::size_t>(c.rank()) * count;
+          for (std::size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(value(c.rank(), i, ReduceOp::Sum));
+          c.allgather_raw(mine, all.data(), count, strata::DType::f32);
+          for (int k = 0; k < n; ++k)
+            for (std::size_t i = 0; i < count; ++i)
+              if (all[static_cast<std::size_t>(k) * count + i] != static_cast<float>(value(k, i, ReduceOp::Sum))) {
+                FAIL_CHECK("in-place allgather of ", count, " on ", n, " ranks: element ", i, " of rank ", k, "'s block");
+                return;
+              }
+        });
 }
 
 TEST_CASE_TEMPLATE_DEFINE("Collective.Conformance.AsyncAllreduceKeepsOrder", P, async_suite) {

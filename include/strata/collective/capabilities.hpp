@@ -42,7 +42,8 @@ template <class C>
 inline constexpr bool enable_thread_group = false;
 
 /// The collectives over untyped buffers (`in == out` is in place; counts are elements, per
-/// rank for allgather and reduce_scatter).
+/// rank for allgather and reduce_scatter). allgather_raw is in place where `in` is this rank's
+/// block of `out` (out + rank * n elements), as MPI_IN_PLACE and NCCL's in-place form are.
 template <class C>
 concept RawCollective = Collective<C> && enable_raw_collective<C> &&
                         requires(C& c, const void* in, void* out, std::size_t n, DType t, ReduceOp op) {

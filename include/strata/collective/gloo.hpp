@@ -179,11 +179,18 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
     const std::size_t bytes = count * size_of(dtype);
     if (bytes == 0) return;
     if (size_ == 1) {
-      std::memcpy(out, in, bytes);
+      if (in != out) std::memcpy(out, in, bytes);
       return;
     }
     if (auto* staging = staging_buffer())
       return on_host(fp, [&] { staging->allgather(in, out, bytes, options_.timeout, fp.str()); });
+    // In place (`in` is this rank's block of `out`): Gloo copies its input into that block
+    // first, so it sends from a copy.
+    std::vector<std::uint8_t> own;
+    if (in == static_cast<const std::uint8_t*>(out) + bytes * static_cast<std::size_t>(rank_)) {
+      own.assign(static_cast<const std::uint8_t*>(in), static_cast<const std::uint8_t*>(in) + bytes);
+      in = own.data();
+    }
     guarded(fp, [&] {
       gloo::AllgatherOptions o(ctx_);
       o.setTimeout(options_.timeout);

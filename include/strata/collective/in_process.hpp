@@ -200,8 +200,10 @@ class InProcess : public TypedFrontEnd<InProcess>, public AsyncOnCommThread<InPr
     const Fingerprint fp{OpKind::allgather, ReduceOp::Sum, dtype, count, 0, 0};
     begin(fp, in, out);
     const std::size_t bytes = count * size_of(dtype);
-    for (int k = 0; k < size(); ++k)
-      if (bytes) std::memcpy(static_cast<char*>(out) + static_cast<std::size_t>(k) * bytes, group_->slot(k).send_[cur_], bytes);
+    for (int k = 0; k < size(); ++k) {
+      char* to = static_cast<char*>(out) + static_cast<std::size_t>(k) * bytes;
+      if (bytes && to != group_->slot(k).send_[cur_]) std::memcpy(to, group_->slot(k).send_[cur_], bytes);  // (in place: there already)
+    }
     end(fp);
   }
   void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {

@@ -289,8 +289,11 @@ class Mpi : public TypedFrontEnd<Mpi> {
         staging->allgather(in, out, count * size_of(dtype), options_.timeout, what);
       });
     const MPI_Datatype t = detail::mpi_type(dtype);
-    run(Fingerprint{OpKind::allgather, ReduceOp::Sum, dtype, count, 0, 0},
-        [&] { return MPI_Allgather(in, count_of(count), t, out, count_of(count), t, comm_); });
+    // (in place: `in` is this rank's block of `out`; the staged path copies it out first)
+    const bool in_place = in == static_cast<const char*>(out) + count * size_of(dtype) * static_cast<std::size_t>(rank_);
+    run(Fingerprint{OpKind::allgather, ReduceOp::Sum, dtype, count, 0, 0}, [&] {
+      return MPI_Allgather(in_place ? MPI_IN_PLACE : in, count_of(count), t, out, count_of(count), t, comm_);
+    });
   }
   void reduce_scatter_raw(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
     if (dtype == DType::f16 || dtype == DType::bf16)  // through float32, like allreduce_raw

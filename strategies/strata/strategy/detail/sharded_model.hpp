@@ -71,8 +71,9 @@ class ShardedModel {
       const bool in_unit = bk.unit >= 0;
       const Tensor& flat =
           flat_.emplace_back(Tensor::empty(Shape{static_cast<std::int64_t>(bk.count)}, bk.dtype, device()).fill_(0.0));
-      const Tensor& staging =
-          staging_.emplace_back(Tensor::empty(Shape{static_cast<std::int64_t>(plan.block(b))}, bk.dtype, device()));
+      // A unit's block kept between uses; another bucket's block is its part of the flat buffer.
+      const Tensor& staging = staging_.emplace_back(
+          in_unit ? Tensor::empty(Shape{static_cast<std::int64_t>(plan.block(b))}, bk.dtype, device()) : Tensor());
       const std::int64_t block_at = static_cast<std::int64_t>(plan.block(b)) * me;
       for (std::size_t k : bk.members) {
         const Tensor& p = params_[k];
@@ -124,9 +125,7 @@ class ShardedModel {
   /// buckets excepted: their blocks are gathered where the unit is next used). Collective.
   void gather_parameters() {
     for (std::size_t b = 0; b < flat_.size(); ++b) {
-      if (unit_of_bucket(b) >= 0) continue;
-      keep_block(b);
-      allgather_block(b);
+      if (unit_of_bucket(b) < 0) allgather_block(b);
     }
   }
 
@@ -250,17 +249,22 @@ class ShardedModel {
   }
 
   int unit_of_bucket(std::size_t b) const { return engine_->plan().buckets()[b].unit; }
-  // This rank's block of bucket b's flat buffer copied into staging_[b] (what the all-gather
-  // sends; a unit's only copy between uses).
+  // This rank's block of a unit's bucket b copied from its flat buffer into staging_[b] (what
+  // the all-gather sends; the unit's only copy between uses).
   void keep_block(std::size_t b) {
     const std::int64_t block = staging_[b].numel();
     staging_[b].copy_(make_view(flat_[b], Shape{block}, Shape{1}, block * comm_.rank()));
   }
 
-  // Every rank's block of bucket b gathered into its flat buffer (blocking).
+  // Every rank's block of bucket b gathered into its flat buffer (blocking): a unit's sent from
+  // its kept block, another bucket's in place (this rank's block of the buffer is what it sends:
+  // no copy of it is kept, RawCollective's in-place allgather_raw).
   void allgather_block(std::size_t b) {
-    comm_.allgather_raw(staging_[b].raw_data(), flat_[b].raw_data(), static_cast<std::size_t>(staging_[b].numel()),
-                        flat_[b].dtype());
+    const std::size_t block = engine_->plan().block(b), bytes = block * size_of(flat_[b].dtype());
+    const void* in = staging_[b].defined()
+                         ? staging_[b].raw_data()
+                         : static_cast<const char*>(flat_[b].raw_data()) + bytes * static_cast<std::size_t>(comm_.rank());
+    comm_.allgather_raw(in, flat_[b].raw_data(), block, flat_[b].dtype());
   }
 
   void make_units(WrapUnits w) {
@@ -432,7 +436,7 @@ class ShardedModel {
   std::vector<Tensor> params_;
   std::unique_ptr<GradientEngine<C>> engine_;
   std::vector<Tensor> flat_;     // per bucket: the parameters' values, laid out as its gradients
-  std::vector<Tensor> staging_;  // per bucket: this rank's block, sent by the all-gather
+  std::vector<Tensor> staging_;  // per unit's bucket: this rank's block, kept and sent by the all-gather
   std::vector<optim::ElementRange> ranges_;  // per parameter: this rank's elements of it
   std::vector<Tensor> shards_;   // per parameter: those elements, viewing flat_ (a unit's: staging_)
   std::size_t held_ = 0;
