@@ -133,3 +133,38 @@ TEST_CASE("NN.Module.CallHookRunsAroundOperatorCallsAndNotForward") {
   modules[2].second->set_call_hook(nullptr);
   CHECK(net(x).to_vector<float>() == plain);
 }
+
+namespace {
+// Records where the module it is set on went.
+struct FollowingHook final : nn::Module::CallHook {
+  std::vector<nn::Module*> moves;
+  void before(nn::Module&) override {}
+  Tensor after(nn::Module&, Tensor out) override { return out; }
+  void moved(nn::Module* to) noexcept override { moves.push_back(to); }
+};
+}  // namespace
+
+TEST_CASE("NN.Module.CallHookFollowsItsModuleAndHearsItsEnd") {
+  // A hook that keeps its module's address (ShardedStrategy's wrap units) learns where a move
+  // takes the module and when it ends, so it never reaches a module that is gone.
+  FollowingHook hook;
+  {
+    nn::Linear a(4, 3);
+    a.set_call_hook(&hook);
+    nn::Linear b(std::move(a));
+    CHECK(a.call_hook() == nullptr);
+    CHECK(b.call_hook() == &hook);
+    REQUIRE(hook.moves.size() == 1);
+    CHECK(hook.moves[0] == &b);
+    FollowingHook other;
+    nn::Linear c(2, 2);
+    c.set_call_hook(&other);
+    c = std::move(b);  // c's own hook hears that its module was replaced
+    CHECK(c.call_hook() == &hook);
+    CHECK(other.moves == std::vector<nn::Module*>{nullptr});
+    REQUIRE(hook.moves.size() == 2);
+    CHECK(hook.moves[1] == &c);
+  }
+  REQUIRE(hook.moves.size() == 3);
+  CHECK(hook.moves[2] == nullptr);  // c ended
+}

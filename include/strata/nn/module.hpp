@@ -20,11 +20,31 @@ namespace strata::nn {
 class Module {
  public:
   Module() = default;
-  Module(Module&&) = default;
-  Module& operator=(Module&&) = default;
+  // A call hook goes with the module and is told where it went (CallHook::moved).
+  Module(Module&& o) noexcept
+      : params_(std::move(o.params_)), buffers_(std::move(o.buffers_)), children_(std::move(o.children_)),
+        params_cache_(std::move(o.params_cache_)), params_valid_(o.params_valid_), training_(o.training_),
+        hook_(std::exchange(o.hook_, nullptr)) {
+    if (hook_) hook_->moved(this);
+  }
+  Module& operator=(Module&& o) noexcept {
+    if (this == &o) return *this;
+    if (hook_) hook_->moved(nullptr);  // (the module it was set on is replaced)
+    params_ = std::move(o.params_);
+    buffers_ = std::move(o.buffers_);
+    children_ = std::move(o.children_);
+    params_cache_ = std::move(o.params_cache_);
+    params_valid_ = o.params_valid_;
+    training_ = o.training_;
+    hook_ = std::exchange(o.hook_, nullptr);
+    if (hook_) hook_->moved(this);
+    return *this;
+  }
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
-  virtual ~Module() = default;
+  virtual ~Module() {
+    if (hook_) hook_->moved(nullptr);
+  }
 
   virtual Tensor forward(const Tensor& x) = 0;
   /// forward(x), with this module's call hook around it where one is set: a module that
@@ -51,6 +71,9 @@ class Module {
     virtual ~CallHook() = default;
     virtual void before(Module& m) = 0;
     virtual Tensor after(Module& m, Tensor out) = 0;
+    /// The module it is set on moved to `to`, or is gone (null): a hook that keeps the
+    /// module's address follows it, and never reaches a module that has ended.
+    virtual void moved(Module* to) noexcept { (void)to; }
   };
   /// Runs `hook` around every call of this module through operator() or call_fused (null:
   /// none). The hook is not owned: it must outlive the module's calls.

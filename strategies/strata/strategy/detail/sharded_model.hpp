@@ -219,6 +219,7 @@ class ShardedModel {
     void before(nn::Module&) override { m_.before_forward(u_); }
     Tensor after(nn::Module&, Tensor out) override { return m_.after_forward(u_, std::move(out)); }
     void on_backward() override { m_.before_backward(u_); }
+    void moved(nn::Module* to) noexcept override { m_.units_[u_].module = to; }  // (null: the model is gone)
 
    private:
     ShardedModel& m_;
