@@ -8,6 +8,7 @@
 // not the communication, which sharded_equivalence proves over Mpi and Gloo.
 #include "doctest.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -136,6 +137,27 @@ TEST_CASE("Strategy.ShardedOnDevices.EquivalentToOneDevice") {
   follows_one_device<ShardStage::optimizer_state>();
   follows_one_device<ShardStage::gradients>();
   follows_one_device<ShardStage::parameters>();
+}
+
+TEST_CASE("Strategy.ShardedOnDevices.ModelOutlivesItsStrategy") {
+  // A stage 3 model detached from its strategy runs and trains as a plain model once the
+  // strategy is gone (elastic::Trainer returns one): no hook of the strategy is left to run.
+  REQUIRE(support::host_device::installed);
+  equivalence::Setup s;
+  const auto data = equivalence::dataset(s);
+  const Tensor x = data::slice_rows(data.x, 0, 8).to(Device::cuda(0)), y = data::slice_rows(data.y, 0, 8).to(Device::cuda(0));
+  manual_seed(7);
+  auto strategy = make_sharded<ShardStage::parameters>();
+  auto net = strategy->scope([] { return equivalence::model(false); });
+  strategy->detach(net.parameters());
+  const auto before = net.parameters().front().to_vector<float>();
+  strategy.reset();
+  const auto grads = grad(equivalence::replica_loss(net, x, y, 8), net.parameters());
+  for (std::size_t k = 0; k < net.parameters().size(); ++k) {
+    CHECK(grads[k].device() == Device::cuda(0));
+    for (float v : grads[k].to_vector<float>()) CHECK(std::isfinite(v));
+  }
+  CHECK(net.parameters().front().to_vector<float>() == before);
 }
 
 TEST_CASE("Strategy.ShardedOnDevices.CheckpointRestoresBitwise") {

@@ -99,6 +99,7 @@ class ShardedModel {
     if (!units.modules.empty()) make_units(std::move(units));
   }
   ~ShardedModel() {
+    *self_ = nullptr;
     for (Unit& u : units_) {
       if (u.module && u.module->call_hook() == u.hook.get()) u.module->set_call_hook(nullptr);
       for (auto& w : u.gathering) w.wait();
@@ -288,9 +289,11 @@ class ShardedModel {
       ++units_[static_cast<std::size_t>(j)].params;
       // After the engine's own hook (which starts the bucket's reduce-scatter): once backward
       // has finished every gradient of the unit, its parameters are read no more this pass.
-      Tensor(params_[k]).register_hook([this, j](const Tensor&) {
-        Unit& u = units_[static_cast<std::size_t>(j)];
-        if (++u.final_params == u.params) release(u);
+      Tensor(params_[k]).register_hook([self = self_, j](const Tensor&) {
+        ShardedModel* m = *self;
+        if (m == nullptr) return;  // (a model trained on after its strategy)
+        Unit& u = m->units_[static_cast<std::size_t>(j)];
+        if (++u.final_params == u.params) m->release(u);
       });
     }
     // This rank's blocks are the units' values from now on (the constructor gave the flat
@@ -446,6 +449,9 @@ class ShardedModel {
   bool order_complete_ = false;      // a whole step has run: order_ is the forward's order
   bool whole_ = false;               // gather_all() holds every unit whole until release_all()
   bool inline_ = false;              // stage 3's collectives blocking on this thread (gathers_inline)
+  // What the parameters' hooks reach this model through, emptied as it ends: the model's
+  // parameters, and their hooks, may outlive it.
+  std::shared_ptr<ShardedModel*> self_ = std::make_shared<ShardedModel*>(this);
 };
 
 }  // namespace strata::detail
