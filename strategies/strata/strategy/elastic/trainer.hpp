@@ -148,7 +148,8 @@ class Trainer {
         co.rendezvous_abandoned = [this] { return member_.superseded(); };
         S strategy = make_strategy(mo, co);
         auto model = strategy.scope(make_model);
-        auto opt = make_optimizer_in(strategy, make_optimizer, model);
+        // (in the scope: under ShardedStrategy it then updates this rank's shards)
+        auto opt = strategy.scope([&] { return make_optimizer(model); });
         if constexpr (kSharded) {
           TrainingCheckpoints<S, decltype(model), decltype(opt)> saved(strategy, model, opt, o_.checkpoint_dir, 2);
           restore_sharded(strategy, opt, saved);
@@ -210,14 +211,6 @@ class Trainer {
     else
       return S(mo, member_.process(), member_.prefix(), co);
   }
-  // The optimizer (by value); under ShardedStrategy made in its scope, to update this rank's shards.
-  template <class MakeOptimizer, class Model>
-  static auto make_optimizer_in(S& strategy, MakeOptimizer& make, Model& model) {
-    if constexpr (kSharded)
-      return strategy.scope([&] { return make(model); });
-    else
-      return make(model);
-  }
   void begin_generation() {
     p_.epoch = order_.epoch();
     p_.offset = order_.offset();
@@ -273,8 +266,12 @@ class Trainer {
         r, model.parameters(), opt, from, strata::detail::generators_of(model), strata::detail::buffers_of(model));
     p_.step = pos.step;
     order_.seek(pos.epoch, pos.batch);  // `batch` holds the epoch's global offset here
-    const double lr = r.read("elastic.lr").item();
-    const int to = strategy.num_replicas_in_sync();
+    resume_lr(opt, from, strategy.num_replicas_in_sync(), r.read("elastic.lr").item());
+  }
+  // The learning rate `lr` of a state saved by `from` workers, on `to`: by the user's rule
+  // where the count changed.
+  template <class Opt>
+  void resume_lr(Opt& opt, int from, int to, double lr) {
     opt.set_lr(from == to ? lr : o_.on_resize(Resize{member_.generation(), from, to, lr}));
   }
 
@@ -301,10 +298,7 @@ class Trainer {
     p_.step = pos->step;
     order_.seek(pos->epoch, pos->batch);  // `batch` holds the epoch's global offset here
     const int to = strategy.num_replicas_in_sync();
-    if (at[0] > 0) {
-      const int from = static_cast<int>(at[2]);
-      opt.set_lr(from == to ? at[1] : o_.on_resize(Resize{member_.generation(), from, to, at[1]}));
-    }
+    if (at[0] > 0) resume_lr(opt, static_cast<int>(at[2]), to, at[1]);
     saved_at_[pos->step] = {opt.lr(), to};
   }
   // A checkpoint of this step, its learning rate and worker count recorded first (a manifest
