@@ -130,3 +130,33 @@ TEST_CASE("Autograd.Engine.CallInBackwardRunsInReverseOrderAndPassesTheGradient"
     CHECK(strata::call_in_backward(h, a).impl() == h.impl());
   }
 }
+
+TEST_CASE("Autograd.Engine.GradientWithoutMemoryTakesItsBucketZeroed") {
+  // Two parameters' gradients as views of one bucket (with padding) whose memory was given
+  // back, as ShardedStrategy's are between steps: the first gradient written takes the
+  // bucket's memory again, in place, and what no gradient wrote reads zero, not old values.
+  Tensor a = strata::full({3}, 1.0, strata::DType::f64).requires_grad_();
+  Tensor b = strata::full({2}, 1.0, strata::DType::f64).requires_grad_();
+  Tensor unused = strata::full({2}, 1.0, strata::DType::f64).requires_grad_();
+  Tensor bucket = strata::full({10}, 7.0, strata::DType::f64);  // old values: 7
+  a.impl()->ag.grad = strata::detail::make_view(bucket, strata::Shape{3}, strata::Shape{1}, 1);
+  b.impl()->ag.grad = strata::detail::make_view(bucket, strata::Shape{2}, strata::Shape{1}, 5);
+  unused.impl()->ag.grad = strata::detail::make_view(bucket, strata::Shape{2}, strata::Shape{1}, 7);
+  bucket.impl()->storage()->give_memory_back();
+  // A bucket no gradient reaches takes its memory for the zeros grad() writes.
+  Tensor c = strata::full({2}, 1.0, strata::DType::f64).requires_grad_();
+  Tensor other = strata::full({4}, 7.0, strata::DType::f64);
+  c.impl()->ag.grad = strata::detail::make_view(other, strata::Shape{2}, strata::Shape{1}, 1);
+  other.impl()->storage()->give_memory_back();
+  const std::vector<Tensor> params{a, b, unused, c};
+  auto g = strata::grad(strata::sum(a * 2.0) + strata::sum(b) * strata::sum(a), params);
+  REQUIRE(bucket.impl()->storage()->holds_memory());
+  CHECK(a.grad().raw_data() == static_cast<double*>(bucket.raw_data()) + 1);  // written in place
+  CHECK(b.grad().raw_data() == static_cast<double*>(bucket.raw_data()) + 5);
+  // d/da = 2 + sum(b) = 4; d/db = sum(a) = 3; unused: 0 (zero_gradient in its slot)
+  CHECK(bucket.to_vector<double>() == std::vector<double>{0, 4, 4, 4, 0, 3, 3, 0, 0, 0});
+  CHECK(g[2].to_vector<double>() == std::vector<double>{0, 0});
+  REQUIRE(other.impl()->storage()->holds_memory());
+  CHECK(c.grad().raw_data() == static_cast<double*>(other.raw_data()) + 1);
+  CHECK(other.to_vector<double>() == std::vector<double>{0, 0, 0, 0});
+}

@@ -24,8 +24,8 @@ namespace autograd::detail {
 
 /// Leaf `leaf`'s gradient of pass `epoch` is zero (no path reached it; rows of an earlier
 /// pass are not it): no rows for a row-sparse table, else a dense zero. A gradient whose
-/// memory was given back (a view of a strategy's bucket between its uses: ShardedStrategy) is
-/// replaced by a tensor of its own, which the strategy's hook copies in when it is final.
+/// memory was given back (a view of a strategy's bucket between its uses: ShardedStrategy)
+/// takes it again (take_memory_back).
 inline void zero_gradient(const Tensor& leaf, std::uint64_t epoch) {
   auto& ag = leaf.impl()->ag;
   if (ag.row_sparse && leaf.ndim() >= 1 && leaf.device().kind == DeviceKind::cpu) {
@@ -36,8 +36,10 @@ inline void zero_gradient(const Tensor& leaf, std::uint64_t epoch) {
   } else {
     ag.grad_index = Tensor();
     ag.grad_rows = Tensor();
-    if (!ag.grad.defined() || memory_given_back(ag.grad))
+    if (!ag.grad.defined())
       ag.grad = Tensor::empty(leaf.shape(), leaf.dtype(), leaf.device());
+    else if (memory_given_back(ag.grad))
+      take_memory_back(ag.grad);
     ag.grad.fill_(0.0);
   }
   ag.grad_epoch = epoch;

@@ -121,6 +121,17 @@ struct GradSlot {
 /// Whether `g` is a view whose memory was given back (a strategy's bucket between its uses).
 inline bool memory_given_back(const Tensor& g) noexcept { return g.numel() > 0 && g.raw_data() == nullptr; }
 
+/// A gradient view whose memory was given back takes it again, zeros throughout: its
+/// storage's other views (the bucket's other gradients, its padding) read zeros until they are
+/// written, as they would after the strategy's own take. Backward then writes the gradient in
+/// its bucket slot, with no tensor of its own to copy in when it is final.
+inline void take_memory_back(const Tensor& g) {
+  strata::detail::StorageImpl* st = g.impl()->storage();
+  st->take_memory();
+  const auto whole = static_cast<std::int64_t>(st->nbytes() / size_of(g.dtype()));
+  strata::detail::make_view(g, Shape{whole}, Shape{1}, 0).fill_(0.0);
+}
+
 inline GradSlot grad_slot(const Tensor& t, std::uint64_t epoch) {
   if (!t.defined() || !tracks_grad(t)) return {};
   auto& ag = t.impl()->ag;
@@ -131,10 +142,12 @@ inline GradSlot grad_slot(const Tensor& t, std::uint64_t epoch) {
   }
   if (ag.grad_epoch == epoch && ag.grad.defined()) return {ag.grad, true};
   // A tensor moved in place (Module::to) gets its gradient where it now is; one whose gradient's
-  // memory was given back (a view of ShardedStrategy's bucket between uses) a tensor of its own.
+  // memory was given back (a view of ShardedStrategy's bucket between uses) takes it again.
   if (!ag.grad.defined() || !(ag.grad.shape() == t.shape()) || ag.grad.dtype() != t.dtype() ||
-      ag.grad.device() != t.device() || memory_given_back(ag.grad))
+      ag.grad.device() != t.device())
     ag.grad = Tensor::empty(t.shape(), t.dtype(), t.device());
+  else if (memory_given_back(ag.grad))
+    take_memory_back(ag.grad);
   ag.grad_epoch = epoch;
   return {ag.grad, false};
 }

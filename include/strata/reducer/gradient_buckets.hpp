@@ -218,8 +218,8 @@ class GradientBuckets {
   }
 
   /// Bucket b gives its memory back; its parameters' gradients stay its views, without memory:
-  /// a backward pass gives each one a tensor of its own (autograd's zero_gradient), which
-  /// bind() copies in, the bucket taking memory again (GradientSharding::release).
+  /// the first one a backward pass writes takes it again, zeroed (autograd's
+  /// take_memory_back), or bind() does (GradientSharding::release).
   void release(std::size_t b) { buckets_[b].buffer.impl()->storage()->give_memory_back(); }
 
   /// Parameter k's slot of its bucket, shaped like it.
