@@ -4,6 +4,8 @@
 // reads. `strata-info --check`, started the way the job will be (mpirun, strata-run), runs a
 // small all-reduce on every policy across the launched ranks and reports each rank's result
 // or error by name: a pre-flight check of the interface, the ranks and the rendezvous.
+// `strata-info --diagnose DIR` reads the ranks' flight-recorder files in DIR and says which
+// collective a rank never entered, or which ranks called different ones (docs/faults.md).
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -19,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include <strata/collective/flight_diagnosis.hpp>
 #include <strata/collective/in_process.hpp>
 #if STRATA_HAS_CUDA
 #include <cuda_runtime_api.h>
@@ -325,8 +328,18 @@ int run_check(const strata::runtime::ProcessInfo& p) {
 
 int main(int argc, char** argv) {
   const std::string arg = argc > 1 ? argv[1] : "";
+  if (arg == "--diagnose" && argc == 3) {
+    try {
+      std::fputs(strata::collective::diagnose(strata::collective::read_flight_dumps(argv[2])).c_str(), stdout);
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "strata-info: %s\n", e.what());
+      return 1;
+    }
+  }
   if (argc > 2 || (!arg.empty() && arg != "--check")) {
-    std::fprintf(stderr, "usage: strata-info [--check]   (--check under mpirun or strata-run checks every rank)\n");
+    std::fprintf(stderr, "usage: strata-info [--check | --diagnose DIR]   (--check under mpirun or strata-run checks "
+                 "every rank; --diagnose reads the ranks' flight-recorder files in DIR)\n");
     return 2;
   }
   try {

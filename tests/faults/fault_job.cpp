@@ -52,6 +52,9 @@ int run_rank(C& comm, const Args& a, auto&& stall, auto&& park) {
       const std::string kind =
           strata::testing::fault_point(r, step, "before_collective", {"skip", "stall", "shape", "dtype", "op"});
       if (kind == "skip") {  // goes elsewhere: never calls this collective or any later one
+        if constexpr (requires { comm.sequence(); })  // what the flight recorder's diagnosis must name
+          std::printf("rank %d skips allreduce #%llu\n", r, static_cast<unsigned long long>(comm.sequence()));
+        std::fflush(stdout);
         park();
         return 0;
       }

@@ -21,10 +21,12 @@ import os
 import random
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 T = 2.0          # the collective deadline every fault-job scenario runs with (seconds)
@@ -86,10 +88,11 @@ class FaultJob:
     """A fault_job run with STRATA_FAULT at a random step (or none)."""
 
     def __init__(self, policy, kind, rank=2, point="before_collective", debug=False, expect_blame=True,
-                 min_detect=None, launcher_args=(), extra_env=None):
+                 min_detect=None, launcher_args=(), extra_env=None, flight=False):
         self.policy, self.kind, self.rank, self.point = policy, kind, rank, point
         self.debug, self.expect_blame, self.min_detect = debug, expect_blame, min_detect
         self.launcher_args, self.extra_env = list(launcher_args), extra_env or {}
+        self.flight = flight  # every rank's flight-recorder file, and the diagnosis naming the skipped call
 
     def command(self, b, step):
         job = [b.fault_job, self.policy]
@@ -97,14 +100,15 @@ class FaultJob:
             return job + ["--ranks", str(RANKS)]
         if self.policy == "mpi":
             return [b.mpirun, "-x", "STRATA_FAULT", "-x", "STRATA_COLLECTIVE_TIMEOUT", "-x", "STRATA_COLLECTIVE_DEBUG",
-                    "-np", str(RANKS)] + self.launcher_args + job
+                    "-x", "STRATA_FLIGHT_RECORDER_DIR", "-np", str(RANKS)] + self.launcher_args + job
         return [b.strata_run, "-np", str(RANKS), "--grace", "2"] + self.launcher_args + ["--"] + job
 
     def __call__(self, b, rng):
         step = rng.randint(5, 50)
+        flight_dir = tempfile.mkdtemp(prefix="strata-flight-suite-")
         env = {**os.environ, **MPI_ENV, **self.extra_env, "STRATA_COLLECTIVE_TIMEOUT": str(T),
                "STRATA_COLLECTIVE_DEBUG": "1" if self.debug else "0",
-               "STRATA_FAULT": f"{self.rank};{step};{self.point};{self.kind}"}
+               "STRATA_FAULT": f"{self.rank};{step};{self.point};{self.kind}", "STRATA_FLIGHT_RECORDER_DIR": flight_dir}
         rc, lines, end, hung, leftovers = run_streaming(self.command(b, step), env)
         text = "\n".join(l for _, l in lines)
         fault_at = next((t for t, l in lines if HOOK_LINE.match(l)), None)
@@ -124,7 +128,25 @@ class FaultJob:
         if detect is not None and self.min_detect is not None and detect < self.min_detect:
             why.append(f"ended {detect:.2f} s after the fault, before {self.min_detect} s")
         if blame is False: why.append("no message named the culprit")
+        if self.flight:
+            why += self.flight_problems(b, flight_dir, text)
+        shutil.rmtree(flight_dir, ignore_errors=True)
         return Outcome(not why, detect, blame, hung, "; ".join(why) + ("\n" + "\n".join(text.splitlines()[-8:]) if why else ""))
+
+
+    def flight_problems(self, b, flight_dir, text):
+        """What is wrong with the flight recorder's account: a rank's file missing, or a diagnosis
+        that does not name the rank that skipped and the sequence number of the call it skipped."""
+        skipped = re.search(rf"rank {self.rank} skips allreduce #(\d+)", text)
+        if not skipped:
+            return ["the job did not say which call it skipped"]
+        missing = [r for r in range(RANKS) if not os.path.exists(os.path.join(flight_dir, f"rank{r}.flight"))]
+        got = subprocess.run([b.strata_info, "--diagnose", flight_dir], capture_output=True, text=True)
+        want = rf"^rank {self.rank} never entered allreduce #{skipped.group(1)} \("
+        why = [f"no flight-recorder file from rank{'s' if len(missing) > 1 else ''} {missing}"] if missing else []
+        if not re.search(want, got.stdout, re.M):
+            why.append(f"the diagnosis does not say /{want}/:\n{got.stdout}{got.stderr}")
+        return why
 
 
 class ExistingTest:
@@ -307,7 +329,7 @@ def scenarios():
     for pol in ("mpi", "gloo"):
         S.append(("A3 stopped rank times out", pol, FaultJob(pol, "sigstop", min_detect=T / 2)))
     for pol in ("in_process", "mpi", "gloo"):
-        S.append(("A4 rank skips a collective", pol, FaultJob(pol, "skip", min_detect=T / 2)))
+        S.append(("A4 rank skips a collective", pol, FaultJob(pol, "skip", min_detect=T / 2, flight=pol != "in_process")))
     for kind, field in (("shape", "count"), ("dtype", "dtype"), ("op", "op")):
         for pol in ("in_process", "mpi", "gloo"):
             S.append((f"A5 mismatch: {kind} (debug)", pol,
@@ -479,6 +501,7 @@ class Build:
         self.build = os.path.abspath(build)
         self.fault_job = os.path.join(self.build, "tests", "fault_job")
         self.strata_run = os.path.join(self.build, "tools", "strata-run")
+        self.strata_info = os.path.join(self.build, "tools", "strata-info")
         self.trainer = os.path.join(self.build, "examples", "fashion_mnist")
         self.mpirun = "mpirun"
         self.fuzz_dir = os.path.abspath(fuzz_dir)

@@ -61,6 +61,7 @@
 #include <strata/collective/detail/gloo_rendezvous.hpp>
 #include <strata/collective/detail/host_shared_buffer.hpp>
 #include <strata/collective/detail/reduce.hpp>
+#include <strata/collective/flight_recorder.hpp>
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
 #include <strata/runtime/process.hpp>
@@ -117,7 +118,7 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
   /// shared device's event loop closed a descriptor the process had since reused (its store
   /// connection). bench/README.md, "A new communicator", has what a device of its own costs.
   Gloo(const runtime::ProcessInfo& p, const std::string& prefix, Options o, std::shared_ptr<gloo::transport::Device> device)
-      : options_(o), rank_(p.rank), size_(p.world_size) {
+      : options_(o), rank_(p.rank), size_(p.world_size), flight_group_(FlightRecorder::instance().group(name, p.rank, p.world_size)) {
     const gloo::transport::tcp::attr attr = attr_for(p);  // a bad STRATA_IFNAME fails even a group of one
     if (size_ == 1) return;  // a group of one needs no context: every collective is local
     connect(p, prefix, device ? std::move(device) : gloo::transport::tcp::CreateDevice(attr));
@@ -479,6 +480,7 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
   /// communicator, as a failed Gloo call does.
   template <class Call>
   void on_host(const Fingerprint& fp, Call&& call) {
+    const FlightRecorder::Scope recorded(flight_group_, fp);
     try {
       call();
     } catch (const std::exception& e) {
@@ -486,6 +488,8 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
         STRATA_THROW(collective_error, "strata.collective.aborted", fp.str(), " on rank ", rank_, ": ",
                      aborted_reason());
       set_aborted(e.what());
+      if (dynamic_cast<const timeout_error*>(&e) != nullptr)  // the message names this rank's flight record
+        throw timeout_error(std::string(e.what()) + "; flight recorder: " + FlightRecorder::instance().path());
       throw;
     }
   }
@@ -493,6 +497,7 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
   /// Runs a Gloo call; its exceptions become strata errors naming the collective.
   template <class Call>
   void guarded(const Fingerprint& fp, Call&& call) {
+    const FlightRecorder::Scope recorded(flight_group_, fp);
     try {
       call();
     } catch (const std::exception&) {
@@ -524,7 +529,8 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
         mark_reached(fp);  // for the census of ranks still waiting: this one was here
 
       const std::string msg = strata::detail::error_text(timed_out ? "strata.collective.timeout" : "strata.collective.peer",
-                                                         fp.str(), " on rank ", rank_, " of ", size_, ": ", blame, what);
+                                                         fp.str(), " on rank ", rank_, " of ", size_, ": ", blame, what,
+                                                         "; flight recorder: ", FlightRecorder::instance().path());
       set_aborted(msg);
       if (timed_out) throw timeout_error(msg);
       throw collective_error(msg);
@@ -585,10 +591,14 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
 
   Options options_;
   int rank_ = 0, size_ = 1;
+  int flight_group_ = 0;  // this communicator's group in the FlightRecorder
   std::uint64_t seq_ = 0;
   void set_aborted(const std::string& why) {
     std::lock_guard<std::mutex> lock(abort_mutex_);
-    if (aborted_.empty()) aborted_ = why;  // the first reason is the root cause
+    if (aborted_.empty()) {  // the first reason is the root cause
+      aborted_ = why;
+      FlightRecorder::instance().dump(why.c_str());
+    }
     aborted_flag_.store(true, std::memory_order_release);
   }
   std::string aborted_reason() const {

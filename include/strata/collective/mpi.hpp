@@ -45,6 +45,7 @@
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/host_shared_buffer.hpp>
 #include <strata/collective/detail/reduce.hpp>
+#include <strata/collective/flight_recorder.hpp>
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
 #include <strata/runtime/fail_job.hpp>
@@ -147,9 +148,12 @@ class MpiWatchdog {
         answer_questions();
         const auto d = deadline_ns_.load(std::memory_order_acquire);
         if (d != 0 && std::chrono::steady_clock::now().time_since_epoch().count() > d) {
-          const std::vector<int> census = take_census();
           const Describe describe = describe_.load(std::memory_order_relaxed);
+          // The flight record first: a peer whose census ends sooner aborts the job under this one.
+          if (describe) FlightRecorder::instance().dump(describe(ctx_.load(std::memory_order_relaxed), {}).c_str());
+          const std::vector<int> census = take_census();
           const std::string what = describe ? describe(ctx_.load(std::memory_order_relaxed), census) : "MPI collective";
+          FlightRecorder::instance().dump(what.c_str());
           std::fprintf(stderr, "%s\n", what.c_str());
           std::fflush(stderr);
           MPI_Abort(MPI_COMM_WORLD, 124);
@@ -170,6 +174,13 @@ class MpiWatchdog {
       MPI_Recv(&q, 1, MPI_UINT64_T, st.MPI_SOURCE, kAsk, census_, MPI_STATUS_IGNORE);
       const std::uint64_t a = deadline_ns_.load(std::memory_order_acquire) != 0 ? 1 : 0;
       MPI_Send(&a, 1, MPI_UINT64_T, st.MPI_SOURCE, kAnswer, census_);  // one word: sent eagerly
+      // A peer's collective timed out and its abort may end this process before any signal
+      // reaches it: write the flight record now, once.
+      FlightRecorder& recorder = FlightRecorder::instance();
+      if (!recorder.dumped_failure())
+        recorder.dump(("world rank " + std::to_string(st.MPI_SOURCE) + " asked where this rank is: a collective of " +
+                       "its timed out")
+                          .c_str());
     }
   }
 
@@ -241,6 +252,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
       MPI_Comm_size(MPI_COMM_WORLD, &size);
       if (size < 2) return;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      FlightRecorder::instance().dump(reason.c_str());
       std::fprintf(stderr, "[strata.collective.aborted] rank %d failed, ending the job: %s\n", rank, reason.c_str());
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
@@ -262,6 +274,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
     const std::uint64_t mine[2] = {std::hash<std::string>{}(host), static_cast<std::uint64_t>(::getpid())};
     peers_.resize(2 * static_cast<std::size_t>(size_));
     detail::mpi_check(MPI_Allgather(mine, 2, MPI_UINT64_T, peers_.data(), 2, MPI_UINT64_T, comm_), "MPI_Allgather");
+    flight_group_ = FlightRecorder::instance().group(name, rank_, size_);
   }
   Mpi(const Mpi&) = delete;
   Mpi& operator=(const Mpi&) = delete;
@@ -419,7 +432,10 @@ class Mpi : public TypedFrontEnd<Mpi> {
   /// Aborts the whole job (MPI_Abort): every rank stops, mpirun exits non-zero.
   void abort(const std::string& reason) {
     shared_.abort(reason);
-    std::fprintf(stderr, "[strata.collective.aborted] rank %d: %s\n", rank_, reason.c_str());
+    FlightRecorder& recorder = FlightRecorder::instance();
+    recorder.dump(reason.c_str());
+    std::fprintf(stderr, "[strata.collective.aborted] rank %d: %s; flight recorder: %s\n", rank_, reason.c_str(),
+                 recorder.path().c_str());
     std::fflush(stderr);
     MPI_Abort(comm_, 1);
   }
@@ -483,6 +499,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
   template <class Call>
   void on_host(const Fingerprint& fp, Call&& call) {
     if (options_.check_fingerprints) check_fingerprint(fp);
+    const FlightRecorder::Scope recorded(flight_group_, fp);
     try {
       call(fp.str());
     } catch (const std::exception& e) {
@@ -508,7 +525,11 @@ class Mpi : public TypedFrontEnd<Mpi> {
               return m->timeout_message(m->current_, census);
             },
             this);
-    const int rc = call();
+    int rc = MPI_SUCCESS;
+    {
+      const FlightRecorder::Scope recorded(flight_group_, fp);
+      rc = call();
+    }
     dog.disarm();
     detail::mpi_check(rc, name_of(fp.kind));
   }
@@ -543,9 +564,10 @@ class Mpi : public TypedFrontEnd<Mpi> {
       else if (answer == detail::MpiWatchdog::kNotInCollective) add(r, " is running but never called it");
       else if (answer == detail::MpiWatchdog::kNoAnswer) add(r, " does not answer (stopped, gone, or stuck outside MPI)");
     }
-    os << (blame.empty() ? "every rank is waiting in a collective: they called different ones"
-                         : "did not arrive: " + blame)
-       << "); aborting the job";
+    os << (!blame.empty()     ? "did not arrive: " + blame
+           : census.empty()   ? std::string("the other ranks not asked where they are")
+                              : std::string("every rank is waiting in a collective: they called different ones"))
+       << "); aborting the job; flight recorder: " << FlightRecorder::instance().path();
     return os.str();
   }
   /// The MPI_Op adding 16-bit floats of `dtype` through float32, created once.
@@ -567,7 +589,9 @@ class Mpi : public TypedFrontEnd<Mpi> {
   }
 
   [[noreturn]] void die_timeout(const Fingerprint& fp) {
-    std::fprintf(stderr, "%s\n", timeout_message(fp).c_str());
+    const std::string what = timeout_message(fp);
+    FlightRecorder::instance().dump(what.c_str());
+    std::fprintf(stderr, "%s\n", what.c_str());
     std::fflush(stderr);
     MPI_Abort(comm_, 124);
     std::abort();
@@ -591,6 +615,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   std::uint64_t seq_ = 0;
+  int flight_group_ = 0;  ///< this communicator's group in the FlightRecorder
 };
 
 }  // namespace strata::collective

@@ -30,6 +30,7 @@
 
 #include <strata/collective/async.hpp>  // Work, AsyncWorker, complete
 #include <strata/collective/capabilities.hpp>
+#include <strata/collective/flight_recorder.hpp>  // FlightRecorder::Label
 #include <strata/observe/timeline.hpp>
 #include <strata/reducer/gradient_buckets.hpp>
 #include <strata/reducer/partitioned_update.hpp>
@@ -58,6 +59,7 @@ template <class F>
 void timed_reduction(GradientBucket& bk, std::size_t b, F&& reduce, const char* what = "allreduce") {
   const auto t0 = std::chrono::steady_clock::now();
   observe::ScopedEvent ev(what, "communication", static_cast<std::int64_t>(b), static_cast<std::int64_t>(bk.bytes()));
+  const collective::FlightRecorder::Label label("bucket", static_cast<std::int64_t>(b));
   reduce();
   bk.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

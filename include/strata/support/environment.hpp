@@ -45,6 +45,8 @@ inline constexpr std::array kVariables{
   // Collectives.
   Variable{"STRATA_COLLECTIVE_TIMEOUT", "seconds a collective waits for every rank before it fails naming the missing ones", "300", "collective::Options::timeout"},
   Variable{"STRATA_COLLECTIVE_DEBUG", "1: compare every collective's fingerprint across the ranks before it runs", "0", "collective::Options::check_fingerprints"},
+  Variable{"STRATA_FLIGHT_RECORDER_DIR", "where each rank writes its flight-recorder file (rank<R>.flight)", "<temp>/strata-flight-<launcher pid>", "collective::FlightRecorder::set_directory"},
+  Variable{"STRATA_FLIGHT_RECORDER_ENTRIES", "collectives the flight recorder keeps (0: off)", "4096", "none"},
   Variable{"STRATA_SHM", "0: never reduce through the host's shared memory", "1", "none"},
   Variable{"STRATA_SPIN_US", "microseconds a waiter spins before it sleeps (0 .. 1,000,000)", "2000 with a core per rank, else a brief spin", "none"},
   // The gradient path.
