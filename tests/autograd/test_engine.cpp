@@ -160,3 +160,29 @@ TEST_CASE("Autograd.Engine.GradientWithoutMemoryTakesItsBucketZeroed") {
   CHECK(c.grad().raw_data() == static_cast<double*>(other.raw_data()) + 1);
   CHECK(other.to_vector<double>() == std::vector<double>{0, 0, 0, 0});
 }
+
+TEST_CASE("Autograd.Engine.ZeroDimensionalOperandsGetTheirGradientNotAStaleBuffer") {
+  // The gradient of a 0-d operand of a binary op is overwritten, not added to the buffer
+  // autograd took for it (a recycled one holds an earlier tensor's values).
+  auto leaf = [](double v) { return strata::full({}, v, strata::DType::f64).requires_grad_(); };
+  for (int round = 0; round < 3; ++round) {
+    Tensor b = leaf(2), a = leaf(3), c = leaf(5);
+    strata::backward((b * a) * 1.0);
+    CHECK(b.grad().item() == 3.0);
+    CHECK(a.grad().item() == 2.0);
+    strata::backward(c + b * a);
+    CHECK(b.grad().item() == 3.0);
+    CHECK(a.grad().item() == 2.0);
+    CHECK(c.grad().item() == 1.0);
+    strata::backward((b * a) * 1.0 + (c - a) / b);  // d/db = a - (c - a) / b^2, d/da = b - 1 / b, d/dc = 1 / b
+    CHECK(b.grad().item() == doctest::Approx(3.0 - 2.0 / 4.0));
+    CHECK(a.grad().item() == doctest::Approx(2.0 - 0.5));
+    CHECK(c.grad().item() == doctest::Approx(0.5));
+    Tensor x = strata::full({3}, 1.0, strata::DType::f64).requires_grad_();
+    Tensor y = strata::full({2}, 1.0, strata::DType::f64).requires_grad_();
+    Tensor sy = strata::sum(y), sx = strata::sum(x);
+    strata::backward(strata::sum(x * 2.0) + sy * sx);  // d/dx = 2 + sum(y) = 4, d/dy = sum(x) = 3
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{4, 4, 4});
+    CHECK(y.grad().to_vector<double>() == std::vector<double>{3, 3});
+  }
+}

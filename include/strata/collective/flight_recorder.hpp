@@ -14,7 +14,7 @@
 ///   - on demand: SIGUSR2, from outside the job (`kill -USR2 PID`), and dump() from code.
 /// The file is written with write(2) and formatted here, so a signal handler may write it.
 /// Where: STRATA_FLIGHT_RECORDER_DIR, or set_directory() in code, else
-/// <temp>/strata-flight-<parent pid> (one directory for the ranks a launcher started on a host);
+/// `<temp>/strata-flight-<parent pid>` (one directory for the ranks a launcher started on a host);
 /// the file is `rank<R>.flight`, made whole by a rename.
 #pragma once
 

@@ -331,7 +331,8 @@ class Mpi : public TypedFrontEnd<Mpi> {
    public:
     Work() = default;
     Work(MPI_Request r, Mpi* owner, Fingerprint fp, std::function<void()> finish)
-        : req_(r), owner_(owner), fp_(fp), finish_(std::move(finish)) {}
+        : req_(r), owner_(owner), fp_(fp), finish_(std::move(finish)),
+          ticket_(FlightRecorder::instance().start(owner->flight_group_, fp)) {}
     /// Completes the collective (polling, so the deadline applies).
     void wait() {
       if (req_ == MPI_REQUEST_NULL) return;
@@ -347,6 +348,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
       if (req_ == MPI_REQUEST_NULL) return true;
       int flag = 0;
       detail::mpi_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+      if (flag) FlightRecorder::instance().finish(std::exchange(ticket_, 0));
       if (flag && finish_) std::exchange(finish_, nullptr)();
       return flag != 0;
     }
@@ -356,6 +358,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
     Mpi* owner_ = nullptr;
     Fingerprint fp_;
     std::function<void()> finish_;
+    std::uint64_t ticket_ = 0;  // its FlightRecorder entry, until complete
   };
 
   /// Starts an in-place allreduce (MPI_Iallreduce); the buffer stays untouched until wait().
@@ -422,6 +425,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
   /// rank calls it with its own copy.
   void shared_sync(const Tensor& mine) {
     const Fingerprint fp{OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0, seq_++};
+    const FlightRecorder::Scope recorded(flight_group_, fp);
     try {
       shared_.sync(mine, options_.timeout, fp.str());
     } catch (const std::exception& e) {

@@ -66,8 +66,8 @@ void broadcast_operand_grad(GradSlot& slot, const Shape& os, const std::array<Sh
           else
             return kernels::math::binary_grad_b(Kind, g[j], a[at(j, sa, in[1])], b[at(j, sb, in[2])]);
         };
-        if (in[3] == 0) {  // summed along the run, in order
-          T acc = y[0];
+        if (in[3] == 0) {  // summed along the run, in order (a 0-d operand's run of one: overwritten)
+          T acc = overwrite ? T(0) : y[0];
           for (std::int64_t j = 0; j < n; ++j) acc += v(j);
           y[0] = acc;
         } else if (overwrite) {
