@@ -588,9 +588,11 @@ int check_remote_lookups(int servers) {
 }  // namespace
 
 // Async with dispatched batches (ps::Dispatcher): the first server hands each batch of the
-// epoch to one worker; the last worker sleeps 5 ms per step, so the others take more. Every
+// epoch to one worker; the last worker sleeps 20 ms per step, so the others take more. Every
 // batch trained once in all (each worker's batch numbers, gathered: a permutation of the
-// epoch's), each partition updated once per step, and the slow worker's share the smallest.
+// epoch's), each partition updated once per step, and the slow worker's share below the
+// others' mean (one of them may lose its core for a while on a host with fewer cores than
+// processes, and then take no more than the slow one: 13 and 13 of 42 were seen at 5 ms).
 template <class C>
 int check_async_dispatched(int servers) {
   equivalence::Setup s;
@@ -610,7 +612,7 @@ int check_async_dispatched(int servers) {
     for (auto& batch : strategy.distribute(pipeline)) {
       strategy.run([&](strata::ReplicaContext& ctx, const strata::data::Batch& b) {
         mine[static_cast<std::size_t>(b.index)] += 1;
-        if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         auto loss = equivalence::replica_loss(net, b.x, b.y, b.global_size);
         opt.apply_gradients(ctx, strata::grad(loss, net.parameters()));
       }, batch);
@@ -627,7 +629,8 @@ int check_async_dispatched(int servers) {
   world.allreduce_raw(&total, &total, 1, strata::DType::f64, strata::ReduceOp::Sum);
   world.allreduce_raw(&slow_steps, &slow_steps, 1, strata::DType::f64, strata::ReduceOp::Sum);
   failures += total == static_cast<double>(2 * batches) ? 0 : 1;
-  if (strategy.num_workers() > 1 && !strategy.is_server() && !slow) failures += static_cast<double>(steps) > slow_steps ? 0 : 1;
+  if (strategy.num_workers() > 1 && !strategy.is_server())
+    failures += slow_steps < (total - slow_steps) / (strategy.num_workers() - 1) ? 0 : 1;
   for (std::size_t id = 0; id < strategy.shards().partitions.size(); ++id)
     if (strategy.is_server() && strategy.shards().partitions[id].server == strategy.transport().roles().index_of(strategy.rank()))
       failures += strategy.server_updates(id) == 2 * batches ? 0 : 1;
