@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <strata/support/error.hpp>
+#include <strata/tensor/dtype.hpp>  // name_of, size_of
 
 namespace strata::collective {
 
@@ -153,11 +154,10 @@ inline std::string rank_list(const std::vector<int>& ranks) {
 }
 
 inline std::string bytes_text(std::uint64_t count, const std::string& dtype) {
-  const std::map<std::string, int> size{{"float32", 4}, {"float64", 8}, {"int32", 4}, {"int64", 8}, {"uint8", 1},
-                                        {"float16", 2}, {"bfloat16", 2}, {"f32", 4}, {"f64", 8}, {"i32", 4},
-                                        {"i64", 8}, {"u8", 1}, {"f16", 2}, {"bf16", 2}};
-  const auto it = size.find(dtype);
-  const double b = static_cast<double>(count) * (it == size.end() ? 1 : it->second);
+  std::size_t size = 1;  // the element size of the dtype the file names (name_of), 1 if unknown
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8})
+    if (dtype == name_of(t)) size = size_of(t);
+  const double b = static_cast<double>(count) * static_cast<double>(size);
   std::ostringstream os;
   os.precision(1);
   os << std::fixed;
