@@ -28,12 +28,13 @@
 
 #include "../common/checkpoints.hpp"
 #include "../common/run_flags.hpp"
+#include "../common/straggler_flags.hpp"
 #include "../common/strategy_flags.hpp"
 #include "../common/timeline.hpp"
 
 namespace {
 
-struct Options : trainer::StrategyFlags, trainer::RunFlags {
+struct Options : trainer::StrategyFlags, trainer::RunFlags, trainer::StragglerFlags {
   std::int64_t context = 64, width = 128, heads = 4, layers = 4;
   double clip = 1.0;
   std::int64_t eval_every = 250, eval_windows = 256, sample_chars = 300;
@@ -67,6 +68,7 @@ int parse_options(int argc, char** argv, Options& o) {
   app.add_option("--sample", o.sample_chars, "characters to sample at the end")->capture_default_str();
   app.add_option("--timeline", o.timeline_path, "a Chrome trace of every rank (https://ui.perfetto.dev): each step's "
                  "forward, backward and update, and the collectives");
+  trainer::add_straggler_flags(app, o);
   trainer::add_strategy_flags(app, o, "cpu, or cuda:N (char_transformer_cuda; one_device, or central_storage with replica r on cuda:N+r)",
                               /*sharded=*/true);
   try {
@@ -168,6 +170,7 @@ void train(S& strategy, const Options& o) {
   std::vector<double> step_ms;  // each training step's time, for the median
   step_ms.reserve(static_cast<std::size_t>(o.steps));
   trainer::start_timeline(o.timeline_path);
+  strata::StragglerScores stragglers = trainer::make_straggler_scores(o);
   const auto start = Clock::now();
   for (std::int64_t epoch = pos.epoch, done = pos.epoch * per_epoch; done < o.steps; ++epoch) {
     const std::int64_t now = std::min(per_epoch, o.steps - done);
@@ -196,6 +199,8 @@ void train(S& strategy, const Options& o) {
           },
           batch);
       loss = strategy.reduce(strata::ReduceOp::Sum, losses).item();
+      if (const strata::observe::StragglerReport* w = stragglers.step(strategy); w && w->markedly_slow && report)
+        std::printf("step %lld: %s\n", static_cast<long long>(step + 1), w->sentence().c_str());
       step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       tokens += batch.global_size * o.context;
       ++step, ++trained;
@@ -208,6 +213,7 @@ void train(S& strategy, const Options& o) {
           std::printf("step %lld  epoch %lld  train %.4f  validation %.4f nats/char\n", static_cast<long long>(step),
                       static_cast<long long>(epoch), loss, val_loss);
       }
+      stragglers.restart();  // a checkpoint or an evaluation is no step's compute
     }
     done += now;
   }
@@ -243,12 +249,12 @@ void train(S& strategy, const Options& o) {
     // allocator's own count: parameters, gradients, optimizer state and activations).
     std::printf("{\"model\":\"char_transformer\",\"strategy\":\"%s\",\"replicas\":%d,\"steps\":%lld,\"train_loss\":%s,"
                 "\"validation_loss\":%.5f,\"chars_per_s\":%.1f,\"median_step_ms\":%.4f,\"peak_rss_mib\":%.1f,"
-                "\"optimizer_state_mib\":%.2f,\"peak_tensor_mib\":%.2f,\"parameters\":%lld}\n",
+                "\"optimizer_state_mib\":%.2f,\"peak_tensor_mib\":%.2f,\"parameters\":%lld,\"stragglers\":%s}\n",
                 S::name, strategy.num_replicas_in_sync(), static_cast<long long>(trained), train_loss.c_str(), val_loss,
                 static_cast<double>(tokens) / seconds, median_ms, static_cast<double>(usage.ru_maxrss) / 1024.0,
                 state_bytes / (1024.0 * 1024.0),
                 static_cast<double>(strata::CachingHostAllocator::instance().stats().peak_bytes_in_use) / (1024.0 * 1024.0),
-                static_cast<long long>(parameter_count));
+                static_cast<long long>(parameter_count), trainer::straggler_json(stragglers).dump().c_str());
   }
 }
 

@@ -12,11 +12,12 @@
 #include <strata/strata.hpp>
 
 #include "../common/run_flags.hpp"
+#include "../common/straggler_flags.hpp"
 #include "../common/strategy_flags.hpp"
 
 namespace fmnist {
 
-struct Options : trainer::StrategyFlags, trainer::RunFlags {
+struct Options : trainer::StrategyFlags, trainer::RunFlags, trainer::StragglerFlags {
   std::string model = "mlp";
   int epochs = 1;
   std::optional<double> momentum;  ///< 0.9, or 0.7 under an asynchronous parameter server
@@ -60,6 +61,7 @@ inline int parse_options(int argc, char** argv, Options& o) {
   app.add_option("--metrics", o.metrics_path, "the chief's per-step figures as CSV (tools/plot_metrics.py)");
   app.add_option("--metrics-every", o.metrics_every)->capture_default_str();
   app.add_option("--timeline", o.timeline_path, "a Chrome trace of every rank (https://ui.perfetto.dev)");
+  trainer::add_straggler_flags(app, o);
   try {
     app.parse(argc, argv);
     auto at_least = [](const char* flag, auto v, decltype(v) lo) {

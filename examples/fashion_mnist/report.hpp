@@ -1,7 +1,7 @@
 /// \file
 /// What the trainer reports besides training: the progress line, the per-step metrics CSV,
-/// the timeline of every rank, throughput (over the whole run, and steady after the warm-up
-/// steps), the gradient all-reduce time, and the run's results as one JSON line (nlohmann-json:
+/// the timeline of every rank, the straggler scores, throughput (over the whole run, and steady
+/// after the warm-up steps), the gradient all-reduce time, and the run's results as one JSON line (nlohmann-json:
 /// a figure not measured is null, never NaN).
 #pragma once
 
@@ -22,6 +22,7 @@
 #include <strata/observe/timeline.hpp>
 #include <strata/strata.hpp>
 
+#include "../common/straggler_flags.hpp"
 #include "../common/timeline.hpp"
 #include "options.hpp"
 #include "step.hpp"
@@ -36,13 +37,15 @@ class RunReport {
   /// threads start in the first steps (PyTorch's side of the benchmarks leaves out as many).
   static constexpr std::int64_t kWarmupSteps = 20;
 
-  RunReport(S& strategy, const Options& o) : s_(strategy), o_(o), progress_(!o.quiet && strategy.is_chief()) {
+  RunReport(S& strategy, const Options& o)
+      : s_(strategy), o_(o), progress_(!o.quiet && strategy.is_chief()), stragglers_(trainer::make_straggler_scores(o)) {
     if (!o.metrics_path.empty() && strategy.is_chief()) metrics_.emplace(o.metrics_path, o.metrics_every);
     trainer::start_timeline(o.timeline_path);
   }
 
   StepTimes* times() { return &times_; }
   void begin_epoch() {
+    stragglers_.restart();  // the evaluation before it is no step's compute
     epoch_from_ = data_from_ = Clock::now();
     epoch_examples_ = epoch_steps_ = 0;
   }
@@ -55,6 +58,11 @@ class RunReport {
   /// Step `pos_step` (of the whole job), the `batch`-th of epoch `epoch` (0-based) of
   /// `batches`, over `examples` rows, has ended with the global mean `loss`.
   void step(std::int64_t pos_step, int epoch, std::int64_t batch, std::int64_t batches, std::int64_t examples, double loss) {
+    const strata::observe::StragglerReport* window = stragglers_.step(s_);  // collective every K steps
+    if (window) {
+      progress_.set_note(window->sentence());
+      if (window->markedly_slow) progress_.message("step " + std::to_string(pos_step) + ": " + window->sentence());
+    }
     last_loss_ = loss;
     ++steps_;
     examples_ += examples;
@@ -73,6 +81,11 @@ class RunReport {
                                      .examples_per_s = static_cast<double>(examples) / seconds(data_from_, now),
                                      .data_ms = 1e3 * seconds(data_from_, step_from_), .forward_ms = times_.forward_ms,
                                      .backward_ms = times_.backward_ms, .apply_ms = times_.apply_ms};
+      m.compute_ms = stragglers_.last_busy_ms();
+      if (window) {
+        m.slowest_rank = window->slowest;
+        m.slowest_vs_others = window->slowest_vs_others;
+      }
       if constexpr (requires { s_.gradient_stats(); }) {
         const strata::GradientStats st = s_.gradient_stats();
         m.allreduce_ms = 1e3 * (st.reduce_seconds - stats_before_.reduce_seconds);
@@ -117,6 +130,7 @@ class RunReport {
       }
     }
     if (!s_.is_chief()) return;
+    progress_.end_line();
     auto figure = [](double v, int digits) {  // rounded to `digits` decimals; null where not measured
       const double scale = std::pow(10.0, digits);
       return std::isnan(v) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(std::round(v * scale) / scale);
@@ -129,7 +143,8 @@ class RunReport {
         {"examples_per_s", figure(rate, 1)}, {"steady_examples_per_s", figure(steady, 1)},
         {"allreduce_ms_per_step", figure(allreduce_ms, 4)}, {"allreduce_hidden", figure(hidden, 3)},
         {"blas_kernels", strata::kernels::cpu::blas_core().used}, {"gemm_kernel", strata::kernels::cpu::gemm_kernel().name},
-        {"precision", strata::precision::name_of(strata::precision::current())}};
+        {"precision", strata::precision::name_of(strata::precision::current())},
+        {"stragglers", trainer::straggler_json(stragglers_)}};
     std::printf("%s\n", line.dump().c_str());
   }
 
@@ -139,6 +154,7 @@ class RunReport {
   S& s_;
   const Options& o_;
   strata::observe::Progress progress_;
+  strata::StragglerScores stragglers_;
   std::optional<strata::observe::MetricsCsv> metrics_;
   StepTimes times_;
   strata::GradientStats stats_before_{};

@@ -62,6 +62,7 @@
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replicated.hpp>
 #include <strata/strategy/sharded.hpp>
+#include <strata/strategy/straggler_scores.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/support/check.hpp>
 #include <strata/support/error.hpp>

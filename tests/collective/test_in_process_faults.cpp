@@ -86,6 +86,48 @@ TEST_CASE("Collective.InProcess.DebugModeNamesMismatchedCalls" * doctest::timeou
   }
 }
 
+TEST_CASE("Collective.InProcess.MismatchNamesEachRanksCallSite" * doctest::timeout(30)) {
+  // Rank 1 broadcasts where rank 0 all-reduces: the message names each call's file and line.
+  std::vector<std::string> messages(2);
+  int reduce_line = 0, broadcast_line = 0;
+  InProcess::launch(2, [&](InProcess& c) {
+    std::vector<float> x(4, 1.0f);
+    try {
+      if (c.rank() == 0) {
+        reduce_line = __LINE__ + 1;
+        c.allreduce(std::span(x), ReduceOp::Sum);
+      } else {
+        broadcast_line = __LINE__ + 1;
+        c.broadcast(std::span(x), 0);
+      }
+    } catch (const strata::collective_error& e) {
+      messages[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  }, quick(10'000));
+  const std::string at0 = "test_in_process_faults.cpp:" + std::to_string(reduce_line);
+  const std::string at1 = "test_in_process_faults.cpp:" + std::to_string(broadcast_line);
+  for (const auto& m : messages) {
+    INFO(m);
+    CHECK(m.find("rank 0 called allreduce #0 (op sum, float32 x 4) at " + at0) != std::string::npos);
+    CHECK(m.find("rank 1 called broadcast #0 (root 0, float32 x 4) at " + at1) != std::string::npos);
+    CHECK(m.find("call sites: rank 0 " + at0 + ", rank 1 " + at1) != std::string::npos);
+  }
+  // An outer call site (a strategy's, a gradient bucket's label) is kept by the calls inside it.
+  {
+    const strata::collective::FlightRecorder::Label bucket("bucket", 3);
+    const strata::collective::FlightRecorder::CallSite inner;
+    CHECK(std::string(strata::collective::FlightRecorder::current_label()) == "bucket 3");
+  }
+  CHECK(std::string(strata::collective::FlightRecorder::current_label()).empty());
+  {  // a long file name gives up its start, never the line
+    const strata::collective::FlightRecorder::CallSite site(
+        strata::SourceSite{"/src/project/a_rather_long_directory/some_very_long_file_name_of_a_test.cpp", 12345});
+    const std::string label = strata::collective::FlightRecorder::current_label();
+    CHECK(label == "g_file_name_of_a_test.cpp:12345");
+    CHECK(label.size() == strata::collective::FlightRecorder::kLabelBytes - 1);
+  }
+}
+
 TEST_CASE("Collective.InProcess.BadArgumentsAreNamed") {
   auto comms = InProcess::make_group(1);
   std::vector<float> a(3), b(4);

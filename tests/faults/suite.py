@@ -334,7 +334,8 @@ def scenarios():
         for pol in ("in_process", "mpi", "gloo"):
             S.append((f"A5 mismatch: {kind} (debug)", pol,
                       FaultJob(pol, kind, debug=True,
-                               expect_blame=rf"\[strata\.collective\.mismatch\].*rank 2 called allreduce #\d+.*differs in: {field}")))
+                               expect_blame=rf"\[strata\.collective\.mismatch\].*rank 2 called allreduce #\d+ \(.*\) at "
+                                            rf"fault_job\.cpp:\d+.*differs in: {field}.*call sites: rank 0 fault_job\.cpp:\d+")))
     for pol in ("in_process", "mpi", "gloo"):  # without the fingerprint check: an error, never a wrong sum
         S.append(("A5 mismatch: count (no debug)", pol, FaultJob(pol, "shape", expect_blame=None)))
     S.append(("A6 abort unblocks waiting ranks", "in_process",
@@ -425,6 +426,9 @@ def scenarios():
         S.append(("E2 strangers on the store", "runtime", ExistingTest(program="test_unit", case=case)))
     S.append(("E2 store parsers fuzzed", "runtime", Fuzz("store_protocol", "corpus_store_protocol")))
     S.append(("E3 malicious checkpoints", "storage", Fuzz()))
+    for pol in ("mpi", "gloo"):
+        S.append(("F1 rank slowed (CPU-throttled), named", pol, Straggler(pol, slowed=True)))
+        S.append(("F2 healthy job, no straggler named", pol, Straggler(pol, slowed=False)))
     return S
 
 
@@ -452,6 +456,89 @@ class BadDataOnOneRank:
         blame = "/nonexistent/fashion-mnist" in text and re.search(named(1), text) is not None
         ok = rc != 0 and not hung and not leftovers and blame and end - t0 < 10
         return Outcome(ok, end - t0, blame, hung, "" if ok else f"exit {rc}\n" + "\n".join(text.splitlines()[-8:]))
+
+
+class Straggler:
+    """F1/F2: which rank slows a healthy job. Two processes of the MultiWorkerMirrored trainer
+    (the MLP), each pinned to a core of its own (taskset), with straggler windows of K = 20
+    steps. slowed: rank 1 runs in a CPU-throttled cgroup (CFS bandwidth: 4 ms of CPU every 10
+    ms, as a container with a CPU limit; cgroup v1's cpu controller or v2's cpu.max), or, where
+    the suite cannot make one, beside a busy loop on its core; the first window (step 20) must
+    name rank 1, and no window another rank. Not slowed: the same job alone; no window may name
+    any rank. Both end with the JSON line's last window."""
+
+    K, STEPS = 20, 100
+
+    def __init__(self, policy, slowed):
+        self.policy, self.slowed = policy, slowed
+
+    @staticmethod
+    def throttled_cgroup():
+        """A new cgroup of 40 % of one CPU and the file that takes a pid into it, or None."""
+        for root, quota in (("/sys/fs/cgroup/cpu", None), ("/sys/fs/cgroup", "cpu.max")):
+            group = os.path.join(root, f"strata-straggler-{os.getpid()}")
+            try:
+                if quota is None and os.path.exists(os.path.join(root, "cpu.cfs_quota_us")):
+                    os.makedirs(group, exist_ok=True)
+                    open(os.path.join(group, "cpu.cfs_period_us"), "w").write("10000")
+                    open(os.path.join(group, "cpu.cfs_quota_us"), "w").write("4000")
+                    return group
+                if quota and "cpu" in open(os.path.join(root, "cgroup.subtree_control")).read().split():
+                    os.makedirs(group, exist_ok=True)
+                    open(os.path.join(group, "cpu.max"), "w").write("4000 10000")
+                    return group
+            except OSError:
+                shutil.rmtree(group, ignore_errors=True)
+        return None
+
+    def __call__(self, b, rng):
+        args = [b.trainer, "--strategy", "multi_worker_mirrored", "--collective", self.policy, "--model", "mlp",
+                "--max-steps", str(self.STEPS), "--no-eval", "--straggler-every", str(self.K)]
+        var = "OMPI_COMM_WORLD_RANK" if self.policy == "mpi" else "STRATA_RANK"
+        group = self.throttled_cgroup() if self.slowed else None
+        hog = None
+        into = f'[ "${var}" = 1 ] && echo $$ > {group}/cgroup.procs; ' if group else ""
+        if self.slowed and not group:
+            hog = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", "while True: pass"])
+        pin = ["sh", "-c", into + f'exec taskset -c "${var}" "$0" "$@"']
+        cmd = ([b.mpirun, "-x", "STRATA_COLLECTIVE_TIMEOUT", "-np", "2"] if self.policy == "mpi"
+               else [b.strata_run, "-np", "2", "--"]) + pin + args
+        try:
+            env = {**os.environ, **MPI_ENV, "STRATA_COLLECTIVE_TIMEOUT": "30"}
+            t0 = time.monotonic()
+            rc, lines, end, hung, leftovers = run_streaming(cmd, env)
+        finally:
+            if hog:
+                hog.kill()
+                hog.wait()
+            if group:
+                for _ in range(50):  # its processes have exited; the group goes once empty
+                    try:
+                        os.rmdir(group)
+                        break
+                    except OSError:
+                        time.sleep(0.1)
+        text = "\n".join(re.sub(r"^\[\d+\] ", "", l) for _, l in lines)  # strata-run's "[rank] " prefix off
+        named_at = [(int(m.group(1)), int(m.group(2))) for m in re.finditer(r"^step (\d+): slowest: rank (\d+),", text, re.M)]
+        last = next((json.loads(l) for l in text.splitlines() if l.startswith("{") and '"stragglers"' in l), None)
+        window = (last or {}).get("stragglers") or {}
+        why = []
+        if hung: why.append("hung")
+        if rc != 0: why.append(f"exit {rc}")
+        if leftovers: why.append("processes left behind")
+        if not window: why.append("no straggler window in the JSON line")
+        if self.slowed:
+            if (self.K, 1) not in named_at: why.append(f"rank 1 not named at step {self.K}")
+            if any(r != 1 for _, r in named_at): why.append(f"another rank named: {named_at}")
+            if window and not (window.get("named") and window.get("slowest_rank") == 1):
+                why.append(f"the last window does not name rank 1: {window}")
+        elif named_at or window.get("named"):
+            why.append(f"a healthy job named a straggler: {named_at} {window}")
+        blame = (self.K, 1) in named_at if self.slowed else None
+        how = " (throttled by a cgroup)" if group else " (beside a busy loop)" if hog else ""
+        detail = f" (slowest {window.get('slowest_vs_others')}x the other{how})" if window else ""
+        return Outcome(not why, end - t0, blame, hung,
+                       "; ".join(why) + detail + ("\n" + "\n".join(text.splitlines()[-8:]) if why else ""))
 
 
 class PortInUse:

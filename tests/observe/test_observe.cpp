@@ -70,7 +70,9 @@ TEST_CASE("Observe.MetricsCsv.EveryNthStepAndEmptyFields") {
   const auto path = std::filesystem::temp_directory_path() / ("strata_metrics_" + std::to_string(::getpid()) + ".csv");
   {
     strata::observe::MetricsCsv csv(path.string(), 2);
-    for (int s = 1; s <= 5; ++s) csv.step({.step = s, .epoch = 1, .loss = 1.0 / s, .examples_per_s = 100.0 * s});
+    for (int s = 1; s <= 5; ++s)  // a straggler window closes at step 4
+      csv.step({.step = s, .epoch = 1, .loss = 1.0 / s, .examples_per_s = 100.0 * s,
+                .slowest_rank = s == 4 ? 2.0 : NAN, .slowest_vs_others = s == 4 ? 1.75 : NAN});
     csv.evaluation(5, 1, 0.8125);
     csv.flush();
   }
@@ -82,10 +84,10 @@ TEST_CASE("Observe.MetricsCsv.EveryNthStepAndEmptyFields") {
   std::getline(lines, l4);
   std::getline(lines, ev);
   CHECK(header == "step,epoch,loss,examples_per_s,data_ms,forward_ms,backward_ms,apply_ms,allreduce_ms,"
-                  "allreduce_exposed_ms,test_accuracy");
-  CHECK(l2 == "2,1,0.5,200,,,,,,,");
-  CHECK(l4 == "4,1,0.25,400,,,,,,,");
-  CHECK(ev == "5,1,,,,,,,,,0.812500");
+                  "allreduce_exposed_ms,compute_ms,slowest_rank,slowest_vs_others,test_accuracy");
+  CHECK(l2 == "2,1,0.5,200,,,,,,,,,,");
+  CHECK(l4 == "4,1,0.25,400,,,,,,,,2,1.75,");
+  CHECK(ev == "5,1,,,,,,,,,,,,0.812500");
   CHECK_FALSE(std::getline(lines, extra));
   CHECK_THROWS_AS(strata::observe::MetricsCsv("/nonexistent/dir/m.csv"), strata::invalid_argument);
   CHECK_THROWS_AS(strata::observe::MetricsCsv(path.string(), 0), strata::invalid_argument);

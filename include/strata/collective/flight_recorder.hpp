@@ -36,6 +36,7 @@
 
 #include <strata/collective/options.hpp>  // Fingerprint, OpKind
 #include <strata/support/environment.hpp>
+#include <strata/support/source_site.hpp>
 
 namespace strata::collective {
 
@@ -211,6 +212,38 @@ class FlightRecorder {
       ::sigaction(sig, &sa, nullptr);
     }
   }
+
+  /// This thread's label for the collectives it starts now ("" for none): what the flight
+  /// recorder stores with each, and what the desync check names as each rank's call site.
+  static const char* current_label() noexcept { return label_buffer(); }
+
+  /// Where the collectives this thread starts were called from, as "file.cpp:line" (the
+  /// file's last component, its end where it is long), for the scope of the object; a label already set (an outer call
+  /// site, a gradient bucket) is kept: the outermost says most of where a call came from.
+  class CallSite {
+   public:
+    explicit CallSite(SourceSite at = SourceSite::current()) noexcept {
+      char* b = label_buffer();
+      if (b[0] != '\0') return;
+      set_ = true;
+      const char* file = at.file;
+      if (const char* slash = std::strrchr(file, '/')) file = slash + 1;
+      char line[16];  // ":<line>", kept whole: a long file name gives up its start instead
+      const int n = std::snprintf(line, sizeof line, ":%u", at.line);
+      const std::size_t room = kLabelBytes - 1 - static_cast<std::size_t>(n), len = std::strlen(file);
+      const std::size_t keep = std::min(len, room);
+      std::memcpy(b, file + (len - keep), keep);
+      std::memcpy(b + keep, line, static_cast<std::size_t>(n) + 1);
+    }
+    ~CallSite() {
+      if (set_) label_buffer()[0] = '\0';
+    }
+    CallSite(const CallSite&) = delete;
+    CallSite& operator=(const CallSite&) = delete;
+
+   private:
+    bool set_ = false;
+  };
 
   /// Sets this thread's label for the collectives it starts (a gradient bucket's name), for
   /// the scope of the object.

@@ -61,6 +61,7 @@
 #include <strata/collective/detail/gloo_rendezvous.hpp>
 #include <strata/collective/detail/host_shared_buffer.hpp>
 #include <strata/collective/detail/reduce.hpp>
+#include <strata/collective/detail/wait_policy.hpp>  // WaitTimer
 #include <strata/collective/flight_recorder.hpp>
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
@@ -481,6 +482,7 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
   template <class Call>
   void on_host(const Fingerprint& fp, Call&& call) {
     const FlightRecorder::Scope recorded(flight_group_, fp);
+    const detail::WaitTimer waiting;  // the rank waits on the others meanwhile
     try {
       call();
     } catch (const std::exception& e) {
@@ -498,6 +500,7 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
   template <class Call>
   void guarded(const Fingerprint& fp, Call&& call) {
     const FlightRecorder::Scope recorded(flight_group_, fp);
+    const detail::WaitTimer waiting;  // the rank waits on the others meanwhile
     try {
       call();
     } catch (const std::exception&) {
@@ -576,13 +579,13 @@ class Gloo : public TypedFrontEnd<Gloo>, public AsyncOnCommThread<Gloo> {
 
   /// Debug mode: every rank's fingerprint, gathered and compared before the collective runs.
   void check_fingerprint(const Fingerprint& fp) {
-    std::uint64_t mine[Fingerprint::kWords];
-    fp.pack(mine);
-    std::vector<std::uint64_t> all(Fingerprint::kWords * static_cast<std::size_t>(size_));
+    std::uint64_t mine[kCheckWords];
+    pack_checked_call(fp, FlightRecorder::current_label(), mine);
+    std::vector<std::uint64_t> all(kCheckWords * static_cast<std::size_t>(size_));
     guarded(fp, [&] {
       gloo::AllgatherOptions o(ctx_);
       o.setTimeout(options_.timeout);
-      o.setInput(mine, Fingerprint::kWords);
+      o.setInput(mine, kCheckWords);
       o.setOutput(all.data(), all.size());
       gloo::allgather(o);
     });

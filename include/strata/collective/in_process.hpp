@@ -39,6 +39,7 @@
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/reduce.hpp>
 #include <strata/collective/detail/wait_policy.hpp>
+#include <strata/collective/flight_recorder.hpp>  // current_label: each call's site
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
 #include <strata/support/error.hpp>
@@ -56,6 +57,7 @@ struct alignas(64) RankSlot {
   const void* send_[2] = {nullptr, nullptr};
   void* recv_[2] = {nullptr, nullptr};
   Fingerprint fp_[2];
+  char site_[2][kSiteBytes] = {};  ///< each call's site (FlightRecorder::current_label), for a mismatch's message
 };
 
 /// The state the threads of one group share.
@@ -245,6 +247,7 @@ class InProcess : public TypedFrontEnd<InProcess>, public AsyncOnCommThread<InPr
     me.send_[cur_] = send;
     me.recv_[cur_] = recv;
     me.fp_[cur_] = fp;
+    std::memcpy(me.site_[cur_], FlightRecorder::current_label(), kSiteBytes);
     // The fingerprints are compared on every call, debug mode or not: in shared memory it is
     // a few compares by the last rank in, and a count or dtype that differs would otherwise
     // read past another rank's buffer.
@@ -256,11 +259,15 @@ class InProcess : public TypedFrontEnd<InProcess>, public AsyncOnCommThread<InPr
   /// The first mismatch between rank 0's fingerprint and another rank's, or "".
   std::string fingerprint_mismatch() const {
     const Fingerprint& first = group_->slot(0).fp_[cur_];
-    for (int k = 1; k < size(); ++k) {
-      const Fingerprint& theirs = group_->slot(k).fp_[cur_];
-      if (!(theirs == first)) return collective::mismatch_message(0, first, k, theirs);
+    bool same = true;
+    for (int k = 1; k < size() && same; ++k) same = group_->slot(k).fp_[cur_] == first;
+    if (same) return {};  // (every call: no allocation unless they differ)
+    std::vector<std::uint64_t> all(kCheckWords * static_cast<std::size_t>(size()));
+    for (int k = 0; k < size(); ++k) {
+      const auto& slot = group_->slot(k);
+      pack_checked_call(slot.fp_[cur_], slot.site_[cur_], all.data() + kCheckWords * static_cast<std::size_t>(k));
     }
-    return {};
+    return collective::fingerprint_mismatch(0, first, all.data(), size());
   }
 
   /// Cancels phase `phase` (if it is not complete yet) with `reason`; true if it is now dead.

@@ -45,6 +45,7 @@
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/host_shared_buffer.hpp>
 #include <strata/collective/detail/reduce.hpp>
+#include <strata/collective/detail/wait_policy.hpp>  // WaitTimer
 #include <strata/collective/flight_recorder.hpp>
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
@@ -336,6 +337,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
     /// Completes the collective (polling, so the deadline applies).
     void wait() {
       if (req_ == MPI_REQUEST_NULL) return;
+      const detail::WaitTimer waiting;
       const auto deadline = std::chrono::steady_clock::now() + owner_->options_.timeout;
       // Non-blocking collectives progress only inside MPI calls: keep testing. Past a short
       // spin, yield between tests (a sleep would stall the schedule's rounds by its length).
@@ -426,6 +428,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
   void shared_sync(const Tensor& mine) {
     const Fingerprint fp{OpKind::barrier, ReduceOp::Sum, DType::u8, 0, 0, seq_++};
     const FlightRecorder::Scope recorded(flight_group_, fp);
+    const detail::WaitTimer waiting;  // the rank waits on the others meanwhile
     try {
       shared_.sync(mine, options_.timeout, fp.str());
     } catch (const std::exception& e) {
@@ -504,6 +507,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
   void on_host(const Fingerprint& fp, Call&& call) {
     if (options_.check_fingerprints) check_fingerprint(fp);
     const FlightRecorder::Scope recorded(flight_group_, fp);
+    const detail::WaitTimer waiting;  // the rank waits on the others meanwhile
     try {
       call(fp.str());
     } catch (const std::exception& e) {
@@ -532,6 +536,7 @@ class Mpi : public TypedFrontEnd<Mpi> {
     int rc = MPI_SUCCESS;
     {
       const FlightRecorder::Scope recorded(flight_group_, fp);
+      const detail::WaitTimer waiting;  // the rank waits on the others meanwhile
       rc = call();
     }
     dog.disarm();
@@ -603,10 +608,10 @@ class Mpi : public TypedFrontEnd<Mpi> {
 
   /// Debug mode: every rank's fingerprint, gathered and compared before the collective runs.
   void check_fingerprint(const Fingerprint& fp) {
-    std::uint64_t mine[Fingerprint::kWords];
-    fp.pack(mine);
-    std::vector<std::uint64_t> all(Fingerprint::kWords * static_cast<std::size_t>(size_));
-    detail::mpi_check(MPI_Allgather(mine, Fingerprint::kWords, MPI_UINT64_T, all.data(), Fingerprint::kWords,
+    std::uint64_t mine[kCheckWords];
+    pack_checked_call(fp, FlightRecorder::current_label(), mine);
+    std::vector<std::uint64_t> all(kCheckWords * static_cast<std::size_t>(size_));
+    detail::mpi_check(MPI_Allgather(mine, static_cast<int>(kCheckWords), MPI_UINT64_T, all.data(), static_cast<int>(kCheckWords),
                                     MPI_UINT64_T, comm_),
                       "fingerprint check");
     if (auto msg = fingerprint_mismatch(rank_, fp, all.data(), size_); !msg.empty()) throw collective_error(msg);

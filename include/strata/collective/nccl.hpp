@@ -50,6 +50,7 @@
 #include <strata/collective/capabilities.hpp>
 #include <strata/collective/collective.hpp>
 #include <strata/collective/detail/nccl_watchdog.hpp>
+#include <strata/collective/flight_recorder.hpp>  // current_label: the desync check's call sites
 #include <strata/collective/options.hpp>
 #include <strata/collective/typed_front_end.hpp>
 #include <strata/kernels/cuda/runtime.hpp>
@@ -633,8 +634,8 @@ class Nccl : public TypedFrontEnd<Nccl> {
   }
 
   void check_fingerprint(const Fingerprint& fp) {
-    std::vector<std::uint64_t> mine(Fingerprint::kWords), all(Fingerprint::kWords * static_cast<std::size_t>(size()));
-    fp.pack(mine.data());
+    std::vector<std::uint64_t> mine(kCheckWords), all(kCheckWords * static_cast<std::size_t>(size()));
+    pack_checked_call(fp, FlightRecorder::current_label(), mine.data());
     boot_.allgather(mine.data(), all.data(), mine.size(), DType::i64);  // words as int64: a dtype every policy has
     if (auto msg = fingerprint_mismatch(rank(), fp, all.data(), size()); !msg.empty()) throw collective_error(msg);
   }

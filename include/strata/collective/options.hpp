@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>  // std::strtod
+#include <cstring>  // memcpy, strnlen
 #include <functional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <strata/collective/detail/wait_policy.hpp>  // long_spin_budget
@@ -93,11 +95,14 @@ struct Fingerprint {
   }
 };
 
-/// The report of rank `a` and rank `b` calling different collectives, naming what differs.
-inline std::string mismatch_message(int a, const Fingerprint& fa, int b, const Fingerprint& fb) {
+/// The report of rank `a` and rank `b` calling different collectives, naming what differs;
+/// where the call sites are known (the desync check's), each call's too.
+inline std::string mismatch_message(int a, const Fingerprint& fa, int b, const Fingerprint& fb,
+                                    std::string_view site_a = {}, std::string_view site_b = {}) {
   std::ostringstream os;
+  auto at = [](std::string_view site) { return site.empty() ? std::string() : " at " + std::string(site); };
   os << strata::detail::error_text("strata.collective.mismatch") << "ranks called different collectives: rank " << a << " called " << fa.str()
-     << ", rank " << b << " called " << fb.str() << "; differs in:";
+     << at(site_a) << ", rank " << b << " called " << fb.str() << at(site_b) << "; differs in:";
   const char* sep = " ";
   auto field = [&](bool differs, const char* name) {
     if (differs) os << std::exchange(sep, ", ") << name;
@@ -111,12 +116,37 @@ inline std::string mismatch_message(int a, const Fingerprint& fa, int b, const F
   return os.str();
 }
 
-/// Given every rank's packed fingerprint (`size` x kWords words), the message naming the first
-/// rank whose call differs from `mine` (this is `rank`), or "" if all agree.
+/// What the desync check (Options::check_fingerprints) exchanges for one call: its fingerprint,
+/// then its call site in kSiteBytes (the calling thread's flight-recorder label: "file.cpp:line"
+/// where the call came from, or a gradient bucket's name; zeros where none).
+inline constexpr std::size_t kSiteBytes = 32;
+inline constexpr std::size_t kCheckWords = Fingerprint::kWords + kSiteBytes / 8;
+inline void pack_checked_call(const Fingerprint& fp, const char* site, std::uint64_t* w) {
+  fp.pack(w);
+  char* s = reinterpret_cast<char*>(w + Fingerprint::kWords);
+  std::memset(s, 0, kSiteBytes);
+  if (site) std::memcpy(s, site, ::strnlen(site, kSiteBytes - 1));
+}
+inline std::string_view site_in(const std::uint64_t* w) {
+  const char* s = reinterpret_cast<const char*>(w + Fingerprint::kWords);
+  return {s, ::strnlen(s, kSiteBytes)};
+}
+
+/// Given every rank's packed call (`size` x kCheckWords words, pack_checked_call), the message
+/// naming the first rank whose call differs from `mine` (this is `rank`), both calls' sites,
+/// and every rank's call site; "" if all agree.
 inline std::string fingerprint_mismatch(int rank, const Fingerprint& mine, const std::uint64_t* all, int size) {
+  auto row = [&](int k) { return all + kCheckWords * static_cast<std::size_t>(k); };
   for (int k = 0; k < size; ++k) {
-    const Fingerprint theirs = Fingerprint::unpack(all + Fingerprint::kWords * static_cast<std::size_t>(k));
-    if (!(theirs == mine)) return mismatch_message(rank, mine, k, theirs);
+    const Fingerprint theirs = Fingerprint::unpack(row(k));
+    if (theirs == mine) continue;
+    std::string msg = mismatch_message(rank, mine, k, theirs, site_in(row(rank)), site_in(row(k)));
+    msg += "; call sites:";
+    for (int r = 0; r < size; ++r) {
+      const std::string_view site = site_in(row(r));
+      msg += (r ? ", rank " : " rank ") + std::to_string(r) + " " + (site.empty() ? std::string("unknown") : std::string(site));
+    }
+    return msg;
   }
   return {};
 }

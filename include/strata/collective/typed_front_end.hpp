@@ -1,7 +1,9 @@
 /// \file
 /// TypedFrontEnd<Policy>: the typed span overloads every collective policy offers, written
 /// once. They check sizes, let the policy finish its pending asynchronous work
-/// (`before_blocking()`), then call the policy's type-erased core:
+/// (`before_blocking()`), note where they were called from (the caller's file and line: the
+/// flight recorder's label and the desync check's call site, unless an outer caller set one),
+/// then call the policy's type-erased core:
 ///   allreduce_raw(in, out, count, dtype, op)       in == out means in place
 ///   broadcast_raw(x, count, dtype, root)
 ///   allgather_raw(in, out, count, dtype)            count = elements per rank
@@ -11,8 +13,10 @@
 #include <span>
 #include <type_traits>
 
+#include <strata/collective/flight_recorder.hpp>  // CallSite
 #include <strata/collective/reduce_op.hpp>
 #include <strata/support/check.hpp>
+#include <strata/support/source_site.hpp>
 #include <strata/tensor/dtype.hpp>
 #include <strata/tensor/half.hpp>  // dtype_of<Half>, dtype_of<BFloat16>
 
@@ -31,46 +35,53 @@ inline void check_reduce_scatter_sizes(std::size_t in, std::size_t out, int rank
 template <class Policy>
 class TypedFrontEnd {
  public:
+  using Here = SourceSite;
+
   template <class T>
-  void allreduce(std::span<T> x, ReduceOp op) {
+  void allreduce(std::span<T> x, ReduceOp op, Here at = Here::current()) {
+    const FlightRecorder::CallSite site(at);
     self().before_blocking();
     self().allreduce_raw(x.data(), x.data(), x.size(), dtype_v<T>, op);
   }
   template <class T>
-  void allreduce(std::span<const T> in, std::span<T> out, ReduceOp op) {
+  void allreduce(std::span<const T> in, std::span<T> out, ReduceOp op, Here at = Here::current()) {
     STRATA_CHECK_EQ(in.size(), out.size(), "allreduce: input and output sizes differ");
+    const FlightRecorder::CallSite site(at);
     self().before_blocking();
     self().allreduce_raw(in.data(), out.data(), in.size(), dtype_v<T>, op);
   }
   template <class T>
-  void allreduce(std::span<T> in, std::span<T> out, ReduceOp op) {
-    allreduce(std::span<const T>(in), out, op);
+  void allreduce(std::span<T> in, std::span<T> out, ReduceOp op, Here at = Here::current()) {
+    allreduce(std::span<const T>(in), out, op, at);
   }
   template <class T>
-  void broadcast(std::span<T> x, int root) {
+  void broadcast(std::span<T> x, int root, Here at = Here::current()) {
     STRATA_CHECK(root >= 0 && root < self().size(), "broadcast: root ", root, " outside [0, ", self().size(), ")");
+    const FlightRecorder::CallSite site(at);
     self().before_blocking();
     self().broadcast_raw(x.data(), x.size(), dtype_v<T>, root);
   }
   template <class T>
-  void allgather(std::span<const T> in, std::span<T> out) {
+  void allgather(std::span<const T> in, std::span<T> out, Here at = Here::current()) {
     detail::check_allgather_sizes(in.size(), out.size(), self().size());
+    const FlightRecorder::CallSite site(at);
     self().before_blocking();
     self().allgather_raw(in.data(), out.data(), in.size(), dtype_v<T>);
   }
   template <class T>
-  void allgather(std::span<T> in, std::span<T> out) {
-    allgather(std::span<const T>(in), out);
+  void allgather(std::span<T> in, std::span<T> out, Here at = Here::current()) {
+    allgather(std::span<const T>(in), out, at);
   }
   template <class T>
-  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
+  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op, Here at = Here::current()) {
     detail::check_reduce_scatter_sizes(in.size(), out.size(), self().size());
+    const FlightRecorder::CallSite site(at);
     self().before_blocking();
     self().reduce_scatter_raw(in.data(), out.data(), out.size(), dtype_v<T>, op);
   }
   template <class T>
-  void reduce_scatter(std::span<T> in, std::span<T> out, ReduceOp op) {
-    reduce_scatter(std::span<const T>(in), out, op);
+  void reduce_scatter(std::span<T> in, std::span<T> out, ReduceOp op, Here at = Here::current()) {
+    reduce_scatter(std::span<const T>(in), out, op, at);
   }
 
  private:

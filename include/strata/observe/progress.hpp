@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <string>
+#include <utility>
 
 namespace strata::observe {
 
@@ -26,15 +28,40 @@ class Progress {
     if (!last && now - last_ < (tty_ ? std::chrono::milliseconds(200) : line_every_)) return;
     last_ = now;
     const int eta = eta_s > 0 ? static_cast<int>(eta_s) : 0;
-    std::printf("%sepoch %d/%d  step %lld/%lld  loss %.4f  %.0f examples/s  ETA %02d:%02d%s", tty_ ? "\r" : "", epoch,
+    std::printf("%sepoch %d/%d  step %lld/%lld  loss %.4f  %.0f examples/s  ETA %02d:%02d%s%s%s", tty_ ? "\r" : "", epoch,
                 epochs, static_cast<long long>(step), static_cast<long long>(steps), loss, examples_per_s, eta / 60,
-                eta % 60, tty_ ? "   " : "\n");
+                eta % 60, note_.empty() ? "" : "  ", note_.c_str(), tty_ ? "   " : "\n");
+    drawn_ = tty_ && !last;
     if (tty_ && last) std::printf("\n");
     std::fflush(stdout);
   }
 
+  /// Prints `text` as a line of its own (on a terminal, below the line being redrawn, which
+  /// the next update draws again).
+  void message(const std::string& text) {
+    if (!on_) return;
+    end_line();
+    std::printf("%s\n", text.c_str());
+    std::fflush(stdout);
+  }
+
+  /// Ends the line being redrawn on a terminal, if any, so that what is printed next starts a
+  /// line of its own (a program's closing output).
+  void end_line() {
+    if (!drawn_) return;
+    std::printf("\n");
+    std::fflush(stdout);
+    drawn_ = false;
+  }
+
+  /// Text the line carries from now on (e.g. the straggler scores' "slowest: rank 2, 1.8x the
+  /// others' median (...)"); "" for none.
+  void set_note(std::string note) { note_ = std::move(note); }
+
  private:
+  std::string note_;
   bool on_, tty_;
+  bool drawn_ = false;  // a terminal's line is drawn and not ended
   std::chrono::milliseconds line_every_;
   std::chrono::steady_clock::time_point last_{};
 };

@@ -24,13 +24,15 @@
 
 namespace strata::observe {
 
-/// One finished span: its name and category are string literals (never copied).
+/// One finished span, or a counter's value at an instant (begin_ns == end_ns, category null):
+/// its name and category are string literals (never copied).
 struct TimelineEvent {
   const char* name;
   const char* category;
   std::int64_t begin_ns, end_ns;
   std::int64_t arg = -1;  ///< e.g. a bucket's index; -1 for none
   std::int64_t bytes = -1;
+  double value = 0;  ///< a counter's value
 };
 
 class Timeline {
@@ -57,6 +59,14 @@ class Timeline {
                                       end.time_since_epoch().count(), arg, bytes});
   }
 
+  /// Sets the counter `name` (a string literal) to `value` at `at`: Perfetto draws each counter
+  /// of a rank as a graph on the rank's own track (e.g. its compute ms a step).
+  void counter(const char* name, Clock::time_point at, double value) {
+    if (!enabled()) return;
+    const std::int64_t t = at.time_since_epoch().count();
+    thread_buffer().events.push_back({name, nullptr, t, t, -1, -1, value});
+  }
+
   /// Shifts every timestamp this process writes by `ns`: set to the chief's clock minus this
   /// process's (strata::chief_clock_offset), the ranks of a job on several hosts share one
   /// time axis.
@@ -76,6 +86,13 @@ class Timeline {
            std::to_string(b->tid) + ",\"args\":{\"name\":\"" + b->label + "\"}}");
       for (const TimelineEvent& e : b->events) {
         char buf[384];
+        if (e.category == nullptr) {  // a counter
+          const int n = std::snprintf(buf, sizeof buf, "{\"name\":\"%s\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,"
+                                      "\"args\":{\"value\":%.6g}}",
+                                      e.name, rank_, static_cast<double>(e.begin_ns + offset_ns_) / 1e3, e.value);
+          line(std::string(buf, static_cast<std::size_t>(n)));
+          continue;
+        }
         const int n = std::snprintf(buf, sizeof buf,
                                     "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
                                     "\"dur\":%.3f",

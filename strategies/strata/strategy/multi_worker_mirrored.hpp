@@ -21,6 +21,7 @@
 
 #include <strata/collective/capabilities.hpp>
 #include <strata/collective/collective.hpp>
+#include <strata/collective/flight_recorder.hpp>  // CallSite
 #include <strata/collective/in_process.hpp>
 #include <strata/data/pipeline.hpp>
 #include <strata/reducer/gradient_engine.hpp>
@@ -34,6 +35,7 @@
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replicated.hpp>
 #include <strata/strategy/strategy.hpp>
+#include <strata/support/source_site.hpp>
 #include <strata/tensor/placement.hpp>  // move_in_place
 
 namespace strata {
@@ -150,6 +152,9 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
         [&](ReplicaContext& ctx) { return detail::run_with_statistics(fn, ctx); });
   }
 
+  // Each cross-process call below notes its caller's file and line (`at`): the flight
+  // recorder's label and the desync check's call site (collective::FlightRecorder::CallSite).
+
   /// Communication time of the gradient all-reduces so far (this process's replica 0).
   GradientStats gradient_stats() const {
     GradientStats total;
@@ -159,48 +164,55 @@ class MultiWorkerMirroredStrategy : detail::RejectsReplicaValues,
 
   /// Every process's value concatenated along axis 0, in rank order, on every process (tf's
   /// Strategy.gather); axis 0 may differ between ranks, the other extents and dtype may not.
-  Tensor gather(const PerReplica<Tensor>& v) {
+  Tensor gather(const PerReplica<Tensor>& v, SourceSite at = SourceSite::current()) {
     detail::check_cross_replica("gather()");
+    const collective::FlightRecorder::CallSite site(at);
     return detail::allgather_value(comm_, v);
   }
 
   /// Rank 0's `bytes` on every process (a checkpoint the chief read, for every replica to restore).
-  void share_from_chief(std::vector<unsigned char>& bytes) {
+  void share_from_chief(std::vector<unsigned char>& bytes, SourceSite at = SourceSite::current()) {
     detail::check_cross_replica("share_from_chief()");
+    const collective::FlightRecorder::CallSite site(at);
     detail::broadcast_bytes(comm_, bytes, 0);
   }
   /// Rank 0's `n` bytes at `data` into every process's `data` (a large checkpoint tensor,
   /// straight from the chief's file into each replica's parameter).
-  void broadcast_from_chief(void* data, std::size_t n) {
+  void broadcast_from_chief(void* data, std::size_t n, SourceSite at = SourceSite::current()) {
     detail::check_cross_replica("broadcast_from_chief()");
+    const collective::FlightRecorder::CallSite site(at);
     comm_.broadcast_raw(data, n, DType::u8, 0);
   }
   /// After a save: the chief's error ("" when it wrote the checkpoint) goes to every rank, so
   /// that all of them fail a save the chief could not complete, or none does.
-  void share_save_outcome(std::string& error) {
+  void share_save_outcome(std::string& error, SourceSite at = SourceSite::current()) {
     detail::check_cross_replica("share_save_outcome()");
+    const collective::FlightRecorder::CallSite site(at);
     std::vector<unsigned char> bytes(error.begin(), error.end());
     detail::broadcast_bytes(comm_, bytes, 0);
     error.assign(bytes.begin(), bytes.end());
   }
 
   /// The reduction across every process's replica, the same on every process.
-  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v) {
+  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& v, SourceSite at = SourceSite::current()) {
     detail::check_cross_replica("reduce()");
+    const collective::FlightRecorder::CallSite site(at);
     return detail::allreduce_value(comm_, op, v);
   }
   using detail::RejectsReplicaValues::gather;  // a replica's own value: a compile-time error
   using detail::RejectsReplicaValues::reduce;
   using detail::TakesArithmeticValues<MultiWorkerMirroredStrategy<C>>::reduce;  // int64_t, float, ...
   using detail::TakesArithmeticValues<MultiWorkerMirroredStrategy<C>>::gather;
-  double reduce(ReduceOp op, const PerReplica<double>& v) {
+  double reduce(ReduceOp op, const PerReplica<double>& v, SourceSite at = SourceSite::current()) {
     detail::check_cross_replica("reduce()");
+    const collective::FlightRecorder::CallSite site(at);
     return detail::allreduce_value(comm_, op, v);
   }
   /// Adds `values` element-wise across every process, in place (the cross-process half of a
   /// metric's read; metrics/replica_slots.hpp).
-  void sum_across_processes(std::span<double> values) {
+  void sum_across_processes(std::span<double> values, SourceSite at = SourceSite::current()) {
     detail::check_cross_replica("sum_across_processes()");
+    const collective::FlightRecorder::CallSite site(at);
     if (!values.empty()) comm_.allreduce_raw(values.data(), values.data(), values.size(), DType::f64, ReduceOp::Sum);
   }
 

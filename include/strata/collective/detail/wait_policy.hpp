@@ -44,28 +44,46 @@ inline void cpu_relax() noexcept {
 }
 
 /// Seconds this thread has spent blocked waiting for other ranks (barriers, flags, the
-/// gradient buckets): a step's wall time less what this grew by is the time the thread was
-/// busy (RowBalance weighs the replicas by it).
+/// gradient buckets, every collective a policy runs on the thread): a step's wall time less
+/// what this grew by is the time the thread was busy (RowBalance weighs the replicas by it,
+/// StragglerScores scores the ranks by it).
 inline double& thread_wait_seconds() noexcept {
   thread_local double seconds = 0;
   return seconds;
 }
 
-/// Adds the time from its construction to its destruction to thread_wait_seconds().
+/// True on the threads that run collectives in the background (AsyncWorker, the gradient
+/// engine's communication thread): their rank computes meanwhile, so they never spin long,
+/// and their time in collectives is not a wait of the rank's.
+inline thread_local bool on_background_thread = false;
+
+/// Adds the time from its construction to its destruction to thread_wait_seconds(): the
+/// outermost of nested timers only (a collective inside a wait is one wait), and nothing on a
+/// background thread.
 class WaitTimer {
  public:
-  WaitTimer() noexcept : from_(std::chrono::steady_clock::now()) {}
-  ~WaitTimer() { thread_wait_seconds() += std::chrono::duration<double>(std::chrono::steady_clock::now() - from_).count(); }
+  WaitTimer() noexcept : counts_(!on_background_thread && depth()++ == 0) {
+    if (counts_) from_ = std::chrono::steady_clock::now();
+  }
+  ~WaitTimer() {
+    if (!counts_) {
+      if (!on_background_thread) --depth();
+      return;
+    }
+    --depth();
+    thread_wait_seconds() += std::chrono::duration<double>(std::chrono::steady_clock::now() - from_).count();
+  }
   WaitTimer(const WaitTimer&) = delete;
   WaitTimer& operator=(const WaitTimer&) = delete;
 
  private:
+  static int& depth() noexcept {
+    thread_local int d = 0;
+    return d;
+  }
+  bool counts_;
   std::chrono::steady_clock::time_point from_;
 };
-
-/// True on the threads that run collectives in the background (AsyncWorker, the gradient
-/// engine's communication thread): their rank computes meanwhile, so they never spin long.
-inline thread_local bool on_background_thread = false;
 
 /// Whether a waiter on this thread may spin for long_spin_budget() when `ranks` ranks share
 /// this host.

@@ -1,12 +1,14 @@
 #!/usr/bin/python3
-"""What the collective flight recorder costs: the same MultiWorkerMirrored job on 2 processes
-with the recorder on (its default, 4,096 entries) and off (STRATA_FLIGHT_RECORDER_ENTRIES=0),
-in pairs run back to back in alternating order, over Mpi (mpirun) and Gloo (strata-run); the
-MLP (examples/fashion_mnist, the steady examples/s) and the Transformer (examples/char_transformer,
+"""What the job's diagnostics cost: the same MultiWorkerMirrored job on 2 processes with the
+collective flight recorder and the straggler scores on (their defaults: 4,096 entries, windows
+of 50 steps) and both off (STRATA_FLIGHT_RECORDER_ENTRIES=0, --straggler-every 0), in pairs run
+back to back in alternating order, over Mpi (mpirun) and Gloo (strata-run); the MLP
+(examples/fashion_mnist, the steady examples/s) and the Transformer (examples/char_transformer,
 the median step). Prints one JSON line per model and collective: the median over the pairs of
-the recorder-on run's speed over the recorder-off run's (1.0: free; the issue's bar is 0.99).
+the on run's speed over the off run's (1.0: free; the bar is 0.99). --only recorder|stragglers
+turns on just one of the two.
 
-    /usr/bin/python3 bench/flight_recorder_overhead.py --build build [--pairs 5]
+    /usr/bin/python3 bench/diagnostics_overhead.py --build build [--pairs 5] [--only recorder]
 """
 import argparse
 import json
@@ -22,6 +24,7 @@ def main():
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--models", default="mlp,transformer")
     ap.add_argument("--collectives", default="mpi,gloo")
+    ap.add_argument("--only", choices=["recorder", "stragglers"], default=None)
     a = ap.parse_args()
     env = run_env()
     fm = os.path.join(a.build, "examples", "fashion_mnist")
@@ -43,12 +46,14 @@ def main():
             for p in range(a.pairs):
                 got = {}
                 for way in (("off", "on") if p % 2 == 0 else ("on", "off")):
-                    e = dict(env, STRATA_FLIGHT_RECORDER_ENTRIES="0" if way == "off" else "4096")
-                    got[way] = speed(last_json(job, e))
+                    recorder = way == "on" and a.only != "stragglers"
+                    stragglers = way == "on" and a.only != "recorder"
+                    e = dict(env, STRATA_FLIGHT_RECORDER_ENTRIES="4096" if recorder else "0")
+                    got[way] = speed(last_json(job + ["--straggler-every", "50" if stragglers else "0"], e))
                 ratios.append(got["on"] / got["off"])
                 on_runs.append(got["on"])
                 off_runs.append(got["off"])
-            print(json.dumps({"bench": "flight_recorder_overhead", "model": model, "collective": coll, "replicas": 2,
+            print(json.dumps({"bench": "diagnostics_overhead", "on": a.only or "recorder+stragglers", "model": model, "collective": coll, "replicas": 2,
                               "pairs": a.pairs, "on_over_off": round(statistics.median(ratios), 4),
                               "per_pair": [round(r, 4) for r in ratios],
                               "on_median": round(statistics.median(on_runs), 2),
