@@ -62,16 +62,13 @@ inline thread_local bool on_background_thread = false;
 /// background thread.
 class WaitTimer {
  public:
-  WaitTimer() noexcept : counts_(!on_background_thread && depth()++ == 0) {
-    if (counts_) from_ = std::chrono::steady_clock::now();
+  WaitTimer() noexcept {
+    if (!on_background_thread && depth()++ == 0) from_ = std::chrono::steady_clock::now();
   }
   ~WaitTimer() {
-    if (!counts_) {
-      if (!on_background_thread) --depth();
-      return;
-    }
-    --depth();
-    thread_wait_seconds() += std::chrono::duration<double>(std::chrono::steady_clock::now() - from_).count();
+    if (on_background_thread) return;
+    if (--depth() == 0)
+      thread_wait_seconds() += std::chrono::duration<double>(std::chrono::steady_clock::now() - from_).count();
   }
   WaitTimer(const WaitTimer&) = delete;
   WaitTimer& operator=(const WaitTimer&) = delete;
@@ -81,7 +78,6 @@ class WaitTimer {
     thread_local int d = 0;
     return d;
   }
-  bool counts_;
   std::chrono::steady_clock::time_point from_;
 };
 
